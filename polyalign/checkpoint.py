@@ -1,0 +1,216 @@
+"""Model folders and training checkpoints: safetensors and JSON only, written atomically.
+
+A *model folder* is what evaluation, fine-tuning and export read:
+    config.json          {"polyalign": {...}, "encoder": EncoderConfig, "languages": [...]}
+    model.safetensors    MaskedLanguageModel weights (encoder.* and lm_head.*)
+    tokenizer/           the tokenizer
+A *checkpoint* (runs/NAME/checkpoints/step-0000500/) is a model folder plus what resuming needs:
+    objectives.safetensors      the objectives' own parameters and buffers (generators, queues, ...)
+    trainer_state.safetensors   optimizer moments and RNG states
+    trainer_state.json          step, counters, optimizer hyperparameters, data-stream positions
+Loading never unpickles anything: safetensors holds raw tensors, JSON holds the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file, save_model
+from safetensors.torch import load_model as load_safetensors_into
+from torch import nn
+
+from polyalign import __version__
+from polyalign.io import DataError, atomic_dir, read_json, write_json
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.tokenizer import Tokenizer, load_tokenizer
+
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.safetensors"
+TOKENIZER_DIR = "tokenizer"
+OBJECTIVES_FILE = "objectives.safetensors"
+STATE_TENSORS = "trainer_state.safetensors"
+STATE_JSON = "trainer_state.json"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class LoadedModel:
+    model: MaskedLanguageModel
+    tokenizer: Tokenizer
+    languages: list[str]
+    """Language codes in language-embedding order (empty when the model has none)."""
+    folder: Path
+
+    def language_id(self, code: str) -> int | None:
+        """Index of a language's embedding, accepting ISO 639-1 or Tatoeba codes; None if it has none."""
+        from polyalign.languages import TATOEBA_TO_ISO1
+
+        code = TATOEBA_TO_ISO1.get(code, code)
+        if not self.model.config.num_languages or code not in self.languages:
+            return None
+        return self.languages.index(code)
+
+
+def write_model_files(
+    folder: Path, model: MaskedLanguageModel, tokenizer: Tokenizer, languages: list[str], extra: dict | None = None
+) -> None:
+    """Write a model folder's files into an existing (temporary) folder."""
+    config = {
+        "polyalign": {"version": __version__, **(extra or {})},
+        "encoder": model.config.to_dict(),
+        "languages": list(languages),
+    }
+    write_json(folder / CONFIG_FILE, config)
+    save_model(model, str(folder / MODEL_FILE))
+    tokenizer.save(folder / TOKENIZER_DIR)
+
+
+def save_model_folder(
+    folder: str | Path,
+    model: MaskedLanguageModel,
+    tokenizer: Tokenizer,
+    languages: list[str],
+    extra: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    with atomic_dir(folder, overwrite=overwrite) as tmp:
+        write_model_files(tmp, model, tokenizer, languages, extra)
+    return Path(folder)
+
+
+def is_polyalign_folder(folder: Path) -> bool:
+    cfg = folder / CONFIG_FILE
+    return cfg.is_file() and "polyalign" in read_json(cfg)
+
+
+def resolve_model_folder(path: str | Path) -> Path:
+    """Accept a model folder, a checkpoint, or a run folder (its latest checkpoint)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: model folder not found")
+    if (path / CONFIG_FILE).is_file():
+        return path
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise DataError(f"{path}: neither a model folder (no {CONFIG_FILE}) nor a run folder with checkpoints")
+    return latest
+
+
+def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a polyalign model folder (or run folder), or a local Hugging Face folder (XLM-R, BERT, ELECTRA).
+
+    `trust_pickle` allows Hugging Face `pytorch_model.bin` weights, which are pickles; off by default.
+    """
+    folder = resolve_model_folder(path)
+    if not is_polyalign_folder(folder):
+        try:
+            from polyalign.model.hf import load_hf_model
+        except ImportError as err:
+            raise DataError(
+                f"{folder}: not a polyalign model folder, and Hugging Face import is unavailable ({err})"
+            ) from None
+        return load_hf_model(folder, trust_pickle=trust_pickle, device=device)
+    meta = read_json(folder / CONFIG_FILE)
+    weights = folder / MODEL_FILE
+    if not weights.is_file():
+        raise DataError(f"{weights}: weights file missing from the model folder")
+    model = MaskedLanguageModel(EncoderConfig.from_dict(meta["encoder"]))
+    load_model_weights(model, weights, strict=True)
+    return LoadedModel(
+        model.to(device).eval(), load_tokenizer(folder / TOKENIZER_DIR), meta.get("languages", []), folder
+    )
+
+
+def load_model_weights(module: nn.Module, file: Path, strict: bool) -> tuple[list[str], list[str]]:
+    try:
+        missing, unexpected = load_safetensors_into(module, str(file), strict=False, device="cpu")
+    except Exception as err:  # safetensors raises several types for corrupt or mismatched files
+        raise DataError(f"{file}: cannot load weights ({str(err).splitlines()[0]})") from None
+    if strict and (missing or unexpected):
+        raise DataError(
+            f"{file}: weights do not match the config (missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]})"
+        )
+    return list(missing), list(unexpected)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training checkpoints
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    ckpt = Path(run_dir) / "checkpoints"
+    if not ckpt.is_dir():
+        return []
+    found = [(int(m[1]), p) for p in ckpt.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    dirs = checkpoint_dirs(run_dir)
+    return dirs[-1] if dirs else None
+
+
+def optimizer_to_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for idx, state in sd["state"].items():
+        for k, v in state.items():
+            if torch.is_tensor(v):
+                tensors[f"optimizer.{idx}.{k}"] = v.detach().cpu().contiguous()
+            else:
+                scalars[f"{idx}.{k}"] = v
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def optimizer_from_files(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], info: dict) -> None:
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        if key.startswith("optimizer."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = v
+    for key, v in info["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = v
+    optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: MaskedLanguageModel,
+    objectives: nn.Module,
+    tokenizer: Tokenizer,
+    languages: list[str],
+    optimizer: torch.optim.Optimizer,
+    state: dict,
+    state_tensors: dict[str, torch.Tensor],
+    keep: int,
+) -> Path:
+    final = Path(run_dir) / "checkpoints" / f"step-{step:07d}"
+    with atomic_dir(final, overwrite=True) as tmp:
+        write_model_files(tmp, model, tokenizer, languages, {"step": step})
+        save_model(objectives, str(tmp / OBJECTIVES_FILE))
+        opt_tensors, opt_info = optimizer_to_files(optimizer)
+        save_file({**opt_tensors, **state_tensors}, str(tmp / STATE_TENSORS))
+        write_json(tmp / STATE_JSON, {**state, "optimizer": opt_info})
+    if keep > 0:
+        for old in checkpoint_dirs(run_dir)[:-keep]:
+            _remove_checkpoint(old)
+    return final
+
+
+def _remove_checkpoint(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def load_checkpoint_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    for f in (STATE_JSON, STATE_TENSORS, MODEL_FILE, OBJECTIVES_FILE):
+        if not (folder / f).is_file():
+            raise DataError(f"{folder / f}: checkpoint file missing; the checkpoint is incomplete")
+    return read_json(folder / STATE_JSON), load_file(str(folder / STATE_TENSORS))

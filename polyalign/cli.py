@@ -1,0 +1,261 @@
+"""The `polyalign` command: prepare, pretrain, evaluate, quickstart (and more as methods land)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from polyalign.io import DataError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Cross-lingual pre-training with alignment objectives, and alignment measurement.",
+)
+evaluate_app = typer.Typer(no_args_is_help=True, help="Measure a model: retrieval, word alignment.")
+app.add_typer(evaluate_app, name="evaluate")
+console = Console(stderr=True)
+SAMPLE_DATA = Path(__file__).parent / "sample_data"
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def prepare(
+    out: Annotated[Path, typer.Option(help="Folder to create for tokenizer and token shards.")],
+    mono: Annotated[Path | None, typer.Option(help="Folder of monolingual files {lang}.txt[.gz].")] = None,
+    parallel: Annotated[
+        Path | None, typer.Option(help="Folder of {a}-{b}.{a} + {a}-{b}.{b} files, or {a}-{b}.tsv.")
+    ] = None,
+    langs: Annotated[str | None, typer.Option(help="Comma list of languages to keep (default: all found).")] = None,
+    vocab_size: Annotated[int, typer.Option(help="SentencePiece unigram vocabulary size.")] = 32000,
+    alpha: Annotated[float, typer.Option(help="Language sampling exponent for tokenizer text, p ∝ m^alpha.")] = 0.7,
+    tokenizer_sample_lines: Annotated[
+        int, typer.Option(help="Lines of sampled text to train the tokenizer on.")
+    ] = 2_000_000,
+    tokenizer_from: Annotated[
+        Path | None, typer.Option(help="Use this tokenizer (polyalign or local Hugging Face folder).")
+    ] = None,
+    exclude: Annotated[
+        list[Path] | None,
+        typer.Option(help="Evaluation file/folder whose sentences are dropped from training (repeatable)."),
+    ] = None,
+    bad_lines: Annotated[
+        str, typer.Option(help="`skip` (count and warn) or `error` for empty, over-long or invalid UTF-8 lines.")
+    ] = "skip",
+    max_chars: Annotated[int, typer.Option(help="Lines longer than this many characters are bad.")] = 2000,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+) -> None:
+    """Train or load a tokenizer and tokenize a corpus into memory-mapped shards."""
+    from polyalign.data.prepare import PrepareConfig, discover_corpus
+    from polyalign.data.prepare import prepare as run_prepare
+    from polyalign.io import LinePolicy
+
+    corpus = discover_corpus(mono, parallel, _split(langs))
+    config = PrepareConfig(
+        out=out,
+        vocab_size=vocab_size,
+        alpha=alpha,
+        tokenizer_sample_lines=tokenizer_sample_lines,
+        tokenizer_from=tokenizer_from,
+        exclude=list(exclude or []),
+        policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines),
+        overwrite=overwrite,
+    )
+    meta = run_prepare(corpus, config)
+    _report_prepare(meta, out)
+
+
+def _report_prepare(meta: dict, out: Path) -> None:
+    table = Table(title=f"prepared {out}")
+    for col in ("stream", "lines", "tokens"):
+        table.add_column(col)
+    for lang, s in meta["mono"].items():
+        table.add_row(f"mono {lang}", f"{s['lines']:,}", f"{s['tokens']:,}")
+    for name, s in meta["parallel"].items():
+        table.add_row(f"parallel {name}", f"{s['lines']:,}", " / ".join(f"{t:,}" for t in s["tokens"]))
+    console.print(table)
+    console.print(f"vocabulary {meta['vocab_size']:,}; languages {', '.join(meta['languages'])}")
+    if meta["skipped_lines"]:
+        details = ", ".join(
+            f"{n} {r} (first at {meta['skipped_first_at'][r]})" for r, n in meta["skipped_lines"].items()
+        )
+        console.print(f"[yellow]warning: skipped {details}[/yellow]")
+    if meta["excluded_as_eval_overlap"]:
+        console.print(f"dropped {meta['excluded_as_eval_overlap']:,} lines/pairs that occur in evaluation data")
+
+
+@app.command()
+def pretrain(
+    recipe: Annotated[
+        str | None, typer.Argument(help="Built-in recipe name (mlm, xlm, quickstart, ...) or a YAML path.")
+    ] = None,
+    run_dir: Annotated[Path, typer.Option(help="Run folder: recipe, metrics, TensorBoard logs, checkpoints.")] = Path(
+        "runs/run"
+    ),
+    data: Annotated[Path | None, typer.Option(help="Prepared data folder (sets data.prepared).")] = None,
+    init_from: Annotated[
+        Path | None, typer.Option(help="Continue from this model folder (polyalign or Hugging Face).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a recipe value, e.g. trainer.max_steps=100.")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --run from its latest checkpoint.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Pre-train an encoder with the objectives a recipe names. Works under torchrun (DDP)."""
+    from polyalign.config import load_recipe
+    from polyalign.train import load_run_recipe
+    from polyalign.train import pretrain as run_pretrain
+
+    overrides = list(set_ or [])
+    if data is not None:
+        overrides.append(f"data.prepared={data}")
+    if init_from is not None:
+        overrides.append(f"init_from={init_from}")
+    if resume:
+        spec = load_run_recipe(run_dir, overrides)
+    elif recipe is None:
+        raise DataError("name a recipe (e.g. `polyalign pretrain xlm --data prepared/ --run-dir runs/xlm`)")
+    else:
+        spec = load_recipe(recipe, overrides)
+    summary = run_pretrain(spec, run_dir, resume=resume, progress=progress)
+    console.print(
+        f"done: {summary['step']} steps, {summary['tokens']:,} tokens, {summary['seconds'] / 60:.1f} min -> {run_dir}"
+    )
+
+
+@evaluate_app.command("tatoeba")
+def evaluate_tatoeba_command(
+    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    data: Annotated[Path, typer.Option(help="Folder of tatoeba.xxx-eng.{xxx,eng} files.")] = Path(
+        "../shared/data/eval/tatoeba"
+    ),
+    langs: Annotated[str, typer.Option(help="`tatoeba14`, `all`, or a comma list of codes.")] = "tatoeba14",
+    layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
+    layers: Annotated[str | None, typer.Option(help="`all`: also write the layer sweep (CSV + PNG) to --out.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for results JSON, sweep CSV and plot.")] = None,
+    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 16384,
+    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+) -> None:
+    """Tatoeba retrieval acc@1 (xx->en, en->xx) per language and averaged, at a layer or across layers."""
+    from polyalign.checkpoint import load_model
+    from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
+
+    loaded = load_model(model, trust_pickle=trust_pickle)
+    languages = resolve_languages(langs, data)
+    result = evaluate_tatoeba(loaded, data, languages, layer, batch_tokens, progress=True)
+    print_tatoeba(result, str(model))
+    if out is not None:
+        from polyalign.io import write_json
+
+        write_json(out / "tatoeba.json", result.to_dict())
+        if layers == "all":
+            csv_path, png = result.write_sweep(out, title=f"Tatoeba, {model}")
+            console.print(f"sweep: {csv_path}, {png}")
+    elif layers == "all":
+        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
+
+
+def print_tatoeba(result, title: str) -> None:
+    from polyalign.evaluate.tatoeba import PROTOCOL
+
+    row = result.row(result.layer)
+    table = Table(title=f"Tatoeba acc@1 (%), {title}, layer {result.layer}")
+    for col in ("language", "sentences", "xx→en", "en→xx"):
+        table.add_column(col, justify="right")
+    for lang, acc in row["per_language"].items():
+        table.add_row(lang, str(result.sizes.get(lang, "")), f"{acc['xx_to_en']:.1f}", f"{acc['en_to_xx']:.1f}")
+    avg = row["average"]
+    table.add_row("average", "", f"{avg['xx_to_en']:.1f}", f"{avg['en_to_xx']:.1f}")
+    Console().print(table)
+    best = max(result.layers, key=lambda i: result.row(i)["average"]["both"])
+    console.print(
+        PROTOCOL.format(layer=result.layer) + f"; best layer on this set: {best} "
+        f"({result.row(best)['average']['both']:.1f} average of both directions)"
+    )
+
+
+@app.command()
+def quickstart(
+    out: Annotated[Path, typer.Option(help="Folder for the prepared sample, the run and the report.")] = Path(
+        "runs/quickstart"
+    ),
+    steps: Annotated[int, typer.Option(help="Training steps.")] = 600,
+) -> None:
+    """The main job on the bundled sample corpus: prepare, pre-train a tiny MLM+TLM model, evaluate, report."""
+    import time
+
+    from polyalign.checkpoint import LoadedModel, load_model
+    from polyalign.config import load_recipe
+    from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus
+    from polyalign.data.prepare import prepare as run_prepare
+    from polyalign.evaluate.tatoeba import available_languages, evaluate_tatoeba
+    from polyalign.train import build_model
+    from polyalign.train import pretrain as run_pretrain
+
+    t0 = time.perf_counter()
+    if out.exists():
+        raise DataError(f"{out}: already exists; remove it or pass another --out")
+    tatoeba = SAMPLE_DATA / "tatoeba"
+    console.rule("1) prepare the bundled sample corpus")
+    corpus = discover_corpus(SAMPLE_DATA / "mono", SAMPLE_DATA / "parallel")
+    meta = run_prepare(corpus, PrepareConfig(out=out / "prepared", vocab_size=4000, exclude=[tatoeba]))
+    _report_prepare(meta, out / "prepared")
+
+    console.rule("2) pre-train (recipe quickstart: MLM + TLM)")
+    recipe = load_recipe("quickstart", [f"data.prepared={out / 'prepared'}", f"trainer.max_steps={steps}"])
+    summary = run_pretrain(recipe, out / "run")
+
+    console.rule("3) evaluate: Tatoeba-style retrieval on the held-out sample pairs")
+    prepared = PreparedData(out / "prepared")
+    untrained, _ = build_model(recipe, prepared.tokenizer(), prepared.languages)
+    baseline = LoadedModel(untrained.eval(), prepared.tokenizer(), prepared.languages, out / "prepared")
+    languages = available_languages(tatoeba)
+    before = evaluate_tatoeba(baseline, tatoeba, languages)
+    trained = load_model(out / "run")
+    after = evaluate_tatoeba(trained, tatoeba, languages)
+    print_tatoeba(after, "quickstart model")
+    after.write_sweep(out / "report", title="quickstart")
+    report = {
+        "train": summary,
+        "tatoeba_untrained": before.to_dict()["reported"]["average"],
+        "tatoeba_trained": after.to_dict(),
+        "minutes": (time.perf_counter() - t0) / 60,
+    }
+    from polyalign.io import write_json
+
+    write_json(out / "report" / "quickstart.json", report)
+    b, a = before.row(before.layer)["average"], after.row(after.layer)["average"]
+    console.print(
+        f"\nRetrieval acc@1 averaged over {', '.join(languages)} (layer {after.layer}): "
+        f"untrained {b['xx_to_en']:.1f} / {b['en_to_xx']:.1f} -> trained {a['xx_to_en']:.1f} / "
+        f"{a['en_to_xx']:.1f} (xx→en / en→xx)"
+    )
+    console.print(f"report: {out / 'report'}; total {report['minutes']:.1f} min")
+
+
+def main() -> None:
+    try:
+        app()
+    except DataError as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""`polyalign prepare`: raw text in, tokenizer plus memory-mapped token shards out.
+
+1) find the corpus files; 2) count lines; 3) sample tokenizer training text across languages with
+p_j ∝ m_j^alpha and train a SentencePiece unigram model (or take a given tokenizer); 4) tokenize every file
+into shards, streaming in chunks, dropping lines that occur in evaluation sets; 5) write meta.json.
+Everything is written under a temporary name and renamed into place at the end.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from polyalign.data.sampling import language_probabilities
+from polyalign.data.shards import ShardWriter, TokenShard, ids_dtype
+from polyalign.io import (
+    BadLineCounter,
+    DataError,
+    LinePolicy,
+    atomic_dir,
+    open_binary,
+    read_json,
+    read_lines,
+    read_parallel,
+    read_tsv_pairs,
+    write_json,
+)
+from polyalign.tokenizer import Tokenizer, load_tokenizer, train_sentencepiece
+
+META = "meta.json"
+_MONO = re.compile(r"^(?P<lang>[a-z]{2,3}(?:_[A-Za-z]+)?)\.txt(?:\.gz)?$")
+_SIDE = re.compile(r"^(?P<a>[a-z]{2,3})-(?P<b>[a-z]{2,3})\.(?P<side>[a-z]{2,3})(?:\.gz)?$")
+_TSV = re.compile(r"^(?P<a>[a-z]{2,3})-(?P<b>[a-z]{2,3})\.tsv(?:\.gz)?$")
+
+
+@dataclass
+class ParallelSource:
+    src_lang: str
+    tgt_lang: str
+    src: Path  # for TSV input, src is the TSV file and tgt is None
+    tgt: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.src_lang}-{self.tgt_lang}"
+
+
+@dataclass
+class Corpus:
+    mono: dict[str, list[Path]] = field(default_factory=dict)
+    parallel: list[ParallelSource] = field(default_factory=list)
+
+    @property
+    def languages(self) -> list[str]:
+        langs = set(self.mono)
+        for p in self.parallel:
+            langs.update((p.src_lang, p.tgt_lang))
+        return sorted(langs)
+
+
+def discover_corpus(mono: Path | None, parallel: Path | None, languages: list[str] | None = None) -> Corpus:
+    """Find `{lang}.txt[.gz]` files in `mono` and `{a}-{b}.{a}` + `{a}-{b}.{b}` (or `{a}-{b}.tsv`) in
+    `parallel`. With `languages`, keep only those languages (a pair needs both sides listed)."""
+    keep = (lambda lang: True) if not languages else (lambda lang: lang in languages)
+    corpus = Corpus()
+    if mono is not None:
+        if not Path(mono).is_dir():
+            raise DataError(f"{mono}: monolingual folder not found")
+        for f in sorted(Path(mono).iterdir()):
+            m = _MONO.match(f.name)
+            if m and keep(m["lang"]):
+                corpus.mono.setdefault(m["lang"], []).append(f)
+    if parallel is not None:
+        if not Path(parallel).is_dir():
+            raise DataError(f"{parallel}: parallel folder not found")
+        sides: dict[tuple[str, str], dict[str, Path]] = {}
+        for f in sorted(Path(parallel).iterdir()):
+            if m := _TSV.match(f.name):
+                if keep(m["a"]) and keep(m["b"]):
+                    corpus.parallel.append(ParallelSource(m["a"], m["b"], f))
+            elif (m := _SIDE.match(f.name)) and m["side"] in (m["a"], m["b"]):
+                sides.setdefault((m["a"], m["b"]), {})[m["side"]] = f
+        for (a, b), files in sorted(sides.items()):
+            if not (keep(a) and keep(b)):
+                continue
+            if len(files) != 2:
+                have = next(iter(files.values()))
+                missing = b if a in files else a
+                raise DataError(f"{have}: its other side `{a}-{b}.{missing}` is missing in {parallel}")
+            corpus.parallel.append(ParallelSource(a, b, files[a], files[b]))
+    if not corpus.mono and not corpus.parallel:
+        raise DataError(f"no corpus files found (mono={mono}, parallel={parallel}, languages={languages})")
+    return corpus
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Leak filter: drop training text that occurs in evaluation sets.
+
+
+def normalise_for_matching(text: str) -> str:
+    """NFKC, lower-case, non-word characters removed: the key two sentences must share to count as equal."""
+    return re.sub(r"\W+", "", unicodedata.normalize("NFKC", text).lower())
+
+
+def load_exclusions(paths: list[Path]) -> set[str]:
+    keys: set[str] = set()
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise DataError(f"{p}: exclusion file or folder not found")
+        for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
+            if not f.is_file() or f.name.startswith("."):
+                continue
+            with open_binary(f) as fh:
+                for raw in fh:
+                    key = normalise_for_matching(raw.decode("utf-8", errors="replace"))
+                    if key:
+                        keys.add(key)
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PrepareConfig:
+    out: Path
+    vocab_size: int = 32000
+    """SentencePiece vocabulary size (ignored with tokenizer_from)."""
+    alpha: float = 0.7
+    """Language sampling exponent for the tokenizer's training text."""
+    tokenizer_sample_lines: int = 2_000_000
+    """Lines of language-sampled text to train the tokenizer on."""
+    tokenizer_from: Path | None = None
+    """Use this tokenizer (a polyalign folder or a local Hugging Face checkpoint) instead of training one."""
+    exclude: list[Path] = field(default_factory=list)
+    """Evaluation files/folders whose sentences must not appear in training data."""
+    policy: LinePolicy = field(default_factory=LinePolicy)
+    chunk_lines: int = 8192
+    seed: int = 0
+    overwrite: bool = False
+
+
+def count_lines(path: Path) -> int:
+    n, last = 0, b"\n"
+    with open_binary(path) as f:
+        while chunk := f.read(1 << 22):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+def _language_files(corpus: Corpus) -> dict[str, list[tuple[Path, int | None]]]:
+    """Every file holding text of a language, with the TSV column for TSV files."""
+    files: dict[str, list[tuple[Path, int | None]]] = {
+        lang: [(f, None) for f in fs] for lang, fs in corpus.mono.items()
+    }
+    for p in corpus.parallel:
+        if p.tgt is None:
+            files.setdefault(p.src_lang, []).append((p.src, 0))
+            files.setdefault(p.tgt_lang, []).append((p.src, 1))
+        else:
+            files.setdefault(p.src_lang, []).append((p.src, None))
+            files.setdefault(p.tgt_lang, []).append((p.tgt, None))
+    return files
+
+
+def sample_tokenizer_text(corpus: Corpus, config: PrepareConfig, out_file: Path) -> dict[str, int]:
+    """Write language-sampled training text for the tokenizer; returns lines written per language."""
+    files = _language_files(corpus)
+    counts = {lang: [count_lines(f) for f, _ in fs] for lang, fs in files.items()}
+    langs = sorted(files)
+    probs = language_probabilities([sum(counts[lang]) for lang in langs], config.alpha)
+    rng = np.random.default_rng(config.seed)
+    written = {}
+    with open(out_file, "w", encoding="utf-8") as out:
+        for lang, p in zip(langs, probs, strict=True):
+            total = sum(counts[lang])
+            want = int(round(p * config.tokenizer_sample_lines))
+            # Sample line numbers across the language's files; with replacement only when upsampling.
+            picks = np.sort(rng.choice(total, size=want, replace=want > total)) if total else np.array([], int)
+            per_line = np.bincount(picks, minlength=total)
+            start, n = 0, 0
+            for (f, column), c in zip(files[lang], counts[lang], strict=True):
+                reps = per_line[start : start + c]
+                start += c
+                with open_binary(f) as fh:
+                    for i, raw in enumerate(fh):
+                        if i < c and reps[i]:
+                            text = raw.decode("utf-8", errors="ignore").rstrip("\r\n")
+                            if column is not None:
+                                cols = text.split("\t")
+                                text = cols[column] if len(cols) == 2 else ""
+                            text = text.strip()
+                            if text and len(text) <= config.policy.max_chars:
+                                out.write((text + "\n") * int(reps[i]))
+                                n += int(reps[i])
+            written[lang] = n
+    return written
+
+
+def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
+    """Build the prepared folder `config.out`; returns its meta dictionary."""
+    with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
+        tok_dir = tmp / "tokenizer"
+        if config.tokenizer_from is not None:
+            tokenizer = load_tokenizer(config.tokenizer_from)
+            tokenizer.save(tok_dir)
+            tokenizer = load_tokenizer(tok_dir)
+            sampled = {}
+        else:
+            with tempfile.TemporaryDirectory() as scratch:
+                text = Path(scratch) / "tokenizer_text.txt"
+                sampled = sample_tokenizer_text(corpus, config, text)
+                tokenizer = train_sentencepiece(text, tok_dir, config.vocab_size)
+        meta = tokenize_corpus(corpus, tokenizer, config, tmp)
+        meta["tokenizer_sample_lines"] = sampled
+        meta["alpha"] = config.alpha
+        write_json(tmp / META, meta)
+    return meta
+
+
+def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig, out: Path) -> dict:
+    dtype = ids_dtype(tokenizer.special.vocab_size)
+    exclusions = load_exclusions(config.exclude) if config.exclude else set()
+    bad = BadLineCounter()
+    excluded = 0
+    meta: dict = {
+        "tokenizer": "tokenizer",
+        "dtype": dtype.name,
+        "vocab_size": tokenizer.special.vocab_size,
+        "languages": corpus.languages,
+        "mono": {},
+        "parallel": {},
+    }
+
+    def leaked(*texts: str) -> bool:
+        return bool(exclusions) and any(normalise_for_matching(t) in exclusions for t in texts)
+
+    for lang, files in corpus.mono.items():
+        writer = ShardWriter(out / "mono" / lang, dtype)
+        for f in files:
+            chunk: list[str] = []
+            for _, text in tqdm(
+                read_lines(f, config.policy, bad),
+                desc=f"tokenize {f.name}",
+                unit=" lines",
+                leave=False,
+                mininterval=1.0,
+            ):
+                if leaked(text):
+                    excluded += 1
+                    continue
+                chunk.append(text)
+                if len(chunk) >= config.chunk_lines:
+                    writer.add(tokenizer.encode_batch(chunk))
+                    chunk = []
+            writer.add(tokenizer.encode_batch(chunk))
+        meta["mono"][lang] = writer.close()
+
+    for p in corpus.parallel:
+        wa = ShardWriter(out / "parallel" / f"{p.name}.{p.src_lang}", dtype)
+        wb = ShardWriter(out / "parallel" / f"{p.name}.{p.tgt_lang}", dtype)
+        rows = (
+            read_tsv_pairs(p.src, config.policy, bad)
+            if p.tgt is None
+            else read_parallel(p.src, p.tgt, config.policy, bad)
+        )
+        chunk_a: list[str] = []
+        chunk_b: list[str] = []
+        for _, a, b in tqdm(rows, desc=f"tokenize {p.name}", unit=" pairs", leave=False, mininterval=1.0):
+            if leaked(a, b):
+                excluded += 1
+                continue
+            chunk_a.append(a)
+            chunk_b.append(b)
+            if len(chunk_a) >= config.chunk_lines:
+                wa.add(tokenizer.encode_batch(chunk_a))
+                wb.add(tokenizer.encode_batch(chunk_b))
+                chunk_a, chunk_b = [], []
+        wa.add(tokenizer.encode_batch(chunk_a))
+        wb.add(tokenizer.encode_batch(chunk_b))
+        sa, sb = wa.close(), wb.close()
+        meta["parallel"][p.name] = {
+            "src": p.src_lang,
+            "tgt": p.tgt_lang,
+            "lines": sa["lines"],
+            "tokens": [sa["tokens"], sb["tokens"]],
+        }
+
+    meta["skipped_lines"] = dict(bad.counts)
+    meta["skipped_first_at"] = dict(bad.first)
+    meta["excluded_as_eval_overlap"] = excluded
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class PreparedData:
+    """A prepared folder opened for reading: tokenizer, languages and shards."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.meta = read_json(self.folder / META)
+        self.dtype = np.dtype(self.meta["dtype"])
+        self.languages: list[str] = self.meta["languages"]
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.folder / self.meta["tokenizer"])
+
+    def mono_shards(self, languages: list[str] | None = None) -> dict[str, TokenShard]:
+        return {
+            lang: TokenShard(self.folder / "mono" / lang, self.dtype)
+            for lang in self.meta["mono"]
+            if (languages is None or lang in languages) and self.meta["mono"][lang]["lines"] > 0
+        }
+
+    def parallel_shards(self, languages: list[str] | None = None) -> dict[str, tuple[str, str, TokenShard, TokenShard]]:
+        out = {}
+        for name, info in self.meta["parallel"].items():
+            a, b = info["src"], info["tgt"]
+            if info["lines"] == 0 or (languages is not None and not (a in languages and b in languages)):
+                continue
+            out[name] = (
+                a,
+                b,
+                TokenShard(self.folder / "parallel" / f"{name}.{a}", self.dtype),
+                TokenShard(self.folder / "parallel" / f"{name}.{b}", self.dtype),
+            )
+        return out

@@ -1,0 +1,209 @@
+"""Endless streams of training examples, sampled across languages, batched by a token budget.
+
+Examples are drawn at random (with replacement) from memory-mapped shards, so memory stays flat however
+large the corpus is, and the whole position in the stream is the state of one random generator: that is
+what a checkpoint saves and `--resume` restores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyalign.data.sampling import language_probabilities
+from polyalign.data.shards import TokenShard
+from polyalign.io import DataError
+
+
+@dataclass
+class StreamConfig:
+    max_tokens: int = 8192
+    """Token budget of one batch: examples x longest example (padding included)."""
+    max_length: int = 254
+    """Most tokens of one sentence (parallel: of each side), before special tokens are added."""
+    min_length: int = 1
+    """Examples (either side of a pair) shorter than this are skipped."""
+    alpha: float = 0.7
+    """Language sampling exponent, p_j ∝ m_j^alpha with m_j the tokens of language (pair) j (XLM-E Eq. 9
+    uses 0.7; XLM and VECO 0.5). Tokens, not lines, because corpus lines range from captions to paragraphs."""
+    pack: bool = True
+    """Monolingual only: fill an example with consecutive lines up to max_length (RoBERTa's FULL-SENTENCES)."""
+    max_examples: int = 0
+    """Cap on examples per batch (0 = only the token budget limits it)."""
+
+    def __post_init__(self) -> None:
+        if self.max_length < 1 or self.max_tokens < self.max_length:
+            raise ValueError(
+                f"max_tokens={self.max_tokens}, max_length={self.max_length}: need 1 <= max_length <= max_tokens"
+            )
+
+
+@dataclass
+class MonoBatch:
+    sentences: list[np.ndarray]
+    languages: np.ndarray  # (B,) language index
+
+
+@dataclass
+class ParallelBatch:
+    source: list[np.ndarray]
+    target: list[np.ndarray]
+    source_languages: np.ndarray
+    target_languages: np.ndarray
+
+
+class _Stream:
+    """Shared machinery: a seeded generator, language choice by alpha, and token-budget batching."""
+
+    overhead = 2
+
+    def __init__(self, sizes: list[int], config: StreamConfig, seed: list[int]):
+        self.config = config
+        self.probs = language_probabilities(sizes, config.alpha)
+        self.rng = np.random.default_rng(seed)
+        self._pending = None  # an example drawn but not fitting the last batch: first in the next
+
+    def _draw(self):
+        raise NotImplementedError
+
+    @staticmethod
+    def _size(example) -> int:
+        raise NotImplementedError
+
+    def _collect(self) -> list:
+        cfg, batch, longest = self.config, [], 0
+        while True:
+            example, self._pending = (self._pending or self._draw()), None
+            n = self._size(example) + self.overhead
+            longest_if_added = max(longest, n)
+            full = cfg.max_examples and len(batch) >= cfg.max_examples
+            if batch and (full or longest_if_added * (len(batch) + 1) > cfg.max_tokens):
+                self._pending = example
+                return batch
+            batch.append(example)
+            longest = longest_if_added
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "pending": _to_list(self._pending)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self._pending = _from_list(state["pending"])
+
+
+def _to_list(example):
+    return None if example is None else [e.tolist() if isinstance(e, np.ndarray) else e for e in example]
+
+
+def _from_list(example):
+    if example is None:
+        return None
+    return tuple(np.asarray(e, dtype=np.int64) if isinstance(e, list) else e for e in example)
+
+
+class MonoStream(_Stream):
+    def __init__(self, shards: list[TokenShard], languages: list[int], config: StreamConfig, seed: list[int] | int = 0):
+        self.shards, self.languages = shards, languages
+        super().__init__([s.num_tokens for s in shards], config, [*np.atleast_1d(seed).tolist(), 1])
+
+    def _draw(self):
+        cfg = self.config
+        while True:
+            k = int(self.rng.choice(len(self.shards), p=self.probs))
+            shard = self.shards[k]
+            i = int(self.rng.integers(len(shard)))
+            ids = np.asarray(shard[i][: cfg.max_length], dtype=np.int64)
+            if cfg.pack:
+                parts, total, j = [ids], len(ids), i + 1
+                while j < len(shard) and total + shard.length(j) <= cfg.max_length:
+                    parts.append(np.asarray(shard[j], dtype=np.int64))
+                    total += shard.length(j)
+                    j += 1
+                ids = np.concatenate(parts)
+            if len(ids) >= cfg.min_length:
+                return (ids, self.languages[k])
+
+    @staticmethod
+    def _size(example) -> int:
+        return len(example[0])
+
+    def next_batch(self) -> MonoBatch:
+        batch = self._collect()
+        return MonoBatch([e[0] for e in batch], np.array([e[1] for e in batch], dtype=np.int64))
+
+
+class ParallelStream(_Stream):
+    overhead = 4
+
+    def __init__(
+        self,
+        pairs: list[tuple[TokenShard, TokenShard]],
+        languages: list[tuple[int, int]],
+        config: StreamConfig,
+        seed: list[int] | int = 0,
+    ):
+        self.pairs, self.languages = pairs, languages
+        super().__init__([s.num_tokens + t.num_tokens for s, t in pairs], config, [*np.atleast_1d(seed).tolist(), 2])
+
+    def _draw(self):
+        cfg = self.config
+        while True:
+            k = int(self.rng.choice(len(self.pairs), p=self.probs))
+            src, tgt = self.pairs[k]
+            i = int(self.rng.integers(len(src)))
+            x = np.asarray(src[i][: cfg.max_length], dtype=np.int64)
+            y = np.asarray(tgt[i][: cfg.max_length], dtype=np.int64)
+            if min(len(x), len(y)) >= cfg.min_length:
+                return (x, y, self.languages[k][0], self.languages[k][1])
+
+    @staticmethod
+    def _size(example) -> int:
+        return len(example[0]) + len(example[1])
+
+    def next_batch(self) -> ParallelBatch:
+        batch = self._collect()
+        return ParallelBatch(
+            [e[0] for e in batch],
+            [e[1] for e in batch],
+            np.array([e[2] for e in batch], dtype=np.int64),
+            np.array([e[3] for e in batch], dtype=np.int64),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building a stream of a kind from a prepared folder. Objectives name the kind they consume.
+
+
+def mono_stream(prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]) -> MonoStream:
+    shards = prepared.mono_shards(languages)
+    if not shards:
+        raise DataError(f"{prepared.folder}: no monolingual data for languages {languages}")
+    return MonoStream(list(shards.values()), [lang_index[lang] for lang in shards], data_config.mono, seed)
+
+
+def parallel_stream(
+    prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]
+) -> ParallelStream:
+    pairs = prepared.parallel_shards(languages)
+    if not pairs:
+        raise DataError(f"{prepared.folder}: no parallel data for languages {languages}")
+    return ParallelStream(
+        [(s, t) for _, _, s, t in pairs.values()],
+        [(lang_index[a], lang_index[b]) for a, b, _, _ in pairs.values()],
+        data_config.parallel,
+        seed,
+    )
+
+
+STREAMS = {
+    "mono": mono_stream,
+    "parallel": parallel_stream,
+}
+
+
+def build_stream(kind: str, prepared, languages, lang_index, data_config, seed: int, slot: int, salt: int):
+    """A stream of `kind` for one micro-batch slot; (seed, slot, salt) make each stream independent."""
+    if kind not in STREAMS:
+        raise ValueError(f"unknown stream kind {kind!r}; known: {sorted(STREAMS)}")
+    return STREAMS[kind](prepared, languages, lang_index, data_config, [seed, slot, salt])

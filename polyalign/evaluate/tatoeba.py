@@ -1,0 +1,156 @@
+"""Tatoeba sentence retrieval (LASER test set; XTREME protocol).
+
+Protocol: mean-pooled hidden states of one layer, cosine similarity, nearest neighbour; acc@1 from xx to
+English and from English to xx, per language and averaged. All layers are computed in one pass, so a
+layer sweep costs nothing extra.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from polyalign.checkpoint import LoadedModel
+from polyalign.evaluate.embed import default_layer, embed_sentences
+from polyalign.io import DataError, LinePolicy, read_lines
+from polyalign.languages import TATOEBA_14, to_tatoeba
+
+PROTOCOL = (
+    "Tatoeba: mean-pooled hidden states of layer {layer} (0 = embeddings), cosine nearest neighbour, "
+    "acc@1 xx->en and en->xx"
+)
+
+
+def read_tatoeba(data_dir: str | Path, lang: str) -> tuple[list[str], list[str]]:
+    """Line-aligned (xx sentences, English sentences) from tatoeba.{xxx}-eng.{xxx|eng}."""
+    code = to_tatoeba(lang)
+    base = Path(data_dir) / f"tatoeba.{code}-eng"
+    policy = LinePolicy(max_chars=100_000, on_bad="error")
+    xx = [t for _, t in read_lines(f"{base}.{code}", policy)]
+    en = [t for _, t in read_lines(f"{base}.eng", policy)]
+    if len(xx) != len(en):
+        raise DataError(f"{base}.{code}: {len(xx)} lines but {base}.eng has {len(en)}; they must be line-aligned")
+    return xx, en
+
+
+def available_languages(data_dir: str | Path) -> list[str]:
+    names = {p.name.split(".")[1].split("-")[0] for p in Path(data_dir).glob("tatoeba.*-eng.eng")}
+    return sorted(names)
+
+
+def resolve_languages(spec: str, data_dir: str | Path, loaded: LoadedModel | None = None) -> list[str]:
+    """`tatoeba14`, `all`, or a comma list (ISO 639-1 or 639-3 codes)."""
+    have = available_languages(data_dir)
+    if not have:
+        raise DataError(f"{data_dir}: no tatoeba.*-eng.eng files here")
+    if spec == "all":
+        return have
+    wanted = list(TATOEBA_14) if spec == "tatoeba14" else [to_tatoeba(s.strip()) for s in spec.split(",") if s.strip()]
+    missing = [w for w in wanted if w not in have]
+    if missing:
+        raise DataError(f"{data_dir}: no Tatoeba files for {missing}; available: {', '.join(have)}")
+    return wanted
+
+
+def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray) -> float:
+    """acc@1 of cosine nearest-neighbour search where query i's correct key is key i."""
+    q = torch.nn.functional.normalize(torch.from_numpy(queries), dim=-1)
+    k = torch.nn.functional.normalize(torch.from_numpy(keys), dim=-1)
+    nearest = (q @ k.T).argmax(dim=1)
+    return float((nearest == torch.arange(len(q))).float().mean())
+
+
+@dataclass
+class TatoebaResult:
+    layers: list[int]
+    languages: list[str]
+    xx_to_en: np.ndarray  # (layers, languages) accuracy in %
+    en_to_xx: np.ndarray
+    layer: int  # the reported layer
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def row(self, layer: int) -> dict:
+        i = self.layers.index(layer)
+        per_lang = {
+            lang: {"xx_to_en": round(float(self.xx_to_en[i, j]), 2), "en_to_xx": round(float(self.en_to_xx[i, j]), 2)}
+            for j, lang in enumerate(self.languages)
+        }
+        out = {
+            "layer": layer,
+            "per_language": per_lang,
+            "average": {
+                "xx_to_en": float(self.xx_to_en[i].mean()),
+                "en_to_xx": float(self.en_to_xx[i].mean()),
+                "both": float((self.xx_to_en[i].mean() + self.en_to_xx[i].mean()) / 2),
+            },
+        }
+        t14 = [j for j, lang in enumerate(self.languages) if lang in TATOEBA_14]
+        if len(t14) == len(TATOEBA_14):
+            out["tatoeba14"] = {
+                "xx_to_en": float(self.xx_to_en[i, t14].mean()),
+                "en_to_xx": float(self.en_to_xx[i, t14].mean()),
+            }
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "protocol": PROTOCOL.format(layer=self.layer),
+            "reported": self.row(self.layer),
+            "sweep": [self.row(layer) for layer in self.layers],
+            "sizes": self.sizes,
+        }
+
+    def write_sweep(self, out_dir: str | Path, title: str = "Tatoeba") -> tuple[Path, Path]:
+        from polyalign.evaluate.plots import plot_series
+
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        csv_path = out_dir / "tatoeba_layers.csv"
+        with open(csv_path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["layer", "direction", *self.languages, "average"])
+            for i, layer in enumerate(self.layers):
+                for name, acc in (("xx_to_en", self.xx_to_en), ("en_to_xx", self.en_to_xx)):
+                    w.writerow([layer, name, *(f"{a:.2f}" for a in acc[i]), f"{acc[i].mean():.2f}"])
+        png = plot_series(
+            {
+                "xx→en": (self.layers, self.xx_to_en.mean(1).tolist()),
+                "en→xx": (self.layers, self.en_to_xx.mean(1).tolist()),
+            },
+            out_dir / "tatoeba_layers.png",
+            "layer",
+            "acc@1 (%)",
+            f"{title}: average over {len(self.languages)} languages",
+        )
+        return csv_path, png
+
+
+def evaluate_tatoeba(
+    loaded: LoadedModel,
+    data_dir: str | Path,
+    languages: list[str],
+    layer: int | None = None,
+    batch_tokens: int = 16384,
+    progress: bool = False,
+) -> TatoebaResult:
+    L = loaded.model.config.num_layers
+    layer = default_layer(L) if layer is None else layer
+    if not 0 <= layer <= L:
+        raise DataError(f"--layer {layer}: the model has layers 0..{L}")
+    layers = list(range(L + 1))
+    x2e = np.zeros((L + 1, len(languages)))
+    e2x = np.zeros((L + 1, len(languages)))
+    sizes = {}
+    for j, lang in enumerate(languages):
+        xx, en = read_tatoeba(data_dir, lang)
+        sizes[lang] = len(xx)
+        ex = embed_sentences(loaded, xx, language=lang, batch_tokens=batch_tokens, progress=progress)
+        ee = embed_sentences(loaded, en, language="en", batch_tokens=batch_tokens, progress=progress)
+        for i in layers:
+            x2e[i, j] = 100 * retrieval_accuracy(ex[i], ee[i])
+            e2x[i, j] = 100 * retrieval_accuracy(ee[i], ex[i])
+    return TatoebaResult(layers, languages, x2e, e2x, layer, sizes)

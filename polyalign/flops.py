@@ -1,0 +1,36 @@
+"""Analytic FLOP counts for training steps (a multiply-add is 2 FLOPs; backward = 2x forward).
+
+Used for cumulative training compute (XLM-E Table 2 / Figure 1 compare methods at equal FLOPs) and for
+model FLOPs utilisation in the throughput bench. Embedding lookups, LayerNorms and softmaxes are left out,
+as in the usual 6·N·D accounting; attention score and value matmuls are counted.
+"""
+
+from __future__ import annotations
+
+from polyalign.model.encoder import EncoderConfig
+
+
+def encoder_forward_flops(c: EncoderConfig, batch: int, length: int, memory_length: int = 0) -> float:
+    """Forward FLOPs of the encoder on a (batch, length) input (padding included: it is computed)."""
+    C, F, L = c.hidden_size, c.ffn_size, c.num_layers
+    tokens = batch * length
+    per_token = 2 * (3 * C * C + C * C + 2 * C * F)  # q/k/v, output projection, feed-forward
+    attention = 2 * 2 * batch * length * length * C  # scores q·k and weights·v
+    flops = L * (tokens * per_token + attention)
+    if c.embedding_width != c.hidden_size:
+        flops += 2 * tokens * c.embedding_width * C  # embedding projection
+    if memory_length:  # cross-attention: q and output from x, k/v from memory, scores against memory
+        flops += L * (
+            2 * tokens * 2 * C * C + 2 * batch * memory_length * 2 * C * C + 2 * 2 * batch * length * memory_length * C
+        )
+    return float(flops)
+
+
+def mlm_head_forward_flops(c: EncoderConfig, predicted_tokens: int) -> float:
+    """The MLM head runs only at predicted positions: dense C->E, then E->V."""
+    return float(2 * predicted_tokens * (c.hidden_size * c.embedding_width + c.embedding_width * c.vocab_size))
+
+
+def training_flops(forward_flops: float) -> float:
+    """Forward + backward (backward costs about twice the forward)."""
+    return 3.0 * forward_flops

@@ -1,0 +1,207 @@
+"""Reading user text safely and writing files atomically.
+
+Every problem with a user's file is reported as a `DataError` whose message is one line naming the
+file and line, so the CLI can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+class DataError(ValueError):
+    """A problem with user input, reported to the user as one line (file:line: what, and what to do)."""
+
+
+def where(path: str | Path, line: int | None = None) -> str:
+    return f"{path}:{line}" if line is not None else str(path)
+
+
+def open_binary(path: str | Path) -> IO[bytes]:
+    """Open a text file for reading as bytes, transparently decompressing `.gz`."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+@dataclass
+class LinePolicy:
+    """What counts as a bad line and what to do with one."""
+
+    max_chars: int = 2000
+    """Lines longer than this many characters are bad (over-long)."""
+    on_bad: str = "skip"
+    """`error`: stop at the first bad line; `skip`: drop it and count it."""
+
+    def __post_init__(self) -> None:
+        if self.on_bad not in ("error", "skip"):
+            raise ValueError(f"on_bad={self.on_bad!r}: use 'error' or 'skip'")
+
+
+@dataclass
+class BadLineCounter:
+    """Counts skipped lines by reason, remembering the first place each reason occurred."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    first: dict[str, str] = field(default_factory=dict)
+
+    def add(self, reason: str, location: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        self.first.setdefault(reason, location)
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} {r} (first at {self.first[r]})" for r, n in sorted(self.counts.items()))
+
+
+def check_line(raw: bytes, policy: LinePolicy) -> tuple[str | None, str | None]:
+    """Decode and validate one raw line. Returns (text, None) or (None, reason)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return None, f"invalid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1})"
+    text = text.rstrip("\r\n").strip()
+    if not text:
+        return None, "empty line"
+    if len(text) > policy.max_chars:
+        return None, f"over-long line ({len(text)} > {policy.max_chars} characters)"
+    return text, None
+
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(" (")[0]
+
+
+def read_lines(path: str | Path, policy: LinePolicy, bad: BadLineCounter | None = None) -> Iterator[tuple[int, str]]:
+    """Yield (line_number, text) for the good lines of a file, streaming; bad lines raise or are counted."""
+    with open_binary(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            text, reason = check_line(raw, policy)
+            if reason is None:
+                yield lineno, text
+                continue
+            if policy.on_bad == "error":
+                raise DataError(f"{where(path, lineno)}: {reason}; fix the line or pass --bad-lines skip")
+            if bad is not None:
+                bad.add(_reason_kind(reason), where(path, lineno))
+
+
+def read_parallel(
+    src: str | Path, tgt: str | Path, policy: LinePolicy, bad: BadLineCounter | None = None
+) -> Iterator[tuple[int, str, str]]:
+    """Yield (line_number, src_text, tgt_text) from two line-aligned files; a pair is bad if either side is.
+
+    Files with different line counts are an error whatever the policy: the pairing would be wrong.
+    """
+    with open_binary(src) as fs, open_binary(tgt) as ft:
+        lineno = 0
+        while True:
+            rs, rt = fs.readline(), ft.readline()
+            if not rs and not rt:
+                return
+            lineno += 1
+            if not rs or not rt:
+                short, long_ = (src, tgt) if not rs else (tgt, src)
+                raise DataError(
+                    f"{where(long_, lineno)}: parallel files differ in length: {short} ends after "
+                    f"{lineno - 1} lines; the two sides must be line-aligned"
+                )
+            yield from _pair_or_bad(lineno, (rs, src), (rt, tgt), policy, bad)
+
+
+def read_tsv_pairs(
+    path: str | Path, policy: LinePolicy, bad: BadLineCounter | None = None
+) -> Iterator[tuple[int, str, str]]:
+    """Yield (line_number, src_text, tgt_text) from a two-column TSV file."""
+    with open_binary(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            cols = raw.rstrip(b"\r\n").split(b"\t")
+            if len(cols) != 2:
+                reason = f"expected 2 tab-separated columns, found {len(cols)}"
+                if policy.on_bad == "error":
+                    raise DataError(f"{where(path, lineno)}: {reason}")
+                if bad is not None:
+                    bad.add("malformed TSV row", where(path, lineno))
+                continue
+            yield from _pair_or_bad(lineno, (cols[0], path), (cols[1], path), policy, bad)
+
+
+def _pair_or_bad(lineno, src_side, tgt_side, policy, bad):
+    texts = []
+    for raw, path in (src_side, tgt_side):
+        text, reason = check_line(raw, policy)
+        if reason is not None:
+            if policy.on_bad == "error":
+                raise DataError(f"{where(path, lineno)}: {reason}; fix the line or pass --bad-lines skip")
+            if bad is not None:
+                bad.add(_reason_kind(reason), where(path, lineno))
+            return
+        texts.append(text)
+    yield lineno, texts[0], texts[1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Atomic writes: a reader never sees a half-written file or folder, and nothing existing is clobbered.
+
+
+@contextmanager
+def atomic_dir(final: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Build a folder under a temporary name beside `final`, then rename it into place."""
+    final = Path(final)
+    if final.exists() and not overwrite:
+        raise DataError(f"{final}: already exists; choose another path or remove it yourself")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():  # overwrite: move the old one aside first so a crash never loses both
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | Path):
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataError(f"{where(path, err.lineno)}: invalid JSON ({err.msg})") from None

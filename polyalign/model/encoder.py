@@ -1,0 +1,268 @@
+"""The Transformer encoder every polyalign method trains: embeddings -> attention -> layer -> encoder.
+
+Reads top-down. Features any recipe can switch on through `EncoderConfig`:
+- an arbitrary per-example attention mask, (B, T) padding or (B, T, T) "query i may see key j", so
+  objectives such as CAMLM and BTMLM are masks, not new models;
+- language embeddings (XLM), token-type embeddings (BERT), factorised embeddings (ELECTRA);
+- post-LN (BERT, XLM-R) or pre-LN layers;
+- an additive position bias per layer (relative, gated relative: XLM-E §3.3);
+- a cross-attention sublayer per layer (VECO §2.1), used only when memory states are passed in.
+The weight layout follows BERT/XLM-R closely enough that Hugging Face checkpoints map onto it one-to-one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polyalign.model.position_bias import build_position_bias
+
+
+@dataclass
+class EncoderConfig:
+    vocab_size: int = 32000
+    hidden_size: int = 384
+    num_layers: int = 6
+    num_heads: int = 6
+    ffn_size: int = 1536
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    max_positions: int = 512
+    """Positions the learned position table covers (beyond `position_offset`)."""
+    position_offset: int = 0
+    """Row of the position table used for position 0 (XLM-R starts at padding_idx + 1 = 2)."""
+    num_languages: int = 0
+    """Size of the language-embedding table; 0 switches language embeddings off (XLM-R, mBERT)."""
+    type_vocab_size: int = 1
+    """Token-type (segment) embeddings as in BERT; 0 switches them off."""
+    embedding_size: int = 0
+    """Width of token embeddings if different from hidden_size (ELECTRA); 0 means hidden_size."""
+    norm: str = "post"
+    """`post`: LayerNorm after each residual (BERT, XLM-R); `pre`: before each sublayer, plus a final one."""
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int = 1
+    position_bias: str = "none"
+    """Additive attention bias from relative positions: `none`, `relative`, or `gated_relative` (XLM-E)."""
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    cross_attention: bool = False
+    """Give each layer a cross-attention sublayer (VECO); it runs only when memory states are passed."""
+    initializer_range: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"norm={self.norm!r}: use 'post' or 'pre'")
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EncoderConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown encoder config fields {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**d)
+
+
+@dataclass
+class EncoderOutput:
+    last_hidden_state: torch.Tensor  # (B, T, C)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output, then each layer: L + 1 items
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Embeddings(nn.Module):
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        E = c.embedding_width
+        self.word = nn.Embedding(c.vocab_size, E, padding_idx=c.pad_token_id)
+        self.position = nn.Embedding(c.max_positions + c.position_offset, E)
+        self.token_type = nn.Embedding(c.type_vocab_size, E) if c.type_vocab_size else None
+        self.language = nn.Embedding(c.num_languages, E) if c.num_languages else None
+        self.norm = nn.LayerNorm(E, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+        self.project = nn.Linear(E, c.hidden_size) if c.hidden_size != E else None
+        self.position_offset = c.position_offset
+
+    def forward(self, input_ids, position_ids, token_type_ids=None, language_ids=None):
+        x = self.word(input_ids) + self.position(position_ids + self.position_offset)
+        if self.token_type is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
+            x = x + self.token_type(types)
+        if self.language is not None and language_ids is not None:
+            x = x + self.language(language_ids)
+        x = self.dropout(self.norm(x))
+        return self.project(x) if self.project is not None else x
+
+
+class Attention(nn.Module):
+    """Multi-head attention through scaled_dot_product_attention.
+
+    Self-attention uses one fused q/k/v projection (one matmul instead of three); cross-attention projects
+    queries from x and keys/values from `memory`.
+    """
+
+    def __init__(self, c: EncoderConfig, cross: bool = False):
+        super().__init__()
+        C = c.hidden_size
+        self.num_heads, self.cross, self.dropout_p = c.num_heads, cross, c.attention_dropout
+        if cross:
+            self.query = nn.Linear(C, C)
+            self.key_value = nn.Linear(C, 2 * C)
+        else:
+            self.qkv = nn.Linear(C, 3 * C)
+        self.output = nn.Linear(C, C)
+        self.position_bias = None if cross else build_position_bias(c)
+
+    def forward(self, x, mask, memory=None, relative_positions=None):
+        B, T, C = x.shape
+        H = self.num_heads
+        if self.cross:
+            S = memory.shape[1]
+            q = self.query(x).view(B, T, H, C // H).transpose(1, 2)  # (B, H, T, hs)
+            k, v = self.key_value(memory).view(B, S, 2, H, C // H).permute(2, 0, 3, 1, 4)  # 2 x (B, H, S, hs)
+        else:
+            q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hs)
+        if self.position_bias is not None:
+            bias = self.position_bias(q, relative_positions)  # (B or 1, H, T, T)
+            mask = torch.where(mask, bias, float("-inf"))  # (B, H, T, T): bias where allowed, -inf elsewhere
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        return self.output(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        self.up = nn.Linear(c.hidden_size, c.ffn_size)
+        self.down = nn.Linear(c.ffn_size, c.hidden_size)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class Layer(nn.Module):
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        self.pre_norm = c.norm == "pre"
+        self.attention = Attention(c)
+        self.attention_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        if c.cross_attention:
+            self.cross_attention = Attention(c, cross=True)
+            self.cross_attention_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        else:
+            self.cross_attention = None
+        self.feed_forward = FeedForward(c)
+        self.feed_forward_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def _sublayer(self, x, norm, fn):
+        if self.pre_norm:
+            return x + self.dropout(fn(norm(x)))
+        return norm(x + self.dropout(fn(x)))
+
+    def forward(self, x, mask, relative_positions=None, memory=None, memory_mask=None):
+        x = self._sublayer(
+            x, self.attention_norm, lambda h: self.attention(h, mask, relative_positions=relative_positions)
+        )
+        if memory is not None:
+            if self.cross_attention is None:
+                raise ValueError(
+                    "memory states were passed but the encoder has no cross-attention (cross_attention: true)"
+                )
+            x = self._sublayer(
+                x, self.cross_attention_norm, lambda h: self.cross_attention(h, memory_mask, memory=memory)
+            )
+        return self._sublayer(x, self.feed_forward_norm, self.feed_forward)
+
+
+def expand_attention_mask(attention_mask: torch.Tensor | None, B: int, T: int, S: int, device) -> torch.Tensor:
+    """Turn a (B, S) key-padding mask or a (B, T, S) query-key mask into SDPA's boolean (B, 1, T|1, S).
+
+    A query row that may see nothing (a padding query under a full mask) is allowed to see itself, because
+    softmax over nothing is NaN; its output is padding and never used.
+    """
+    if attention_mask is None:
+        return torch.ones(B, 1, 1, S, dtype=torch.bool, device=device)
+    m = attention_mask.to(device=device, dtype=torch.bool)
+    if m.dim() == 2:
+        return m[:, None, None, :]  # (B, 1, 1, S)
+    if m.dim() != 3:
+        raise ValueError(f"attention_mask must be (B, T) or (B, T, T), got shape {tuple(m.shape)}")
+    if T == S:
+        empty = ~m.any(dim=-1, keepdim=True)  # (B, T, 1)
+        m = m | (empty & torch.eye(T, dtype=torch.bool, device=device))
+    return m[:, None]  # (B, 1, T, S)
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_layers))
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm == "pre" else None
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+            if module.padding_idx is not None:
+                module.weight.data[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        language_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        memory: list[torch.Tensor] | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> EncoderOutput:
+        """input_ids (B, T). attention_mask: (B, T) True at real tokens, or (B, T, T) True where query i may
+        attend key j. memory: per-layer states (B, S, C) for the cross-attention sublayers, with memory_mask
+        (B, S) or (B, T, S)."""
+        B, T = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        mask = expand_attention_mask(attention_mask, B, T, T, input_ids.device)
+        relative_positions = None
+        if self.config.position_bias != "none":
+            relative_positions = position_ids[:, None, :] - position_ids[:, :, None]  # (B, T, T): j - i
+        if memory is not None:
+            if len(memory) != len(self.layers):
+                raise ValueError(f"memory has {len(memory)} states for {len(self.layers)} layers")
+            memory_mask = expand_attention_mask(memory_mask, B, T, memory[0].shape[1], input_ids.device)
+
+        x = self.embeddings(input_ids, position_ids, token_type_ids, language_ids)
+        hidden_states = [x] if output_hidden_states else None
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, relative_positions, None if memory is None else memory[i], memory_mask)
+            if output_hidden_states:
+                hidden_states.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if output_hidden_states:
+                hidden_states[-1] = x
+        return EncoderOutput(x, tuple(hidden_states) if output_hidden_states else None)

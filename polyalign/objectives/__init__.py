@@ -1,0 +1,29 @@
+"""Training objectives. The registry is an explicit dict: adding an objective is one file and one line."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from polyalign.model import EncoderConfig
+from polyalign.objectives.base import Objective, ObjectiveOutput
+from polyalign.objectives.mlm import MLM
+from polyalign.objectives.tlm import TLM
+from polyalign.tokenizer import SpecialTokens
+
+OBJECTIVES: dict[str, type[Objective]] = {
+    "mlm": MLM,
+    "tlm": TLM,
+}
+
+__all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
+
+
+def build_objective(name: str, config: dict, special: SpecialTokens, model_config: EncoderConfig) -> Objective:
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
+    cls = OBJECTIVES[name]
+    known = {f.name for f in dataclasses.fields(cls.Config)}
+    unknown = set(config) - known
+    if unknown:
+        raise ValueError(f"objective {name}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+    return cls(cls.Config(**config), special, model_config)

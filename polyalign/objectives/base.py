@@ -1,0 +1,58 @@
+"""What every objective is: a module with a config, a data stream, a batch maker and a loss.
+
+The trainer knows nothing about any objective beyond this interface: it asks for a batch from the named
+stream, lets the objective turn it into tensors (on CPU, with the trainer's seeded generator), moves them to
+the device, and calls forward. Objectives never touch the optimizer, the device or logging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.tokenizer import SpecialTokens
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids")
+
+
+@dataclass
+class ObjectiveOutput:
+    loss: torch.Tensor
+    """Scalar loss, already averaged over its prediction targets."""
+    metrics: dict[str, torch.Tensor | float] = field(default_factory=dict)
+    """Logged values (detached), e.g. accuracy; the trainer prefixes them with the objective's name."""
+    flops: float = 0.0
+    """Analytic training FLOPs (forward + backward) this call cost, for compute accounting."""
+
+
+class Objective(nn.Module):
+    """Base class: subclasses set `stream` and `Config`, and implement make_batch and forward."""
+
+    stream: ClassVar[str] = "mono"  # which data stream feeds it: "mono" or "parallel"
+    Config: ClassVar[type]
+
+    def __init__(self, config, special: SpecialTokens, model_config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.special = special
+        self.model_config = model_config
+
+    @property
+    def uses_languages(self) -> bool:
+        return self.model_config.num_languages > 0
+
+    def make_batch(self, raw, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        raise NotImplementedError
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of a batch the encoder takes as keyword arguments."""
+    return {k: v for k, v in batch.items() if k in MODEL_INPUTS}

@@ -1,0 +1,72 @@
+"""Masked language modelling on monolingual text (BERT; XLM §3.3; XLM-R)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from polyalign.data.layout import Layout, sentence_layout
+from polyalign.data.masking import IGNORE, mask_tokens
+from polyalign.data.streams import MonoBatch
+from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
+from polyalign.model import MaskedLanguageModel
+from polyalign.model.losses import cross_entropy
+from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
+
+
+@dataclass
+class MLMConfig:
+    mask_prob: float = 0.15
+    """Share of (non-special) tokens chosen as prediction targets."""
+    replace_probs: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    """Of the chosen tokens: replaced by MASK / by a random token / kept."""
+
+
+ACCURACY_SAMPLE = 512
+
+
+def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
+    """Cross-entropy of the MLM head, computed only at labelled positions. Returns (loss, accuracy, count);
+    accuracy is measured on the first ACCURACY_SAMPLE targets."""
+    targets = labels != IGNORE
+    logits = model.mlm_logits(hidden[targets])  # (N, V): the head runs only where there is a target
+    gold = labels[targets]
+    loss = cross_entropy(logits, gold)
+    with torch.no_grad():  # a full argmax over (N, V) costs as much as a layer; 512 targets estimate it well
+        accuracy = (logits[:ACCURACY_SAMPLE].argmax(-1) == gold[:ACCURACY_SAMPLE]).float().mean()
+    return loss, accuracy, int(gold.numel())
+
+
+def masked_batch(layout: Layout, special, config: MLMConfig, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """Mask a laid-out batch and return its tensors with `labels`."""
+    corrupted, labels = mask_tokens(
+        layout.input_ids,
+        layout.maskable,
+        rng,
+        special.mask,
+        (special.first_normal, special.vocab_size),
+        config.mask_prob,
+        tuple(config.replace_probs),
+    )
+    batch = layout.tensors()
+    batch["input_ids"] = torch.from_numpy(corrupted)
+    batch["labels"] = torch.from_numpy(labels)
+    return batch
+
+
+class MLM(Objective):
+    stream = "mono"
+    Config = MLMConfig
+
+    def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        layout = sentence_layout(raw.sentences, raw.languages if self.uses_languages else None, self.special)
+        return masked_batch(layout, self.special, self.config, rng)
+
+    def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        hidden = model(**model_inputs(batch)).last_hidden_state
+        loss, accuracy, n = masked_lm_loss(model, hidden, batch["labels"])
+        B, T = batch["input_ids"].shape
+        flops = training_flops(encoder_forward_flops(model.config, B, T) + mlm_head_forward_flops(model.config, n))
+        return ObjectiveOutput(loss, {"accuracy": accuracy}, flops)

@@ -1,0 +1,67 @@
+"""Shared fixtures: the bundled sample corpus prepared once per session, and tiny model configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from polyalign.model import EncoderConfig
+
+SAMPLE = Path(__file__).resolve().parents[1] / "polyalign" / "sample_data"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+torch.set_num_threads(2)
+
+
+def tiny_config(**overrides) -> EncoderConfig:
+    """The tiny encoder every unit test uses (hidden 32, 2 layers), as in transformers' testers."""
+    base = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        ffn_size=37,
+        max_positions=64,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
+    return EncoderConfig(**{**base, **overrides})
+
+
+@pytest.fixture(scope="session")
+def sample_prepared(tmp_path_factory) -> Path:
+    """The bundled sample corpus, tokenized with a small SentencePiece vocabulary."""
+    from polyalign.data.prepare import PrepareConfig, discover_corpus, prepare
+
+    out = tmp_path_factory.mktemp("prepared") / "sample"
+    corpus = discover_corpus(SAMPLE / "mono", SAMPLE / "parallel")
+    prepare(corpus, PrepareConfig(out=out, vocab_size=2000, exclude=[SAMPLE / "tatoeba"]))
+    return out
+
+
+def tiny_recipe_overrides(prepared: Path, steps: int = 4) -> list[str]:
+    return [
+        f"data.prepared={prepared}",
+        "model.hidden_size=32",
+        "model.num_layers=2",
+        "model.num_heads=4",
+        "model.ffn_size=64",
+        "model.max_positions=128",
+        "data.mono.max_tokens=512",
+        "data.mono.max_length=30",
+        "data.parallel.max_tokens=512",
+        "data.parallel.max_length=30",
+        f"trainer.max_steps={steps}",
+        "trainer.warmup_steps=1",
+        "trainer.log_every=1",
+        "trainer.lr=1e-3",
+    ]
+
+
+def shared_data(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    return path
