@@ -29,8 +29,14 @@ class ObjectiveSpec:
     """Its weight in the summed loss."""
     start_step: int = 0
     """First step at which it is trained (ERNIE-M §3.2 adds BTMLM in a second stage)."""
+    every: int = 1
+    """Train it on steps where step % every == offset (VECO §4 alternates monolingual and parallel batches)."""
+    offset: int = 0
     config: dict = field(default_factory=dict)
     """Settings for the objective's own Config dataclass."""
+
+    def active(self, step: int) -> bool:
+        return step >= self.start_step and step % self.every == self.offset
 
 
 @dataclass

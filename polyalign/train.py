@@ -237,6 +237,8 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     if len(set(names)) != len(names):
         raise DataError(f"recipe {recipe.name}: each objective may appear once, got {names}")
     objectives = {o.name: build_objective(o.name, o.config, tokenizer.special, model.config) for o in recipe.objectives}
+    for objective in objectives.values():
+        objective.setup(model)
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
     trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=True) if world > 1 else module
 
@@ -343,7 +345,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         if cfg.stop_at and step >= cfg.stop_at:
             break
         t0 = time.perf_counter()
-        active = [o.name for o in recipe.objectives if step >= o.start_step]
+        active = [o.name for o in recipe.objectives if o.active(step)]
         step_tokens, step_flops, step_loss = 0, 0.0, 0.0
         step_metrics: dict[str, float] = {}
         for a, slot in enumerate(slots):

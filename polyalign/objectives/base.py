@@ -46,6 +46,10 @@ class Objective(nn.Module):
     def uses_languages(self) -> bool:
         return self.model_config.num_languages > 0
 
+    def setup(self, model: MaskedLanguageModel) -> None:
+        """Called once after the model is built (weights loaded), before training: an objective that shares
+        or copies model weights (a generator sharing embeddings, a momentum encoder) does it here."""
+
     def make_batch(self, raw, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
