@@ -6,6 +6,7 @@ import dataclasses
 
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
+from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
@@ -13,6 +14,7 @@ from polyalign.tokenizer import SpecialTokens
 OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
+    "dwa": DWA,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
