@@ -26,3 +26,23 @@ def test_empty_input_gives_zero_loss_with_a_graph():
     loss = cross_entropy(logits, torch.zeros(0, dtype=torch.long))
     loss.backward()
     assert loss.item() == 0.0
+
+
+def test_ignored_rows_are_excluded_from_loss_and_gradient():
+    torch.manual_seed(1)
+    logits = torch.randn(10, 7, requires_grad=True)
+    target = torch.randint(0, 7, (10,))
+    target[[2, 5, 9]] = -100
+    loss = cross_entropy(logits, target, chunk=4)
+    loss.backward()
+    ref = F.cross_entropy(logits.detach(), target)
+    torch.testing.assert_close(loss, ref)
+    assert logits.grad[[2, 5, 9]].abs().sum() == 0
+
+
+def test_pad_rows_rounds_up_to_the_multiple():
+    from polyalign.model.losses import pad_rows
+
+    assert pad_rows(torch.ones(65, 3)).shape == (128, 3)
+    assert pad_rows(torch.ones(64, 3)).shape == (64, 3)
+    assert pad_rows(torch.arange(3), 4, value=-100).tolist() == [0, 1, 2, -100]

@@ -12,7 +12,7 @@ from polyalign.data.masking import IGNORE, mask_tokens
 from polyalign.data.streams import MonoBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
-from polyalign.model.losses import cross_entropy
+from polyalign.model.losses import cross_entropy, pad_rows
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 
 
@@ -31,12 +31,15 @@ def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: tor
     """Cross-entropy of the MLM head, computed only at labelled positions. Returns (loss, accuracy, count);
     accuracy is measured on the first ACCURACY_SAMPLE targets."""
     targets = labels != IGNORE
-    logits = model.mlm_logits(hidden[targets])  # (N, V): the head runs only where there is a target
     gold = labels[targets]
-    loss = cross_entropy(logits, gold)
+    # The head runs only where there is a target; rows are padded to a fixed multiple (see pad_rows).
+    logits = model.mlm_logits(pad_rows(hidden[targets]))  # (N padded, V)
+    loss = cross_entropy(logits, pad_rows(gold, value=IGNORE))
+    n = int(gold.numel())
     with torch.no_grad():  # a full argmax over (N, V) costs as much as a layer; 512 targets estimate it well
-        accuracy = (logits[:ACCURACY_SAMPLE].argmax(-1) == gold[:ACCURACY_SAMPLE]).float().mean()
-    return loss, accuracy, int(gold.numel())
+        k = min(n, ACCURACY_SAMPLE)
+        accuracy = (logits[:k].argmax(-1) == gold[:k]).float().mean()
+    return loss, accuracy, n
 
 
 def masked_batch(layout: Layout, special, config: MLMConfig, rng: np.random.Generator) -> dict[str, torch.Tensor]:
