@@ -85,19 +85,15 @@ def synthetic_batch(batch: int, length: int, seed: int = 0) -> dict[str, torch.T
     return masked_batch(sentence_layout(rows, None, SPECIAL), SPECIAL, MLMConfig(), rng)
 
 
-def polyalign_step(batch: dict[str, torch.Tensor]):
-    torch.manual_seed(0)
-    config = EncoderConfig(**MODEL, dropout=DROPOUT, attention_dropout=ATTENTION_DROPOUT)
-    model = MaskedLanguageModel(config)
-    module = PretrainingModule(model, {"mlm": MLM(MLMConfig(), SPECIAL, config)}, {"mlm": 1.0}).train()
+def training_step(module: torch.nn.Module, loss_and_flops):
+    """One step as polyalign's trainer runs it, for either stack: loss, backward, clip, fused AdamW (the same
+    optimizer for both, so that the comparison is of the model step)."""
     trainer = TrainerConfig()
-    optimizer = torch.optim.AdamW(
-        parameter_groups(module, trainer), lr=1e-4, betas=trainer.betas, eps=trainer.eps, fused=True
-    )
-    inputs = {"mlm": batch}
+    groups = parameter_groups(module, trainer)  # weight decay on matrices only
+    optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=trainer.betas, eps=trainer.eps, fused=True)
 
     def step() -> tuple[float, float]:
-        loss, _, flops = module(inputs)
+        loss, flops = loss_and_flops()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), trainer.clip_norm)
         optimizer.step()
@@ -105,6 +101,19 @@ def polyalign_step(batch: dict[str, torch.Tensor]):
         return float(loss.detach()), flops
 
     return step
+
+
+def polyalign_step(batch: dict[str, torch.Tensor]):
+    torch.manual_seed(0)
+    config = EncoderConfig(**MODEL, dropout=DROPOUT, attention_dropout=ATTENTION_DROPOUT)
+    model = MaskedLanguageModel(config)
+    module = PretrainingModule(model, {"mlm": MLM(MLMConfig(), SPECIAL, config)}, {"mlm": 1.0}).train()
+
+    def loss_and_flops():
+        loss, _, flops = module({"mlm": batch})
+        return loss, flops
+
+    return training_step(module, loss_and_flops)
 
 
 def transformers_step(batch: dict[str, torch.Tensor]):
@@ -124,30 +133,16 @@ def transformers_step(batch: dict[str, torch.Tensor]):
         layer_norm_eps=1e-5,
     )
     model = XLMRobertaForMaskedLM(config).train()
-    trainer = TrainerConfig()
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": trainer.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-        lr=1e-4,
-        betas=trainer.betas,
-        eps=trainer.eps,
-        fused=True,  # the optimizer polyalign's trainer uses, so the comparison is of the model step
-    )
     B, T = batch["input_ids"].shape
     ours = EncoderConfig(**MODEL)
     n = int((batch["labels"] != -100).sum())
     flops = training_flops(encoder_forward_flops(ours, B, T) + mlm_head_forward_flops(ours, n))
 
-    def step() -> tuple[float, float]:
-        loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.clip_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach()), flops
+    def loss_and_flops():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        return out.loss, flops
 
-    return step
+    return training_step(model, loss_and_flops)
 
 
 def time_steps(step, precision: str, warmup: int, steps: int) -> dict:
