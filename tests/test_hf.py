@@ -258,6 +258,25 @@ def test_veco_plug_out_and_language_folding_export_exactly(sp_tokenizer, tmp_pat
     )
 
 
+def test_a_recipe_continues_from_a_hugging_face_folder(hf_xlmr, sample_prepared, tmp_path, capsys):
+    from polyalign.config import load_recipe
+    from polyalign.train import pretrain
+
+    overrides = [
+        f"data.prepared={sample_prepared}",
+        f"init_from={hf_xlmr}",
+        "data.mono.max_tokens=512",
+        "data.mono.max_length=30",
+        "trainer.max_steps=2",
+        "trainer.warmup_steps=1",
+        "trainer.lr=0.0",  # so the run's weights must still be exactly the imported ones
+    ]
+    pretrain(load_recipe("mlm", overrides), tmp_path / "run", progress=False)
+    assert "recipe values not applied" in capsys.readouterr().out  # the recipe's hidden_size 384 and so on
+    after, before = load_model(tmp_path / "run").model.state_dict(), load_model(hf_xlmr).model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in after)
+
+
 def test_cli_evaluates_tatoeba_on_a_hugging_face_folder_and_exports(hf_xlmr, tmp_path):
     from typer.testing import CliRunner
 
