@@ -182,6 +182,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="profile our bf16 step instead of benchmarking")
+    ap.add_argument("--only-polyalign", action="store_true", help="skip transformers (before/after comparisons)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -196,7 +197,10 @@ def main() -> None:
     print("matmul GFLOP/s:", json.dumps({p: {k: round(v) for k, v in r.items()} for p, r in peak.items()}))
     peak_bf16 = max(peak["bf16"].values())
     runs = {}
-    for stack, build in (("polyalign", polyalign_step), ("transformers", transformers_step)):
+    stacks = {"polyalign": polyalign_step, "transformers": transformers_step}
+    if args.only_polyalign:
+        del stacks["transformers"]
+    for stack, build in stacks.items():
         for precision in ("fp32", "bf16"):
             r = time_steps(build(batch), precision, args.warmup, args.steps)
             r["tokens_per_s"] = tokens / r["seconds_per_step"]
@@ -205,6 +209,9 @@ def main() -> None:
             r["mfu_vs_own_precision_peak"] = r["model_gflops_per_s"] / max(peak[precision].values())
             runs[f"{stack}/{precision}"] = r
             print(f"{stack:12s} {precision}: {r['tokens_per_s']:7.0f} tok/s, MFU {100 * r['mfu_vs_bf16_peak']:.1f}%")
+    if args.only_polyalign:
+        (args.out / "throughput.json").write_text(json.dumps({"matmul_gflops": peak, "runs": runs}, indent=2) + "\n")
+        return
     ours, theirs = "polyalign/{}", "transformers/{}"
     ratios = {
         "ours_bf16_vs_transformers_fp32": runs[ours.format("bf16")]["tokens_per_s"]
