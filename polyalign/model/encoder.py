@@ -87,8 +87,8 @@ class Dropout(nn.Module):
     """Inverted dropout, as nn.Dropout, with a mask that is ~4x cheaper to draw on a CPU.
 
     torch's CPU `bernoulli_` draws one Mersenne-Twister number per element, serially (its vectorised MKL path
-    is Intel-only): a tenth of a CPU MLM step. Here one 64-bit draw gives four 15-bit uniform integers, so p
-    is resolved to 1/32768. Same expectation, same torch generator (seeding and exact resume unchanged).
+    is Intel-only): a tenth of a CPU MLM step. Here one 64-bit draw gives four 16-bit uniform integers, so p
+    is resolved to 1/65536. Same expectation, same torch generator (seeding and exact resume unchanged).
     """
 
     def __init__(self, p: float):
@@ -101,9 +101,9 @@ class Dropout(nn.Module):
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)  # fused kernels on accelerators
         n = x.numel()
-        bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 random bits per draw
-        uniform = bits.view(torch.int16)[:n].view(x.shape).bitwise_and_(0x7FFF)  # 4 x 15 bits per draw
-        keep = uniform >= round(self.p * 32768)
+        bits = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64)  # 64 random bits per draw
+        uniform = bits.view(torch.int16)[:n].view(x.shape)  # four uniform 16-bit integers per draw
+        keep = uniform >= round(self.p * 65536) - 32768
         return x * torch.where(keep, torch.tensor(1 / (1 - self.p), dtype=x.dtype), torch.tensor(0, dtype=x.dtype))
 
     def extra_repr(self) -> str:
