@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -193,6 +194,7 @@ def main() -> None:
         profile_step(polyalign_step(batch), args.out / "throughput_profile.txt")
         return
 
+    load_before = os.getloadavg()[0]  # other work on the machine shows here: the numbers assume it is idle
     peak = {p: matmul_peak(tokens, d) for p, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     print("matmul GFLOP/s:", json.dumps({p: {k: round(v) for k, v in r.items()} for p, r in peak.items()}))
     peak_bf16 = max(peak["bf16"].values())
@@ -233,6 +235,7 @@ def main() -> None:
         "warmup": args.warmup,
         "steps": args.steps,
         "model": {**MODEL, "dropout": DROPOUT, "attention_dropout": ATTENTION_DROPOUT},
+        "load_average_1min": [load_before, os.getloadavg()[0]],
         "matmul_gflops": peak,
         "runs": runs,
         "ratios": ratios,
@@ -247,7 +250,8 @@ def report(r: dict, argv: str) -> str:
     lines = [
         "# Training throughput: polyalign vs transformers (MLM step, `mlm` recipe size)",
         "",
-        f"Machine: {r['cpu']}, {r['machine']}; torch {r['torch']}, transformers {r['transformers']}; {r['date']}.",
+        f"Machine: {r['cpu']}, {r['machine']}; torch {r['torch']}, transformers {r['transformers']}; {r['date']}; "
+        f"1-minute load average {r['load_average_1min'][0]:.1f} before, {r['load_average_1min'][1]:.1f} after.",
         f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python bench/throughput.py {argv}`",
         "",
         f"Protocol: batch {r['batch']} x {r['length']} tokens (no padding), 15% masked (80/10/10), "
