@@ -54,7 +54,7 @@ DROPOUT, ATTENTION_DROPOUT = 0.1, 0.0
 # (a) matmul peak
 
 
-def matmul_peak(tokens: int, dtype: torch.dtype, seconds: float = 1.5) -> dict[str, float]:
+def matmul_peak(tokens: int, dtype: torch.dtype, seconds: float = 0.5) -> dict[str, float]:
     """GFLOP/s of F.linear (what every projection runs) on the model's GEMM shapes; the best is the peak."""
     C, Fs, V = MODEL["hidden_size"], MODEL["ffn_size"], MODEL["vocab_size"]
     shapes = {  # name: (M, K, N) for x (M, K) @ W.T (K -> N)
@@ -146,17 +146,34 @@ def transformers_step(batch: dict[str, torch.Tensor]):
     return training_step(model, loss_and_flops)
 
 
-def time_steps(step, precision: str, warmup: int, steps: int) -> dict:
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
-    times, losses, flops = [], [], 0.0
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        with autocast:
-            loss, flops = step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-            losses.append(loss)
-    return {"seconds_per_step": statistics.median(times), "all_seconds": times, "losses": losses, "flops": flops}
+def time_interleaved(configs: dict, tokens: int, warmup: int, rounds: int) -> tuple[dict, dict]:
+    """Time every configuration one step at a time, round-robin, with a matmul-peak measurement in each round,
+    so that other load on the machine falls on all of them alike. Returns (runs, peak): a median step time per
+    configuration, and the best GFLOP/s each GEMM shape reached in any round."""
+    autocast = {p: torch.autocast("cpu", dtype=torch.bfloat16, enabled=p == "bf16") for p in ("fp32", "bf16")}
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    runs = {name: {"all_seconds": [], "losses": []} for name in configs}
+    peak: dict[str, dict[str, float]] = {p: {} for p in dtypes}
+    for step, precision in configs.values():
+        for _ in range(warmup):
+            with autocast[precision]:
+                step()
+    for r in range(rounds):
+        for p, dtype in dtypes.items():
+            for shape, gflops in matmul_peak(tokens, dtype).items():
+                peak[p][shape] = max(peak[p].get(shape, 0.0), gflops)
+        names = list(configs)
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate who goes first
+            step, precision = configs[name]
+            t0 = time.perf_counter()
+            with autocast[precision]:
+                loss, flops = step()
+            runs[name]["all_seconds"].append(time.perf_counter() - t0)
+            runs[name]["losses"].append(loss)
+            runs[name]["flops"] = flops
+    for run in runs.values():
+        run["seconds_per_step"] = statistics.median(run["all_seconds"])
+    return runs, peak
 
 
 def profile_step(step, out: Path, steps: int = 2) -> None:
@@ -180,7 +197,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5, help="timed rounds (one step of each configuration each)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="profile our bf16 step instead of benchmarking")
     ap.add_argument("--only-polyalign", action="store_true", help="skip transformers (before/after comparisons)")
@@ -195,22 +212,20 @@ def main() -> None:
         return
 
     load_before = os.getloadavg()[0]  # other work on the machine shows here: the numbers assume it is idle
-    peak = {p: matmul_peak(tokens, d) for p, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
-    print("matmul GFLOP/s:", json.dumps({p: {k: round(v) for k, v in r.items()} for p, r in peak.items()}))
-    peak_bf16 = max(peak["bf16"].values())
-    runs = {}
     stacks = {"polyalign": polyalign_step, "transformers": transformers_step}
     if args.only_polyalign:
         del stacks["transformers"]
-    for stack, build in stacks.items():
-        for precision in ("fp32", "bf16"):
-            r = time_steps(build(batch), precision, args.warmup, args.steps)
-            r["tokens_per_s"] = tokens / r["seconds_per_step"]
-            r["model_gflops_per_s"] = r["flops"] / r["seconds_per_step"] / 1e9
-            r["mfu_vs_bf16_peak"] = r["model_gflops_per_s"] / peak_bf16
-            r["mfu_vs_own_precision_peak"] = r["model_gflops_per_s"] / max(peak[precision].values())
-            runs[f"{stack}/{precision}"] = r
-            print(f"{stack:12s} {precision}: {r['tokens_per_s']:7.0f} tok/s, MFU {100 * r['mfu_vs_bf16_peak']:.1f}%")
+    configs = {f"{s}/{p}": (build(batch), p) for s, build in stacks.items() for p in ("fp32", "bf16")}
+    runs, peak = time_interleaved(configs, tokens, args.warmup, args.steps)
+    print("matmul GFLOP/s:", json.dumps({p: {k: round(v) for k, v in r.items()} for p, r in peak.items()}))
+    peak_bf16 = max(peak["bf16"].values())
+    for name, r in runs.items():
+        precision = name.split("/")[1]
+        r["tokens_per_s"] = tokens / r["seconds_per_step"]
+        r["model_gflops_per_s"] = r["flops"] / r["seconds_per_step"] / 1e9
+        r["mfu_vs_bf16_peak"] = r["model_gflops_per_s"] / peak_bf16
+        r["mfu_vs_own_precision_peak"] = r["model_gflops_per_s"] / max(peak[precision].values())
+        print(f"{name:20s}: {r['tokens_per_s']:7.0f} tok/s, MFU {100 * r['mfu_vs_bf16_peak']:.1f}%")
     if args.only_polyalign:
         (args.out / "throughput.json").write_text(json.dumps({"matmul_gflops": peak, "runs": runs}, indent=2) + "\n")
         return
@@ -257,10 +272,11 @@ def report(r: dict, argv: str) -> str:
         f"Protocol: batch {r['batch']} x {r['length']} tokens (no padding), 15% masked (80/10/10), "
         f"model 6 layers / hidden 384 / 6 heads / FFN 1536 / vocabulary 32000, dropout {DROPOUT}, attention "
         f"dropout {ATTENTION_DROPOUT}; a step = forward + loss + backward + clip + fused AdamW (both stacks); "
-        f"median of "
-        f"{r['steps']} steps after {r['warmup']} warm-up steps. MFU = model FLOPs/s (polyalign/flops.py) over "
-        "the bf16 matmul peak measured below; transformers also computes MLM logits at unmasked positions, "
-        "which is not counted.",
+        f"median of {r['steps']} rounds after {r['warmup']} warm-up steps; the four configurations run one step "
+        "each per round, in rotating order, with a matmul-peak measurement (0.5 s per shape) in every round, so "
+        "that other load on the machine falls on all alike. Peak = best GFLOP/s any round reached. MFU = model "
+        "FLOPs/s (polyalign/flops.py) over the bf16 peak; transformers also computes MLM logits at unmasked "
+        "positions, which is not counted.",
         "",
         "| matmul (F.linear) | " + " | ".join(r["matmul_gflops"]["fp32"]) + " |",
         "|---|" + "---:|" * len(r["matmul_gflops"]["fp32"]),
