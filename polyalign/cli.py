@@ -330,6 +330,32 @@ def evaluate_alignment_command(
             console.print(f"sweep: {csv_path}, {png}")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Hugging Face interop
+
+
+@app.command()
+def export(
+    model: Annotated[Path, typer.Option(help="Model folder, checkpoint or run folder (or a Hugging Face folder).")],
+    out: Annotated[Path, typer.Option(help="Folder to create: config.json, model.safetensors, tokenizer files.")],
+    drop_cross_attention: Annotated[
+        bool, typer.Option(help="Export a cross-attention (VECO) model as its plain encoder, cross-attention dropped.")
+    ] = False,
+    languages_as_token_types: Annotated[
+        bool, typer.Option(help="Fold language embeddings into token-type embeddings (token_type_ids = language).")
+    ] = False,
+    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+) -> None:
+    """Write a model as an XLM-RoBERTa folder that transformers' AutoModel / AutoModelForMaskedLM load."""
+    from polyalign.checkpoint import load_model
+    from polyalign.model.hf import export_hf
+
+    notes = export_hf(load_model(model, trust_pickle=trust_pickle), out, drop_cross_attention, languages_as_token_types)
+    for note in notes:
+        console.print(f"note: {note}")
+    console.print(f"exported {model} -> {out} (XLM-RoBERTa: AutoModelForMaskedLM.from_pretrained({str(out)!r}))")
+
+
 def main() -> None:
     try:
         app()

@@ -80,8 +80,26 @@ def init_distributed() -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
+ARCHITECTURE = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "ffn_size",
+    "max_positions",
+    "position_offset",
+    "embedding_size",
+    "type_vocab_size",
+    "norm",
+    "layer_norm_eps",
+    "pad_token_id",
+)
+"""EncoderConfig fields a checkpoint fixes when a recipe continues from it (`init_from`)."""
+
+
 def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> tuple[MaskedLanguageModel, list[str]]:
-    """A fresh model from the recipe, or one continued from `init_from` (recipe.model entries override)."""
+    """A fresh model from the recipe, or one continued from `init_from` (recipe.model entries override all but
+    the checkpoint's ARCHITECTURE)."""
     overrides = dict(recipe.model)
     if overrides.get("num_languages") == "auto":
         overrides["num_languages"] = len(languages)
@@ -93,7 +111,13 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
                 f"{recipe.init_from}: its vocabulary ({loaded.tokenizer.special.vocab_size}) differs from the prepared "
                 f"data's ({sp.vocab_size}); prepare the data with --tokenizer-from {recipe.init_from}"
             )
-        config = EncoderConfig.from_dict({**loaded.model.config.to_dict(), **overrides})
+        base = loaded.model.config.to_dict()
+        # The checkpoint fixes the architecture (a recipe sized for training from scratch may say otherwise);
+        # the recipe still sets the rest: dropout, language embeddings, position bias, cross-attention.
+        ignored = {k: v for k, v in overrides.items() if k in ARCHITECTURE and v != base[k]}
+        if ignored:
+            print(f"note: {recipe.init_from} fixes the architecture; recipe values not applied: {ignored}")
+        config = EncoderConfig.from_dict({**base, **{k: v for k, v in overrides.items() if k not in ignored}})
         model = MaskedLanguageModel(config)
         missing, unexpected = _copy_weights(loaded.model, model)
         if unexpected:
@@ -243,7 +267,8 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=True) if world > 1 else module
 
     groups = parameter_groups(module, cfg)
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    # fused: one vectorised kernel per tensor instead of ~10 elementwise passes (~8x faster on CPU)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, [lambda s, h=g["held"]: learning_rate_factor(s, cfg, h) for g in groups]
     )

@@ -1,0 +1,447 @@
+"""Hugging Face interop: import a local XLM-R / RoBERTa / BERT / ELECTRA folder, export an XLM-R folder.
+
+The encoder's weight layout (encoder.py) maps onto BERT and XLM-R one-to-one, so both directions are a
+renaming through one table, plus two reshapes:
+- q/k/v: Hugging Face keeps `query`, `key`, `value` apart; we fuse them into one `qkv` projection;
+- positions: the RoBERTa family numbers positions from padding_idx + 1 (XLM-R: 2), BERT and ELECTRA from 0;
+  we keep the table as it is and record where position 0 sits (`position_offset`).
+Weights are read from safetensors; a pickled `pytorch_model.bin` only when the caller trusts it, and then
+with `torch.load(weights_only=True)`. Nothing is imported from transformers here: it is needed only to use
+an exported folder, not to write or read one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from polyalign import __version__
+from polyalign.io import DataError, atomic_dir, read_json, write_json
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.tokenizer import HuggingFaceTokenizer, SentencePieceTokenizer, Tokenizer, load_tokenizer
+
+HF_CONFIG = "config.json"
+SAFETENSORS = "model.safetensors"
+PICKLE = "pytorch_model.bin"
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one Hugging Face architecture names and numbers things."""
+
+    prefix: str
+    """Name of the base model inside task models (`roberta.`, `bert.`, `electra.`)."""
+    positions_after_padding: bool
+    """RoBERTa family: position ids start at pad_token_id + 1 (fairseq heritage)."""
+    head: dict[str, str]
+    """The MLM head's parameters (module names, Hugging Face -> ours)."""
+    ignored: tuple[str, ...]
+    """Name prefixes of weights we do not use (pooler, NSP, replaced-token-detection head, buffers)."""
+
+
+ROBERTA = Family(
+    "roberta",
+    True,
+    {"lm_head.dense": "lm_head.dense", "lm_head.layer_norm": "lm_head.norm", "lm_head.bias": "lm_head.decoder.bias"},
+    ("pooler.", "embeddings.position_ids", "lm_head.decoder."),
+)
+BERT = Family(
+    "bert",
+    False,
+    {
+        "cls.predictions.transform.dense": "lm_head.dense",
+        "cls.predictions.transform.LayerNorm": "lm_head.norm",
+        "cls.predictions.bias": "lm_head.decoder.bias",
+    },
+    ("pooler.", "embeddings.position_ids", "cls.seq_relationship.", "cls.predictions.decoder."),
+)
+ELECTRA = Family(
+    "electra",
+    False,
+    {  # ElectraForMaskedLM (generator); a discriminator has no MLM head and gets a fresh one
+        "generator_predictions.dense": "lm_head.dense",
+        "generator_predictions.LayerNorm": "lm_head.norm",
+        "generator_lm_head.bias": "lm_head.decoder.bias",
+    },
+    ("embeddings.position_ids", "discriminator_predictions.", "generator_lm_head.weight"),
+)
+FAMILIES = {"xlm-roberta": ROBERTA, "roberta": ROBERTA, "bert": BERT, "electra": ELECTRA}
+
+# Module names, Hugging Face (inside the base model) -> ours. Export uses the same tables backwards.
+EMBEDDINGS = {
+    "embeddings.word_embeddings": "encoder.embeddings.word",
+    "embeddings.position_embeddings": "encoder.embeddings.position",
+    "embeddings.token_type_embeddings": "encoder.embeddings.token_type",
+    "embeddings.LayerNorm": "encoder.embeddings.norm",
+    "embeddings_project": "encoder.embeddings.project",  # ELECTRA: embedding_size -> hidden_size
+}
+LAYER = {  # inside encoder.layer.{i} / encoder.layers.{i}
+    "attention.output.dense": "attention.output",
+    "attention.output.LayerNorm": "attention_norm",
+    "intermediate.dense": "feed_forward.up",
+    "output.dense": "feed_forward.down",
+    "output.LayerNorm": "feed_forward_norm",
+}
+QKV = ("query", "key", "value")  # fused in this order: qkv.weight = cat(query, key, value) along rows
+_HF_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
+_OUR_LAYER = re.compile(r"^encoder\.layers\.(\d+)\.(.+)\.(weight|bias)$")
+EXACT_GELU = ("gelu", "gelu_python")
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Import
+
+
+def encoder_config_from_hf(hf: dict, where: Path) -> EncoderConfig:
+    """Our EncoderConfig for a Hugging Face config.json, refusing what our encoder would compute differently."""
+    family = _family(hf, where)
+    act = hf.get("hidden_act", "gelu")
+    if act not in EXACT_GELU:
+        raise DataError(
+            f"{where}: hidden_act={act!r} is not supported; polyalign's encoder uses exact GELU ('gelu'), "
+            f"so this model's outputs would differ"
+        )
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise DataError(f"{where}: position_embedding_type={hf['position_embedding_type']!r}; only 'absolute' maps")
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise DataError(f"{where}: a decoder / cross-attention configuration; polyalign imports encoders only")
+    pad = hf.get("pad_token_id")
+    pad = 1 if pad is None and family is ROBERTA else (0 if pad is None else pad)
+    offset = pad + 1 if family.positions_after_padding else 0
+    hidden = hf["hidden_size"]
+    embedding = hf.get("embedding_size", hidden)
+    try:
+        return EncoderConfig(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hidden,
+            num_layers=hf["num_hidden_layers"],
+            num_heads=hf["num_attention_heads"],
+            ffn_size=hf["intermediate_size"],
+            dropout=hf.get("hidden_dropout_prob", 0.1),
+            attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+            max_positions=hf["max_position_embeddings"] - offset,
+            position_offset=offset,
+            type_vocab_size=hf.get("type_vocab_size", 2),
+            embedding_size=0 if embedding == hidden else embedding,
+            norm="post",
+            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+            pad_token_id=pad,
+            initializer_range=hf.get("initializer_range", 0.02),
+        )
+    except KeyError as err:
+        raise DataError(f"{where}: config lacks {err.args[0]!r}") from None
+    except ValueError as err:
+        raise DataError(f"{where}: {err}") from None
+
+
+def _family(hf: dict, where: Path) -> Family:
+    model_type = hf.get("model_type")
+    if model_type not in FAMILIES:
+        raise DataError(
+            f"{where}: model_type={model_type!r} is not supported; polyalign imports {', '.join(sorted(FAMILIES))}"
+        )
+    return FAMILIES[model_type]
+
+
+def read_hf_weights(folder: Path, trust_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """All tensors of a Hugging Face folder: model.safetensors (or its sharded index), else, only when
+    trusted, pytorch_model.bin (or its index) through torch.load(weights_only=True)."""
+    from safetensors.torch import load_file
+
+    for name, load in ((SAFETENSORS, load_file), (PICKLE, None)):
+        index = folder / f"{name}.index.json"
+        files = sorted(set(read_json(index)["weight_map"].values())) if index.is_file() else [name]
+        paths = [folder / f for f in files]
+        if not all(p.is_file() for p in paths):
+            continue
+        if load is None and not trust_pickle:
+            raise DataError(
+                f"{paths[0]}: PyTorch pickle weights, and unpickling can run code; convert them to "
+                f"safetensors, or pass --trust-pickle (trust_pickle=True) to load them with weights_only=True"
+            )
+        state: dict[str, torch.Tensor] = {}
+        for p in paths:
+            try:
+                state.update(load(str(p)) if load else torch.load(p, map_location="cpu", weights_only=True))
+            except Exception as err:  # corrupt files, or pickles holding more than tensors
+                raise DataError(f"{p}: cannot read weights ({str(err).splitlines()[0]})") from None
+        return state
+    raise DataError(f"{folder}: no {SAFETENSORS} or {PICKLE} here (TensorFlow/Flax-only folders are not read)")
+
+
+def hf_to_polyalign_state(
+    hf_state: dict[str, torch.Tensor], family: Family, where: Path
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Rename (and fuse q/k/v of) Hugging Face weights into ours. Returns (our state, MLM decoder weights
+    found in the file, to check the tie)."""
+    ours: dict[str, torch.Tensor] = {}
+    qkv: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+    decoders, unknown = {}, []
+    for name, tensor in hf_state.items():
+        name = name.removeprefix(f"{family.prefix}.")
+        name = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", name))  # old TF-converted BERTs
+        tensor = tensor.float()
+        if name.endswith("decoder.weight") or name == "generator_lm_head.weight":
+            decoders[name] = tensor
+        if name.startswith(family.ignored):
+            continue
+        if m := _HF_LAYER.match(name):
+            i, module, kind = m.groups()
+            if module.startswith("attention.self.") and module.split(".")[-1] in QKV:
+                qkv.setdefault((int(i), kind), {})[module.split(".")[-1]] = tensor
+                continue
+            if module in LAYER:
+                ours[f"encoder.layers.{i}.{LAYER[module]}.{kind}"] = tensor
+                continue
+        module, _, kind = name.rpartition(".")
+        target = EMBEDDINGS.get(module) or family.head.get(module) or family.head.get(name)
+        if target is None:
+            unknown.append(name)
+        else:
+            ours[target if name in family.head else f"{target}.{kind}"] = tensor
+    if unknown:
+        raise DataError(f"{where}: weights polyalign's encoder has no place for: {sorted(unknown)[:6]}")
+    for (i, kind), parts in qkv.items():
+        if set(parts) != set(QKV):
+            raise DataError(f"{where}: layer {i} lacks attention {sorted(set(QKV) - set(parts))} {kind}")
+        ours[f"encoder.layers.{i}.attention.qkv.{kind}"] = torch.cat([parts[p] for p in QKV])  # (3C, ...)
+    return ours, decoders
+
+
+def load_hf_model(folder: str | Path, trust_pickle: bool = False, device: str | torch.device = "cpu"):
+    """A local Hugging Face folder (XLM-R, RoBERTa, BERT/mBERT, ELECTRA) as a polyalign LoadedModel."""
+    from polyalign.checkpoint import LoadedModel
+
+    folder = Path(folder)
+    where = folder / HF_CONFIG
+    hf = read_json(where)
+    family = _family(hf, where)
+    config = encoder_config_from_hf(hf, where)
+    state, decoders = hf_to_polyalign_state(read_hf_weights(folder, trust_pickle), family, folder)
+    model = MaskedLanguageModel(config)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches between config.json and the weights
+        raise DataError(f"{folder}: weights do not match {where} ({str(err).splitlines()[-1].strip()})") from None
+    missing = [k for k in result.missing_keys if k != "lm_head.decoder.weight"]  # tied to the word embeddings
+    if [k for k in missing if not k.startswith("lm_head.")]:
+        raise DataError(f"{folder}: encoder weights missing from the checkpoint: {sorted(missing)[:6]}")
+    if missing:
+        _note(f"{folder} has no MLM head (e.g. an ELECTRA discriminator); it is initialised afresh")
+    embeddings = model.encoder.embeddings.word.weight
+    for name, weight in decoders.items():
+        if weight.shape != embeddings.shape or not torch.equal(weight, embeddings.detach()):
+            _note(f"{folder}: {name} is not tied to the word embeddings; polyalign ties them and uses the embeddings")
+    tokenizer = load_tokenizer(folder)
+    if tokenizer.special.vocab_size > config.vocab_size:
+        raise DataError(
+            f"{folder}: the tokenizer has {tokenizer.special.vocab_size} tokens but the model only "
+            f"{config.vocab_size} embeddings"
+        )
+    return LoadedModel(model.to(device).eval(), tokenizer, [], folder)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Export
+
+
+def export_problems(config: EncoderConfig, drop_cross_attention: bool, languages_as_token_types: bool) -> list[str]:
+    """What an XLM-RoBERTa model cannot express about this encoder (empty: it exports exactly)."""
+    problems = []
+    if config.norm != "post":
+        problems.append("pre-LN layers (XLM-R is post-LN)")
+    if config.position_bias != "none":
+        problems.append(f"a {config.position_bias} position bias in attention (XLM-R has none)")
+    if config.embedding_size and config.embedding_size != config.hidden_size:
+        problems.append(f"factorised embeddings (embedding_size={config.embedding_size}; XLM-R has none)")
+    if config.cross_attention and not drop_cross_attention:
+        problems.append("cross-attention sublayers (pass --drop-cross-attention to export the encoder without them)")
+    if config.num_languages and not languages_as_token_types:
+        problems.append("language embeddings (pass --languages-as-token-types to fold them into token-type embeddings)")
+    if config.num_languages and languages_as_token_types and config.type_vocab_size > 1:
+        problems.append("both language and token-type embeddings (only one of them can become token types)")
+    return problems
+
+
+def polyalign_to_hf_state(
+    model: MaskedLanguageModel, languages_as_token_types: bool = False
+) -> dict[str, torch.Tensor]:
+    """Our weights under XLMRobertaForMaskedLM's names (the tied decoder weight is left to transformers)."""
+    c = model.config
+    inverse_embeddings = {v: k for k, v in EMBEDDINGS.items()}
+    inverse_layer = {v: k for k, v in LAYER.items()}
+    inverse_head = {v: k for k, v in ROBERTA.head.items()}
+    hf: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().float().contiguous()
+        module, _, kind = name.rpartition(".")
+        if m := _OUR_LAYER.match(name):
+            i, sub, kind = m.groups()
+            if sub == "attention.qkv":
+                for part, piece in zip(QKV, tensor.chunk(3), strict=True):  # (3C, ...) -> 3 x (C, ...)
+                    hf[f"roberta.encoder.layer.{i}.attention.self.{part}.{kind}"] = piece.contiguous()
+            elif sub.startswith(("cross_attention", "attention.position_bias")):
+                continue  # dropped by choice (checked in export_problems)
+            else:
+                hf[f"roberta.encoder.layer.{i}.{inverse_layer[sub]}.{kind}"] = tensor
+        elif name in inverse_head:
+            hf[inverse_head[name]] = tensor
+        elif module in inverse_head:
+            hf[f"{inverse_head[module]}.{kind}"] = tensor
+        elif module in inverse_embeddings:
+            hf[f"roberta.{inverse_embeddings[module]}.{kind}"] = tensor
+        elif name not in ("lm_head.decoder.weight", "encoder.embeddings.language.weight"):
+            raise ValueError(f"no XLM-R name for {name}")
+    hf["roberta.embeddings.position_embeddings.weight"] = _xlmr_position_table(
+        model.encoder.embeddings.position.weight.detach().float(), c
+    )
+    hf["roberta.embeddings.token_type_embeddings.weight"] = _token_type_table(model, languages_as_token_types)
+    return hf
+
+
+def _xlmr_position_table(table: torch.Tensor, c: EncoderConfig) -> torch.Tensor:
+    """XLM-R reads position p (0-based among real tokens) from row pad + 1 + p; we read it from row
+    position_offset + p. Rows before pad + 1 are only ever read for padding tokens; they stay zero."""
+    start = c.pad_token_id + 1
+    out = torch.zeros(c.max_positions + start, table.shape[1])
+    out[start:] = table[c.position_offset : c.position_offset + c.max_positions]
+    keep = min(start, c.position_offset)
+    out[start - keep : start] = table[c.position_offset - keep : c.position_offset]
+    return out
+
+
+def _token_type_table(model: MaskedLanguageModel, languages_as_token_types: bool) -> torch.Tensor:
+    """Token-type rows; with languages folded in, row l = (our token type 0) + (language l), so passing
+    token_type_ids = language index reproduces our language_ids exactly."""
+    e = model.encoder.embeddings
+    base = e.token_type.weight.detach().float() if e.token_type is not None else torch.zeros(1, e.word.weight.shape[1])
+    if languages_as_token_types and e.language is not None:
+        return (base[:1] + e.language.weight.detach().float()).contiguous()  # (num_languages, E)
+    return base.contiguous()
+
+
+def xlmr_config(model: MaskedLanguageModel, tokenizer: Tokenizer, type_vocab_size: int) -> dict:
+    c, sp = model.config, tokenizer.special
+    return {
+        "architectures": ["XLMRobertaForMaskedLM"],
+        "model_type": "xlm-roberta",
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "intermediate_size": c.ffn_size,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": c.dropout,
+        "attention_probs_dropout_prob": c.attention_dropout,
+        "max_position_embeddings": c.max_positions + c.pad_token_id + 1,
+        "type_vocab_size": type_vocab_size,
+        "initializer_range": c.initializer_range,
+        "layer_norm_eps": c.layer_norm_eps,
+        "pad_token_id": c.pad_token_id,
+        "bos_token_id": sp.cls,
+        "eos_token_id": sp.sep,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+    }
+
+
+def export_hf(
+    loaded,
+    out: str | Path,
+    drop_cross_attention: bool = False,
+    languages_as_token_types: bool = False,
+) -> list[str]:
+    """Write `loaded` (a LoadedModel) as an XLM-RoBERTa folder; returns notes on what was changed."""
+    from safetensors.torch import save_file
+
+    model, c = loaded.model, loaded.model.config
+    problems = export_problems(c, drop_cross_attention, languages_as_token_types)
+    if problems:
+        raise DataError(f"{loaded.folder}: XLM-RoBERTa cannot express {'; '.join(problems)}")
+    notes = []
+    if c.cross_attention:
+        notes.append("cross-attention dropped: the export is the plain encoder (VECO's plug-out for NLU)")
+    if c.num_languages and languages_as_token_types:
+        notes.append(f"language embeddings folded into token types: pass token_type_ids = index in {loaded.languages}")
+    state = polyalign_to_hf_state(model, languages_as_token_types)
+    type_vocab = state["roberta.embeddings.token_type_embeddings.weight"].shape[0]
+    with atomic_dir(out) as tmp:
+        save_file(state, str(tmp / SAFETENSORS), metadata={"format": "pt"})
+        config = xlmr_config(model, loaded.tokenizer, type_vocab)
+        config["polyalign_export"] = {"version": __version__, "source": str(loaded.folder), "notes": notes}
+        if loaded.languages:
+            config["polyalign_export"]["languages"] = list(loaded.languages)
+        write_json(tmp / HF_CONFIG, config)
+        write_hf_tokenizer(loaded.tokenizer, tmp, c.max_positions)
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tokenizer export
+
+
+def write_hf_tokenizer(tokenizer: Tokenizer, folder: Path, max_length: int) -> None:
+    """Write tokenizer files AutoTokenizer loads. Our SentencePiece model becomes a `tokenizer.json` (fast
+    Unigram tokenizer) with exactly our ids: <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4, then the pieces."""
+    if isinstance(tokenizer, HuggingFaceTokenizer):
+        tokenizer.tok.save_pretrained(str(folder))
+        return
+    if not isinstance(tokenizer, SentencePieceTokenizer):
+        raise DataError(f"cannot write a Hugging Face tokenizer for {type(tokenizer).__name__}")
+    sentencepiece_to_fast_tokenizer(tokenizer.model_file).save(str(folder / "tokenizer.json"))
+    sp = tokenizer.special
+    names = {k: tokenizer.id_to_piece(getattr(sp, v)) for k, v in _SPECIAL_ROLES.items()}
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": max_length, **names}, indent=2)
+    )
+
+
+_SPECIAL_ROLES = {
+    "bos_token": "cls",
+    "cls_token": "cls",
+    "eos_token": "sep",
+    "sep_token": "sep",
+    "unk_token": "unk",
+    "pad_token": "pad",
+    "mask_token": "mask",
+}
+
+
+def sentencepiece_to_fast_tokenizer(model_file: Path):
+    """A `tokenizers` Unigram tokenizer that segments exactly as the SentencePiece model does (same
+    normaliser charsmap, whitespace handling and scores), keeping the SentencePiece ids."""
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import Tokenizer as FastTokenizer
+    from tokenizers.models import Unigram
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(Path(model_file).read_bytes())
+    vocab = [(p.piece, p.score) for p in proto.pieces]
+    tok = FastTokenizer(Unigram(vocab, unk_id=proto.trainer_spec.unk_id, byte_fallback=False))
+    steps = [normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "▁")]
+    if proto.normalizer_spec.precompiled_charsmap:
+        steps.insert(0, normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap))
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    # Control (<s>, <pad>, </s>), unknown and user-defined (<mask>) pieces are special tokens.
+    specials = [p.piece for p in proto.pieces if p.type in (2, 3, 4)]
+    tok.add_special_tokens([AddedToken(s, normalized=False, special=True, lstrip=s == "<mask>") for s in specials])
+    bos, eos = proto.pieces[proto.trainer_spec.bos_id].piece, proto.pieces[proto.trainer_spec.eos_id].piece
+    tok.post_processor = processors.TemplateProcessing(  # XLM-R: <s> A </s> and <s> A </s></s> B </s>
+        single=f"{bos} $A {eos}",
+        pair=f"{bos} $A {eos} {eos} $B {eos}",
+        special_tokens=[(bos, proto.trainer_spec.bos_id), (eos, proto.trainer_spec.eos_id)],
+    )
+    return tok
