@@ -19,6 +19,22 @@ BASE=$W/runs/xlm
 # same batches and maskings; only DWA differs. Steps are chosen so the linear schedule ends near the budget
 # (xlm ~5.2 s/step in bf16 on 2 cores; xlm-align adds a no-gradient labeling pass, ~6.3 s/step); max_minutes
 # is the hard stop. Peak learning rate 2e-4 (XLM-Align Table 11), 10% warmup.
+# Wait (without the lock) until the base run has finished: its latest checkpoint reached max_steps or max_minutes.
+base_finished() {
+  $PY - "$BASE" <<'PY'
+import json, sys, yaml
+from pathlib import Path
+from polyalign.checkpoint import latest_checkpoint
+run = Path(sys.argv[1])
+trainer = yaml.safe_load((run / "recipe.yaml").read_text())["trainer"]
+ckpt = latest_checkpoint(run)
+state = json.loads((ckpt / "trainer_state.json").read_text()) if ckpt else {"step": 0, "counters": {"seconds": 0}}
+done = state["step"] >= trainer["max_steps"] or 0 < trainer["max_minutes"] * 60 <= state["counters"]["seconds"]
+sys.exit(0 if done else 1)
+PY
+}
+until base_finished 2>/dev/null; do sleep 60; done
+
 continue_run() {  # name recipe steps
   [ -d $W/runs/$1 ] && return 0
   flock $LOCK $PY -m polyalign.cli pretrain $2 --init-from $BASE --data $DATA --run-dir $W/runs/$1 --no-progress \
