@@ -6,7 +6,7 @@ encoding pass. Two ways to encode a pair:
   of the same batch, each with its own language embedding;
 - `pair` (XLM-Align §3.1 self-labeling, and XLM-Align's released aligner): the concatenated pair, laid out
   as TLM sees it (`xlm` style with language embeddings when the model has them, else `<s> x </s> y </s>`
-  with positions running on, as XLM-R reads a pair).
+  with positions running on, the layout of XLM-Align's released aligner).
 Alignment math (align/extract.py) runs on the padded batch with masks; only output formatting loops.
 """
 
