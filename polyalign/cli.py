@@ -249,22 +249,26 @@ def quickstart(
 # ---------------------------------------------------------------------------------------------------------
 # Word alignment (align/, evaluate/alignment.py)
 
+ModelPath = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
+AlignMethod = Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
+AlignEncoding = Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")]
+BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
+TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
+
 
 @app.command()
 def align(
-    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    model: ModelPath,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line, words separated by spaces.")],
     tgt: Annotated[Path, typer.Option(help="Target sentences, line-aligned with --src.")],
-    method: Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")] = "ot",
+    method: AlignMethod = "ot",
     layer: Annotated[int | None, typer.Option(help="Hidden layer to align with (default: two thirds up).")] = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
-    encoding: Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")] = (
-        "separate"
-    ),
-    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 8192,
+    encoding: AlignEncoding = "separate",
+    batch_tokens: BatchTokens = 8192,
     chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
-    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Word-align two line-aligned files; writes Pharaoh links (`i-j`, 0-based, source first) to stdout."""
     from tqdm import tqdm
@@ -292,17 +296,15 @@ def align(
 
 @evaluate_app.command("alignment")
 def evaluate_alignment_command(
-    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    model: ModelPath,
     gold: Annotated[Path, typer.Option(help="Gold folder with src.txt, tgt.txt, gold.txt (e.g. .../de-en).")],
-    method: Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")] = "ot",
+    method: AlignMethod = "ot",
     layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
     layers: Annotated[str | None, typer.Option(help="`all`: also sweep every layer (CSV + PNG in --out).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for alignment.json and the sweep CSV and plot.")] = None,
-    encoding: Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")] = (
-        "separate"
-    ),
-    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 8192,
-    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+    encoding: AlignEncoding = "separate",
+    batch_tokens: BatchTokens = 8192,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Alignment error rate (sure/possible links), precision and recall on a gold set, at a layer or all."""
     from polyalign.checkpoint import load_model

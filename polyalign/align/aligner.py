@@ -6,7 +6,7 @@ encoding pass. Two ways to encode a pair:
   of the same batch, each with its own language embedding;
 - `pair` (XLM-Align §3.1 self-labeling, and XLM-Align's released aligner): the concatenated pair, laid out
   as TLM sees it (`xlm` style with language embeddings when the model has them, else `<s> x </s> y </s>`
-  with positions running on, as XLM-R reads a pair).
+  with positions running on, the layout of XLM-Align's released aligner).
 Alignment math (align/extract.py) runs on the padded batch with masks; only output formatting loops.
 """
 
@@ -24,6 +24,7 @@ from polyalign.align.words import gather_side, lift_to_words, link_lists, pad_wo
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import pair_layout, sentence_layout
 from polyalign.evaluate.embed import default_layer, length_batches
+from polyalign.io import DataError
 
 ENCODINGS = ("separate", "pair")
 Links = list[tuple[int, int]]
@@ -51,7 +52,7 @@ class Aligner:
         settings: OTSettings = OTSettings(),
     ):
         if encoding not in ENCODINGS:
-            raise ValueError(f"encoding={encoding!r}: use one of {ENCODINGS}")
+            raise DataError(f"--encoding {encoding}: use one of {', '.join(ENCODINGS)}")
         self.loaded, self.encoding, self.batch_tokens, self.settings = loaded, encoding, batch_tokens, settings
         self.model = loaded.model.eval()
         self.special = loaded.tokenizer.special
@@ -131,7 +132,7 @@ class Aligner:
         """Word links for every (method, layer) combination, in input order."""
         for method in methods:
             if method not in METHODS:
-                raise ValueError(f"unknown alignment method {method!r}; use one of {METHODS}")
+                raise DataError(f"--method {method}: unknown alignment method; use one of {', '.join(METHODS)}")
         layers = list(layers)
         lang = self._language_ids(languages)
         out = {(m, layer): [None] * len(encoded) for m in methods for layer in layers}
@@ -170,8 +171,6 @@ class Aligner:
 
 
 def check_layer(layer: int, num_layers: int) -> None:
-    from polyalign.io import DataError
-
     if not 0 <= layer <= num_layers:
         raise DataError(f"--layer {layer}: the model has layers 0..{num_layers} (0 = embeddings)")
 
