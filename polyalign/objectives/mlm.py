@@ -30,13 +30,19 @@ ACCURACY_SAMPLE = 512
 def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
     """Cross-entropy of the MLM head, computed only at labelled positions. Returns (loss, accuracy, count);
     accuracy is measured on the first ACCURACY_SAMPLE targets."""
+    return masked_lm_logits_and_loss(model, hidden, labels)[1:]
+
+
+def masked_lm_logits_and_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
+    """masked_lm_loss that also returns the (N, V) logits at the labelled positions, in row-major order
+    (an ELECTRA generator samples replacements from them): (logits, loss, accuracy, count)."""
     targets = labels != IGNORE
     logits = model.mlm_logits(hidden[targets])  # (N, V): the head runs only where there is a target
     gold = labels[targets]
     loss = cross_entropy(logits, gold)
     with torch.no_grad():  # a full argmax over (N, V) costs as much as a layer; 512 targets estimate it well
         accuracy = (logits[:ACCURACY_SAMPLE].argmax(-1) == gold[:ACCURACY_SAMPLE]).float().mean()
-    return loss, accuracy, int(gold.numel())
+    return logits, loss, accuracy, int(gold.numel())
 
 
 def masked_batch(layout: Layout, special, config: MLMConfig, rng: np.random.Generator) -> dict[str, torch.Tensor]:
