@@ -184,7 +184,7 @@ def main() -> None:
         "Steps per run = budget / FLOPs per step (measured over the run's first 3 steps), a checkpoint every "
         "quarter of the run. Tatoeba-14: mean-pooled layer 4 of 6 (and the best layer), cosine nearest "
         "neighbour, acc@1 averaged over the 14 languages and both directions. AER: `polyalign evaluate "
-        "alignment --method ot` at its default layer, with the best layer of the sweep alongside.",
+        "alignment --method ot` at its default layer.",
         "",
         "| run | objectives | position bias | steps | tokens/s | last logged losses and accuracies |",
         "|---|---|---|---|---|---|",
@@ -200,8 +200,8 @@ def main() -> None:
         "",
         "Each checkpoint (Tatoeba-14 acc@1 in %, AER in %, lower is better):",
         "",
-        "| run | step | training FLOPs | train min | Tatoeba-14 L4 xx→en | en→xx | mean | best layer: mean | "
-        "AER de-en (best layer) | AER en-fr (best layer) |",
+        "| run | step | training FLOPs | train min | Tatoeba-14 xx→en (layer 4) | en→xx | mean | best layer: mean | "
+        "AER de-en | AER en-fr |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, run in runs.items():
@@ -210,7 +210,11 @@ def main() -> None:
             aer = []
             for pair in PAIRS:
                 a = p[f"aer_{pair}"]
-                aer.append("–" if a is None else f"{a['aer']:.1f} ({a['best_aer']:.1f} @ L{a['best_layer']})")
+                if a is None:
+                    aer.append("–")
+                else:
+                    best = "" if a["best_layer"] == a["layer"] else f" (best {a['best_aer']:.1f} @ L{a['best_layer']})"
+                    aer.append(f"{a['aer']:.1f} @ L{a['layer']}{best}")
             best = f"{fmt(tt.get('best_both'))} @ L{tt.get('best_layer')}" if tt else "–"
             lines.append(
                 f"| {name} | {p['step']} | {p['flops']:.3g} | {p['seconds'] / 60:.1f} | {fmt(tt.get('xx_to_en'))} | "
