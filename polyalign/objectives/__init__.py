@@ -6,6 +6,7 @@ import dataclasses
 
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
+from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.rtd import MRTD, TRTD
 from polyalign.objectives.tlm import TLM
@@ -14,6 +15,7 @@ from polyalign.tokenizer import SpecialTokens
 OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
+    "dwa": DWA,
     "mrtd": MRTD,
     "trtd": TRTD,
 }
