@@ -73,6 +73,18 @@ def test_encoder_with_constant_gates_matches_the_encoder_with_plain_relative_bia
     torch.testing.assert_close(gated(ids).last_hidden_state, plain(ids).last_hidden_state)
 
 
+def test_gated_bias_keeps_blocked_keys_out_of_reach():
+    torch.manual_seed(0)
+    enc = Encoder(tiny_config(position_bias="gated_relative")).eval()
+    ids = torch.randint(5, 99, (1, 8))
+    mask = torch.zeros(1, 8, 8, dtype=torch.bool)
+    mask[0, :4, :4] = mask[0, 4:, 4:] = True  # two blocks that cannot see each other
+    changed = ids.clone()
+    changed[0, 4:] = torch.randint(5, 99, (4,))
+    a, b = enc(ids, attention_mask=mask).last_hidden_state, enc(changed, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(a[0, :4], b[0, :4])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Replaced token detection
 
