@@ -16,6 +16,8 @@ def encoder_forward_flops(c: EncoderConfig, batch: int, length: int, memory_leng
     tokens = batch * length
     per_token = 2 * (3 * C * C + C * C + 2 * C * F)  # q/k/v, output projection, feed-forward
     attention = 2 * 2 * batch * length * length * C  # scores q·k and weights·v
+    if c.position_bias == "gated_relative":  # XLM-E §3.3 gates: q_i·u and q_i·v per head
+        per_token += 2 * C * 2
     flops = L * (tokens * per_token + attention)
     if c.embedding_width != c.hidden_size:
         flops += 2 * tokens * c.embedding_width * C  # embedding projection
@@ -34,3 +36,23 @@ def mlm_head_forward_flops(c: EncoderConfig, predicted_tokens: int) -> float:
 def training_flops(forward_flops: float) -> float:
     """Forward + backward (backward costs about twice the forward)."""
     return 3.0 * forward_flops
+
+
+def detection_head_forward_flops(c: EncoderConfig, tokens: int) -> float:
+    """The replaced-token-detection head (ELECTRA) runs at every position: dense C->C, then C->1."""
+    return float(2 * tokens * (c.hidden_size * c.hidden_size + c.hidden_size))
+
+
+def replaced_token_detection_flops(
+    generator: EncoderConfig, discriminator: EncoderConfig, batch: int, length: int, masked_tokens: int
+) -> float:
+    """Training FLOPs of one ELECTRA step (XLM-E MRTD/TRTD) on a (batch, length) input: the generator with
+    its MLM head at the masked positions, plus the discriminator with its detection head at every position,
+    each forward and backward. Sampling and the softmax it needs are left out, like every softmax here."""
+    generator_forward = encoder_forward_flops(generator, batch, length) + mlm_head_forward_flops(
+        generator, masked_tokens
+    )
+    discriminator_forward = encoder_forward_flops(discriminator, batch, length) + detection_head_forward_flops(
+        discriminator, batch * length
+    )
+    return training_flops(generator_forward + discriminator_forward)

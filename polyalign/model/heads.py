@@ -24,3 +24,19 @@ class MaskedLMHead(nn.Module):
     def forward(self, hidden):
         """hidden (N, C), usually only the masked positions -> logits (N, V)."""
         return self.decoder(self.norm(F.gelu(self.dense(hidden))))
+
+
+class ReplacedTokenHead(nn.Module):
+    """dense -> GELU -> one logit per token, "was this token replaced?" (ELECTRA's discriminator head)."""
+
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.logit = nn.Linear(c.hidden_size, 1)
+        for linear in (self.dense, self.logit):
+            nn.init.normal_(linear.weight, std=c.initializer_range)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, hidden):
+        """hidden (B, T, C) -> logits (B, T)."""
+        return self.logit(F.gelu(self.dense(hidden))).squeeze(-1)

@@ -41,9 +41,34 @@ class RelativePositionBias(nn.Module):
         return self.table(buckets).permute(0, 3, 1, 2).to(q.dtype)  # (B, H, T, T)
 
 
+class GatedRelativePositionBias(nn.Module):
+    """XLM-E §3.3: the relative bias d_{i-j} rescaled per query by two GRU-like gates read from q_i.
+
+    g_update, g_reset = σ(q_i·u), σ(q_i·v)
+    r_{i-j} = d_{i-j} + g_update·d_{i-j} + (1 - g_update)·w·g_reset·d_{i-j}
+    u, v ∈ R^{d_k} are shared by the heads; w is learned per head, as d is (the WavLM/UniLM implementation
+    of the same gates keeps one w per head, initialised to 1).
+    """
+
+    def __init__(self, num_heads: int, head_size: int, num_buckets: int = 32, max_distance: int = 128):
+        super().__init__()
+        self.relative = RelativePositionBias(num_heads, num_buckets, max_distance)  # d_{i-j}
+        self.gates = nn.Linear(head_size, 2, bias=False)  # the columns are u and v
+        self.w = nn.Parameter(torch.ones(num_heads))  # 1-D: no weight decay, like other gains
+
+    def forward(self, q: torch.Tensor, relative_positions: torch.Tensor) -> torch.Tensor:
+        d = self.relative(q, relative_positions)  # (B, H, T, T)
+        update, reset = torch.sigmoid(self.gates(q)).unbind(-1)  # 2 x (B, H, T): one value per query i
+        scale = 1 + update + (1 - update) * self.w[:, None] * reset  # (B, H, T)
+        return scale[..., None].to(d.dtype) * d  # (B, H, T, T)
+
+
 # An explicit registry: config name -> constructor taking the EncoderConfig.
 POSITION_BIASES = {
     "relative": lambda c: RelativePositionBias(c.num_heads, c.relative_buckets, c.relative_max_distance),
+    "gated_relative": lambda c: GatedRelativePositionBias(
+        c.num_heads, c.hidden_size // c.num_heads, c.relative_buckets, c.relative_max_distance
+    ),
 }
 
 

@@ -8,6 +8,7 @@ from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
 from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
+from polyalign.objectives.rtd import MRTD, TRTD
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
 
@@ -15,6 +16,8 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
     "dwa": DWA,
+    "mrtd": MRTD,
+    "trtd": TRTD,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]

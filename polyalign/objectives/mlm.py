@@ -30,6 +30,12 @@ ACCURACY_SAMPLE = 512
 def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
     """Cross-entropy of the MLM head, computed only at labelled positions. Returns (loss, accuracy, count);
     accuracy is measured on the first ACCURACY_SAMPLE targets."""
+    return masked_lm_logits_and_loss(model, hidden, labels)[1:]
+
+
+def masked_lm_logits_and_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
+    """masked_lm_loss that also returns the (N, V) logits at the labelled positions, in row-major order
+    (an ELECTRA generator samples replacements from them): (logits, loss, accuracy, count)."""
     targets = labels != IGNORE
     gold = labels[targets]
     # The head runs only where there is a target; rows are padded to a fixed multiple (see pad_rows).
@@ -40,7 +46,7 @@ def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: tor
         k = min(n, ACCURACY_SAMPLE)
         # fp32: a CPU argmax over bf16 is ~4x slower than converting first
         accuracy = (logits[:k].float().argmax(-1) == gold[:k]).float().mean()
-    return loss, accuracy, n
+    return logits[:n], loss, accuracy, n
 
 
 def masked_batch(layout: Layout, special, config: MLMConfig, rng: np.random.Generator) -> dict[str, torch.Tensor]:

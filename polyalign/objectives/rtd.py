@@ -1,0 +1,198 @@
+"""Replaced token detection, ELECTRA-style, on multilingual text (MRTD) and on translation pairs (TRTD)
+(XLM-E §2-3).
+
+A small generator (an Encoder with a third of the discriminator's layers and the same width, XLM-E Table 6)
+learns MLM on the masked input (Eq. 1; on a concatenated pair that is TLM, §3.1); tokens sampled from it
+replace the masked positions (Eqs. 2, 4); the model being trained, the discriminator, predicts for every
+token whether it was replaced (Eqs. 3, 5). Loss L_G + λ·L_D with λ = 50 (§4.1).
+
+MRTD and TRTD share one generator and one detection head (§3.2 trains one θ_G and one θ_D on all four
+losses): the first of them set up on a model builds these parts, the second finds them. Token embeddings are
+shared between generator and discriminator (ELECTRA §3.2); the generator's other parameters never see L_D,
+because sampling cuts the graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polyalign.data.masking import IGNORE
+from polyalign.flops import replaced_token_detection_flops
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.model.heads import ReplacedTokenHead
+from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
+from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_logits_and_loss
+from polyalign.objectives.tlm import TLM, TLMConfig
+
+
+@dataclass
+class RTDConfig(MLMConfig):
+    replace_probs: tuple[float, float, float] = (1.0, 0.0, 0.0)
+    """Generator input: every masked position becomes MASK (XLM-E §2, x^masked). Positions are chosen
+    uniformly (§3.1: span masking hurt), mask_prob 0.15 as in ELECTRA-Base (XLM-E Table 6 lists none)."""
+    discriminator_weight: float = 50.0
+    """λ in L_G + λ·L_D (XLM-E §4.1)."""
+    generator_layers: int = 0
+    """Generator depth; 0 = a third of the discriminator's layers (XLM-E Table 6: 4 of 12). Same width."""
+
+
+@dataclass
+class TRTDConfig(RTDConfig, TLMConfig):
+    style: str = "ppa"
+    """`ppa`: `<s> e </s> f </s>`, positions running on: "the translation pair as a single sentence" (XLM-E
+    §3.1), which keeps relative positions across the pair meaningful; `xlm`: positions restart at f."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The math, as pure functions
+
+
+def sample_replacements(logits: torch.Tensor) -> torch.Tensor:
+    """One token per row of (N, V) generator logits, drawn from softmax(logits) (Eq. 2). No gradient
+    flows through the draw."""
+    with torch.no_grad():
+        return torch.multinomial(torch.softmax(logits.detach().float(), dim=-1), 1).squeeze(1)  # (N,)
+
+
+def corrupt(original: torch.Tensor, masked: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+    """x^corrupt (Eqs. 2, 4): the samples at the masked positions (row-major order), the original elsewhere."""
+    corrupted = original.clone()
+    corrupted[masked] = samples
+    return corrupted
+
+
+def replaced_token_labels(original: torch.Tensor, corrupted: torch.Tensor) -> torch.Tensor:
+    """z_i of Eq. (3): 1 where the token differs from the original. A sampled token that equals the original
+    counts as original (ELECTRA §2)."""
+    return (corrupted != original).float()
+
+
+def detection_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor):
+    """Eqs. (3), (5): binary cross-entropy at every real token, averaged. Returns (loss, accuracy)."""
+    real = attention_mask.bool()
+    loss = F.binary_cross_entropy_with_logits(logits[real].float(), labels[real])
+    with torch.no_grad():
+        accuracy = ((logits[real] > 0).float() == labels[real]).float().mean()
+    return loss, accuracy
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The parts MRTD and TRTD share
+
+
+def generator_config(discriminator: EncoderConfig, layers: int = 0) -> EncoderConfig:
+    """The discriminator's config with fewer layers: `layers`, or a third of them (XLM-E Table 6)."""
+    return dataclasses.replace(discriminator, num_layers=layers or max(1, discriminator.num_layers // 3))
+
+
+class GeneratorAndHead(nn.Module):
+    """θ_G (a small MaskedLanguageModel whose token embeddings are the discriminator's) and the
+    discriminator's detection head."""
+
+    def __init__(self, model: MaskedLanguageModel, generator_layers: int = 0):
+        super().__init__()
+        self.generator = MaskedLanguageModel(generator_config(model.config, generator_layers))
+        shared = model.encoder.embeddings.word
+        self.generator.encoder.embeddings.word = shared  # ELECTRA §3.2: shared token embeddings
+        self.generator.lm_head.decoder.weight = shared.weight  # the generator's MLM head stays tied to them
+        self.detection_head = ReplacedTokenHead(model.config)
+
+
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # discriminator model -> its GeneratorAndHead
+
+
+def shared_parts(model: MaskedLanguageModel, generator_layers: int = 0) -> GeneratorAndHead:
+    """The model's GeneratorAndHead, built by the first objective that asks."""
+    parts = _SHARED.get(model)
+    if parts is None:
+        parts = _SHARED[model] = GeneratorAndHead(model, generator_layers)
+    expected = generator_config(model.config, generator_layers).num_layers
+    if parts.generator.config.num_layers != expected:
+        raise ValueError(
+            f"generator_layers: MRTD and TRTD share one generator, but one asks for {expected} layers and the "
+            f"other built {parts.generator.config.num_layers}; give both the same generator_layers"
+        )
+    return parts
+
+
+@dataclass
+class Detection:
+    """Everything one replaced-token-detection step computes (forward sums the losses)."""
+
+    generator_loss: torch.Tensor
+    generator_accuracy: torch.Tensor
+    discriminator_loss: torch.Tensor
+    discriminator_accuracy: torch.Tensor
+    original: torch.Tensor  # (B, T) ids before masking
+    corrupted: torch.Tensor  # (B, T) what the discriminator saw
+    replaced: torch.Tensor  # (B, T) 1.0 where corrupted != original
+    masked_count: int
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The objectives
+
+
+class ReplacedTokenDetection(Objective):
+    """The shared core. MRTD and TRTD differ only in their data: their make_batch is MLM's and TLM's."""
+
+    def __init__(self, config, special, model_config: EncoderConfig):
+        super().__init__(config, special, model_config)
+        self.parts: GeneratorAndHead | None = None
+
+    def setup(self, model: MaskedLanguageModel) -> None:
+        self.parts = shared_parts(model, self.config.generator_layers)
+
+    def detect(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> Detection:
+        if self.parts is None:
+            raise RuntimeError(f"{type(self).__name__}: call setup(model) before training")
+        generator, inputs, labels = self.parts.generator, model_inputs(batch), batch["labels"]
+        # 1) generator: MLM on the masked text or pair (Eq. 1 / the TRTD generator loss)
+        hidden = generator(**inputs).last_hidden_state
+        logits, generator_loss, generator_accuracy, n = masked_lm_logits_and_loss(generator, hidden, labels)
+        # 2) corrupt the masked positions with the generator's samples (Eqs. 2, 4)
+        masked = labels != IGNORE
+        original = torch.where(masked, labels, batch["input_ids"])
+        corrupted = corrupt(original, masked, sample_replacements(logits))
+        replaced = replaced_token_labels(original, corrupted)
+        # 3) discriminator: the model being trained, on the corrupted input (Eqs. 3, 5)
+        disc_hidden = model(**{**inputs, "input_ids": corrupted}).last_hidden_state  # (B, T, C)
+        disc_loss, disc_accuracy = detection_loss(
+            self.parts.detection_head(disc_hidden), replaced, batch["attention_mask"]
+        )
+        return Detection(generator_loss, generator_accuracy, disc_loss, disc_accuracy, original, corrupted, replaced, n)
+
+    def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        d = self.detect(model, batch)
+        loss = d.generator_loss + self.config.discriminator_weight * d.discriminator_loss  # L_G + λ·L_D
+        real = batch["attention_mask"].bool()
+        metrics = {
+            "generator_loss": d.generator_loss,
+            "generator_accuracy": d.generator_accuracy,
+            "discriminator_loss": d.discriminator_loss,
+            "discriminator_accuracy": d.discriminator_accuracy,
+            "replaced": d.replaced[real].mean(),
+        }
+        B, T = batch["input_ids"].shape
+        flops = replaced_token_detection_flops(self.parts.generator.config, model.config, B, T, d.masked_count)
+        return ObjectiveOutput(loss, metrics, flops)
+
+
+class MRTD(ReplacedTokenDetection, MLM):
+    """Multilingual replaced token detection (XLM-E §3.1) on monolingual text."""
+
+    stream = "mono"
+    Config = RTDConfig
+
+
+class TRTD(ReplacedTokenDetection, TLM):
+    """Translation replaced token detection (XLM-E §3.1) on concatenated translation pairs."""
+
+    stream = "parallel"
+    Config = TRTDConfig

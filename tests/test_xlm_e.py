@@ -1,0 +1,232 @@
+"""XLM-E: gated relative position bias, replaced token detection (MRTD, TRTD), FLOPs accounting, recipes."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from polyalign.checkpoint import checkpoint_dirs, load_model
+from polyalign.config import load_recipe
+from polyalign.data.streams import MonoBatch, ParallelBatch
+from polyalign.flops import replaced_token_detection_flops
+from polyalign.model import Encoder, MaskedLanguageModel
+from polyalign.model.position_bias import GatedRelativePositionBias, RelativePositionBias
+from polyalign.objectives import OBJECTIVES
+from polyalign.objectives.rtd import corrupt, replaced_token_labels
+from polyalign.tokenizer import SpecialTokens
+from polyalign.train import load_run_recipe, pretrain
+from tests.conftest import tiny_config, tiny_recipe_overrides
+
+SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
+
+
+def build(name: str, config=None, **settings):
+    """A tiny discriminator (3 layers, so the default generator has 1) and a set-up objective."""
+    torch.manual_seed(0)
+    config = config or tiny_config(num_layers=3)
+    model = MaskedLanguageModel(config)
+    objective = OBJECTIVES[name](OBJECTIVES[name].Config(**settings), SP, config)
+    objective.setup(model)
+    return model, objective
+
+
+def mono_batch(objective, seed=0, n=6, length=12, vocab=(5, 99)):
+    rng = np.random.default_rng(seed)
+    sentences = [rng.integers(*vocab, size=int(rng.integers(4, length))) for _ in range(n)]
+    return objective.make_batch(MonoBatch(sentences, np.zeros(n, dtype=np.int64)), rng)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gated relative position bias (XLM-E §3.3)
+
+
+def test_gated_bias_equals_the_plain_relative_bias_when_its_gates_are_held_constant():
+    torch.manual_seed(0)
+    H, hs, T = 4, 8, 9
+    plain, gated = RelativePositionBias(H), GatedRelativePositionBias(H, hs)
+    gated.relative.table.weight.data.copy_(plain.table.weight.data)
+    relative = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).expand(2, T, T)
+    q = torch.randn(2, H, T, hs)
+    with torch.no_grad():
+        gated.gates.weight.zero_()  # u = v = 0: both gates are σ(0) = 1/2 whatever the query
+        gated.w.fill_(-2.0)  # r = d·(1 + 1/2 + (1 - 1/2)·w·1/2) = d when w = -2
+        torch.testing.assert_close(gated(q, relative), plain(q, relative))
+        gated.w.fill_(1.0)  # any constant gates give a constant multiple of d: here 1.75
+        torch.testing.assert_close(gated(q, relative), 1.75 * plain(q, relative))
+        gated.gates.weight.normal_()  # gates that read q: the bias now depends on the content
+        assert not torch.allclose(gated(q, relative), gated(torch.randn_like(q), relative))
+
+
+def test_encoder_with_constant_gates_matches_the_encoder_with_plain_relative_bias():
+    torch.manual_seed(0)
+    plain = Encoder(tiny_config(position_bias="relative")).eval()
+    gated = Encoder(tiny_config(position_bias="gated_relative")).eval()
+    state = {k.replace("position_bias.table", "position_bias.relative.table"): v for k, v in plain.state_dict().items()}
+    missing, unexpected = gated.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.endswith(("gates.weight", ".w")) for k in missing)
+    for layer in gated.layers:
+        layer.attention.position_bias.gates.weight.data.zero_()
+        layer.attention.position_bias.w.data.fill_(-2.0)
+    ids = torch.randint(5, 99, (2, 10))
+    torch.testing.assert_close(gated(ids).last_hidden_state, plain(ids).last_hidden_state)
+
+
+def test_gated_bias_keeps_blocked_keys_out_of_reach():
+    torch.manual_seed(0)
+    enc = Encoder(tiny_config(position_bias="gated_relative")).eval()
+    ids = torch.randint(5, 99, (1, 8))
+    mask = torch.zeros(1, 8, 8, dtype=torch.bool)
+    mask[0, :4, :4] = mask[0, 4:, 4:] = True  # two blocks that cannot see each other
+    changed = ids.clone()
+    changed[0, 4:] = torch.randint(5, 99, (4,))
+    a, b = enc(ids, attention_mask=mask).last_hidden_state, enc(changed, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(a[0, :4], b[0, :4])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Replaced token detection
+
+
+def test_labels_mark_a_position_replaced_only_when_the_sampled_token_differs():
+    original = torch.tensor([[0, 7, 8, 9, 2, 1]])
+    masked = torch.tensor([[False, True, True, False, False, False]])
+    corrupted = corrupt(original, masked, torch.tensor([7, 5]))  # position 1 sampled its own token back
+    assert corrupted.tolist() == [[0, 7, 5, 9, 2, 1]]
+    assert replaced_token_labels(original, corrupted).tolist() == [[0, 0, 1, 0, 0, 0]]
+
+
+def test_replaced_labels_in_a_training_step_are_exactly_the_changed_positions():
+    model, objective = build("mrtd")
+    # Sentences of tokens 10 and 11 only, and a generator that mostly proposes 10: many masked 10s are
+    # sampled back unchanged (label 0), masked 11s are mostly replaced (label 1).
+    objective.parts.generator.lm_head.decoder.bias.data[10] = 8.0
+    batch = mono_batch(objective, n=40, length=30, vocab=(10, 12))
+    d = objective.detect(model, batch)
+    masked = batch["labels"] != -100
+    real = batch["attention_mask"]
+    assert torch.equal(d.replaced.bool(), d.corrupted != d.original)
+    assert torch.equal(d.corrupted[~masked], d.original[~masked])  # only masked positions can change
+    sampled_back = masked & (d.corrupted == d.original)
+    assert sampled_back.sum() > 10 and not d.replaced[sampled_back].any()
+    assert (masked & (d.corrupted != d.original)).sum() > 10
+    assert torch.equal(d.original[real], torch.where(masked, batch["labels"], batch["input_ids"])[real])
+
+
+def test_discriminator_loss_sends_no_gradient_to_the_generator():
+    model, objective = build("mrtd")
+    generator = objective.parts.generator
+    shared = model.encoder.embeddings.word.weight
+    assert generator.encoder.embeddings.word.weight is shared and generator.lm_head.decoder.weight is shared
+    d = objective.detect(model, mono_batch(objective))
+    d.discriminator_loss.backward(retain_graph=True)
+    own = [(n, p) for n, p in generator.named_parameters() if p is not shared]
+    assert own and all(p.grad is None or not p.grad.any() for _, p in own)
+    assert shared.grad.abs().sum() > 0  # token embeddings are shared with the discriminator by design
+    assert model.encoder.layers[0].attention.qkv.weight.grad.abs().sum() > 0
+    d.generator_loss.backward()  # and the generator does learn from its own loss
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in own if "layers.0." in n)
+
+
+def test_loss_is_generator_loss_plus_lambda_times_discriminator_loss():
+    outputs, head_grads = {}, {}
+    for weight in (1.0, 50.0):
+        model, objective = build("mrtd", discriminator_weight=weight)
+        batch = mono_batch(objective)
+        torch.manual_seed(1)  # the same generator samples in both runs
+        out = objective(model, batch)
+        out.loss.backward()
+        outputs[weight] = out
+        head_grads[weight] = objective.parts.detection_head.logit.weight.grad.clone()
+    a, b = outputs[1.0], outputs[50.0]
+    assert a.metrics["discriminator_loss"] == b.metrics["discriminator_loss"]
+    torch.testing.assert_close(b.loss, b.metrics["generator_loss"] + 50.0 * b.metrics["discriminator_loss"])
+    torch.testing.assert_close(a.loss, a.metrics["generator_loss"] + a.metrics["discriminator_loss"])
+    torch.testing.assert_close(head_grads[50.0], 50.0 * head_grads[1.0])  # the head only sees λ·L_D
+
+
+def test_mrtd_and_trtd_share_one_generator_and_detection_head():
+    torch.manual_seed(0)
+    config = tiny_config(num_layers=3)
+    model = MaskedLanguageModel(config)
+    mrtd = OBJECTIVES["mrtd"](OBJECTIVES["mrtd"].Config(), SP, config)
+    trtd = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(), SP, config)
+    mrtd.setup(model)
+    trtd.setup(model)
+    assert mrtd.parts is trtd.parts and mrtd.parts.generator.config.num_layers == 1
+    rng = np.random.default_rng(0)
+    pairs = ParallelBatch(
+        [rng.integers(5, 99, size=6) for _ in range(3)],
+        [rng.integers(5, 99, size=5) for _ in range(3)],
+        np.zeros(3, dtype=np.int64),
+        np.ones(3, dtype=np.int64),
+    )
+    batch = trtd.make_batch(pairs, rng)
+    assert batch["input_ids"].shape[1] == 6 + 5 + 3  # <s> e </s> f </s>: the pair as one sentence
+    out = trtd(model, batch)
+    assert torch.isfinite(out.loss) and out.metrics["replaced"] > 0
+    other = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_layers=2), SP, config)
+    with pytest.raises(ValueError, match="share one generator"):
+        other.setup(model)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# FLOPs
+
+
+def test_flops_match_a_hand_count():
+    # Discriminator: hidden 32, 3 layers, FFN 37, vocabulary 99; generator: 1 layer. Batch 2 x 7, 3 masked.
+    # One layer on 14 tokens: 14·2·(4·32·32 + 2·32·37) = 180,992 matmul FLOPs + attention 4·2·7·7·32 = 12,544.
+    layer = 180_992 + 12_544
+    generator = layer + 3 * 2 * (32 * 32 + 32 * 99)  # its MLM head at the 3 masked tokens
+    discriminator = 3 * layer + 14 * 2 * (32 * 32 + 32)  # its detection head at all 14 positions
+    hand = 3 * (generator + discriminator)  # forward + backward: 3·(218,688 + 610,176)
+    config = tiny_config(num_layers=3)
+    assert replaced_token_detection_flops(tiny_config(num_layers=1), config, 2, 7, 3) == hand == 2_486_592
+    # Gated relative position bias adds q·u and q·v: 14 tokens · 2·32·2 FLOPs per layer, 4 layers in all.
+    gated = tiny_config(num_layers=3, position_bias="gated_relative")
+    gated_generator = tiny_config(num_layers=1, position_bias="gated_relative")
+    assert replaced_token_detection_flops(gated_generator, gated, 2, 7, 3) == hand + 3 * 4 * 14 * 128
+    # The objective reports exactly this count for the batch it trained on.
+    model, objective = build("mrtd")
+    rng = np.random.default_rng(0)
+    batch = objective.make_batch(MonoBatch([rng.integers(5, 99, size=5) for _ in range(2)], np.zeros(2)), rng)
+    assert tuple(batch["input_ids"].shape) == (2, 7)
+    masked = int((batch["labels"] != -100).sum())
+    out = objective(model, batch)
+    assert out.flops == replaced_token_detection_flops(tiny_config(num_layers=1), config, 2, 7, masked)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recipes
+
+
+def metrics(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_xlm_e_recipe_trains_exports_the_discriminator_and_resumes_exactly(sample_prepared, tmp_path):
+    overrides = tiny_recipe_overrides(sample_prepared, steps=4) + ["model.num_layers=3", "trainer.save_every=100"]
+    pretrain(load_recipe("xlm-e", overrides), tmp_path / "straight", progress=False)
+    pretrain(load_recipe("xlm-e", overrides + ["trainer.stop_at=2"]), tmp_path / "paused", progress=False)
+    pretrain(
+        load_run_recipe(tmp_path / "paused", ["trainer.stop_at=0"]), tmp_path / "paused", resume=True, progress=False
+    )
+    straight, resumed = metrics(tmp_path / "straight"), metrics(tmp_path / "paused")
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]  # shared weights restored exactly
+    assert {"mrtd/discriminator_loss", "trtd/generator_loss", "trtd/replaced"} <= set(straight[0])
+    flops = [r["flops"] for r in straight]
+    assert flops[0] > 0 and all(b > a for a, b in zip(flops, flops[1:], strict=False))
+    loaded = load_model(tmp_path / "straight")
+    assert loaded.model.config.position_bias == "gated_relative" and loaded.model.config.num_layers == 3
+    exported = load_file(checkpoint_dirs(tmp_path / "straight")[-1] / "model.safetensors")
+    assert not any("generator" in k or "detection" in k for k in exported)  # the discriminator only
+
+
+def test_xlm_e_mono_recipe_trains_two_steps(sample_prepared, tmp_path):
+    recipe = load_recipe("xlm-e-mono", tiny_recipe_overrides(sample_prepared, steps=2))
+    pretrain(recipe, tmp_path / "run", progress=False)
+    records = metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == [1, 2] and "trtd/generator_loss" not in records[0]
+    assert all(np.isfinite(r["mrtd/discriminator_loss"]) for r in records)
