@@ -100,6 +100,10 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
             raise DataError(f"{recipe.init_from}: weights the new config has no place for: {unexpected[:5]}")
         if missing:
             print(f"note: newly initialised parameters not in {recipe.init_from}: {_summarise(missing)}")
+        if "encoder.embeddings.language.weight" in missing:
+            # Language embeddings added to a model trained without them start at zero, so the continued model
+            # computes exactly what the checkpoint did (ERNIE-M §3.2 starts from XLM-R, which has none).
+            nn.init.zeros_(model.encoder.embeddings.language.weight)
         # Language embeddings are looked up by code, so keep the checkpoint's order when it has them.
         return model, (loaded.languages or languages)
     config = EncoderConfig.from_dict({**overrides, "vocab_size": sp.vocab_size, "pad_token_id": sp.pad})
@@ -236,7 +240,9 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     names = [o.name for o in recipe.objectives]
     if len(set(names)) != len(names):
         raise DataError(f"recipe {recipe.name}: each objective may appear once, got {names}")
-    objectives = {o.name: build_objective(o.name, o.config, tokenizer.special, model.config) for o in recipe.objectives}
+    objectives = {
+        o.name: build_objective(o.name, o.config, tokenizer.special, model.config, languages) for o in recipe.objectives
+    }
     for objective in objectives.values():
         objective.setup(model)
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)

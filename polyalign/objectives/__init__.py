@@ -6,6 +6,8 @@ import dataclasses
 
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
+from polyalign.objectives.btmlm import BTMLM
+from polyalign.objectives.camlm import CAMLM
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
@@ -13,12 +15,16 @@ from polyalign.tokenizer import SpecialTokens
 OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
+    "camlm": CAMLM,
+    "btmlm": BTMLM,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
 
 
-def build_objective(name: str, config: dict, special: SpecialTokens, model_config: EncoderConfig) -> Objective:
+def build_objective(
+    name: str, config: dict, special: SpecialTokens, model_config: EncoderConfig, languages: list[str] | None = None
+) -> Objective:
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
     cls = OBJECTIVES[name]
@@ -26,4 +32,4 @@ def build_objective(name: str, config: dict, special: SpecialTokens, model_confi
     unknown = set(config) - known
     if unknown:
         raise ValueError(f"objective {name}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
-    return cls(cls.Config(**config), special, model_config)
+    return cls(cls.Config(**config), special, model_config, languages)
