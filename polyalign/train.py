@@ -343,7 +343,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             dist.barrier()
 
     # 3) the loop
-    window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "n": 0}
+    window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "counts": {}, "n": 0}
     saved_at = step
     while step < cfg.max_steps:
         if cfg.max_minutes and counters["seconds"] >= cfg.max_minutes * 60:
@@ -390,13 +390,14 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         window["n"] += 1
         for k, v in step_metrics.items():
             window["metrics"][k] = window["metrics"].get(k, 0.0) + v
+            window["counts"][k] = window["counts"].get(k, 0) + 1  # steps it was active (start_step, every)
 
         if rank == 0 and (step % cfg.log_every == 0 or step == cfg.max_steps):
             n = window["n"]
             record = {
                 "step": step,
                 "loss": window["loss"] / n,
-                **{k: v / n for k, v in window["metrics"].items()},
+                **{k: v / window["counts"][k] for k, v in window["metrics"].items()},
                 "lr": scheduler.get_last_lr()[0],
                 "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
                 "tokens": counters["tokens"],
@@ -410,7 +411,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             log.write(record)
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "n": 0}
+            window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "counts": {}, "n": 0}
         if bar is not None:
             bar.update(1)
         if step % cfg.save_every == 0:

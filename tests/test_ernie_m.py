@@ -8,6 +8,7 @@ import torch
 
 from polyalign.checkpoint import save_model_folder
 from polyalign.config import load_recipe
+from polyalign.data.layout import sentence_layout
 from polyalign.data.masking import IGNORE
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
@@ -18,12 +19,12 @@ from polyalign.objectives.btmlm import (
     BTMLM,
     PLACEHOLDER,
     BTMLMConfig,
+    append_placeholders,
     generation_attention_mask,
     placeholder_counts,
-    placeholder_layout,
 )
 from polyalign.objectives.camlm import CAMLM, CAMLMConfig, camlm_attention_mask
-from polyalign.objectives.mlm import masked_lm_loss
+from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import build_model, pretrain
 from tests.conftest import tiny_config, tiny_recipe_overrides
@@ -111,7 +112,8 @@ def test_camlm_two_views_mask_one_side_each_and_the_loss_trains_the_encoder():
 
 
 def test_placeholders_continue_positions_with_the_target_language():
-    out = placeholder_layout([np.array([10, 11, 12]), np.array([20])], np.array([0, 1]), np.array([2, 3]), [2, 1], SP)
+    base = sentence_layout([np.array([10, 11, 12]), np.array([20])], np.array([0, 1]), SP)
+    out = append_placeholders(base, np.array([2, 3]), np.array([2, 1]), SP)
     assert out.input_ids.tolist() == [[0, 10, 11, 12, 2, 4, 4], [0, 20, 2, 4, 1, 1, 1]]
     assert out.position_ids[0].tolist() == list(range(7)) and out.position_ids[1, :4].tolist() == [0, 1, 2, 3]
     assert out.language_ids[0].tolist() == [0] * 5 + [2] * 2 and out.language_ids[1, :4].tolist() == [1, 1, 1, 3]
@@ -124,7 +126,8 @@ def test_placeholders_continue_positions_with_the_target_language():
 def test_a_placeholder_sees_only_the_sentence_and_itself():
     torch.manual_seed(0)
     model = MaskedLanguageModel(tiny_config(num_languages=4)).eval()
-    layout = placeholder_layout([np.arange(10, 17), np.arange(30, 34)], np.array([0, 1]), np.array([2, 3]), [4, 2], SP)
+    base = sentence_layout([np.arange(10, 17), np.arange(30, 34)], np.array([0, 1]), SP)
+    layout = append_placeholders(base, np.array([2, 3]), np.array([4, 2]), SP)
     batch = layout.tensors()
     mask = generation_attention_mask(batch["segment"])
     placeholder = batch["segment"] == PLACEHOLDER
@@ -193,6 +196,22 @@ def test_stage_two_reads_the_pseudo_tokens_and_no_gradient_reaches_stage_one():
     assert out.metrics["perplexity"] == pytest.approx(float(torch.exp(out.loss.detach())), rel=1e-5)
 
 
+def test_btmlm_stage_two_masks_like_mlm_and_without_placeholders_is_mlm():
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(num_languages=3)).eval()
+    rng = np.random.default_rng(0)
+    raw = MonoBatch([rng.integers(5, 99, n) for n in (8, 5, 11)], np.array([0, 1, 2]))
+    mlm_batch = MLM(MLMConfig(), SP, model.config).make_batch(raw, np.random.default_rng(1))
+    for ratio in (0.0, 0.2):
+        batch = BTMLM(BTMLMConfig(pseudo_ratio=ratio), SP, model.config).make_batch(raw, np.random.default_rng(1))
+        T0 = mlm_batch["labels"].shape[1]
+        assert torch.equal(batch["labels"][:, :T0], mlm_batch["labels"])  # the same targets at every ratio
+        assert (batch["labels"][:, T0:] == IGNORE).all()
+    no_placeholders = BTMLM(BTMLMConfig(pseudo_ratio=0.0), SP, model.config)
+    btmlm = no_placeholders(model, no_placeholders.make_batch(raw, np.random.default_rng(1)))
+    torch.testing.assert_close(btmlm.loss, MLM(MLMConfig(), SP, model.config)(model, mlm_batch).loss)
+
+
 def test_btmlm_needs_language_embeddings_and_known_target_languages():
     with pytest.raises(DataError, match="num_languages: auto"):
         BTMLM(BTMLMConfig(), SP, tiny_config())
@@ -239,3 +258,8 @@ def test_ernie_m_recipe_runs_both_stages(sample_prepared, tmp_path):
         assert np.isfinite(first[f"{name}/loss"]) and np.isfinite(second[f"{name}/loss"])
     assert "btmlm/loss" not in first  # stage 1: MLM + TLM + CAMLM
     assert np.isfinite(second["btmlm/loss"]) and second["btmlm/perplexity"] > 1  # stage 2 adds BTMLM
+    # One logging window over both steps: BTMLM's metrics average over the one step it trained, not two.
+    pretrain(load_recipe("ernie-m", [*overrides, "trainer.log_every=2"]), tmp_path / "window", progress=False)
+    (both,) = map(json.loads, (tmp_path / "window" / "metrics.jsonl").read_text().splitlines())
+    assert both["btmlm/loss"] == pytest.approx(second["btmlm/loss"], rel=1e-5)
+    assert both["mlm/loss"] == pytest.approx((first["mlm/loss"] + second["mlm/loss"]) / 2, rel=1e-5)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from polyalign.data.layout import Layout, sentence_layout
+from polyalign.data.masking import IGNORE
 from polyalign.data.streams import MonoBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.io import DataError
@@ -55,15 +56,11 @@ def placeholder_counts(lengths: np.ndarray, ratio: float) -> np.ndarray:
     return np.maximum(1, np.rint(ratio * lengths)).astype(np.int64)
 
 
-def placeholder_layout(
-    sentences: list[np.ndarray], languages: np.ndarray, targets: np.ndarray, counts: np.ndarray, sp: SpecialTokens
-) -> Layout:
-    """`<s> x </s>` then counts[b] MASK placeholders with language targets[b] and positions running on;
-    placeholders have segment PLACEHOLDER and are not maskable."""
-    base = sentence_layout(sentences, languages, sp)
-    used = base.attention_mask.sum(1)  # (B,) <s> x </s>
-    T = int((used + counts).max())
-    grow = ((0, 0), (0, T - base.input_ids.shape[1]))
+def append_placeholders(base: Layout, targets: np.ndarray, counts: np.ndarray, sp: SpecialTokens) -> Layout:
+    """After each row's `<s> x </s>`, counts[b] MASK placeholders with language targets[b] and positions
+    running on; they have segment PLACEHOLDER and are not maskable. Returns a wider copy of `base`."""
+    used = base.attention_mask.sum(1)  # (B,) real tokens of each row
+    grow = ((0, 0), (0, int((used + counts).max()) - base.input_ids.shape[1]))
     out = Layout(
         input_ids=np.pad(base.input_ids, grow, constant_values=sp.pad),
         attention_mask=np.pad(base.attention_mask, grow),
@@ -124,12 +121,19 @@ class BTMLM(Objective):
         return out
 
     def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        lengths = np.array([len(s) for s in raw.sentences])
+        base = sentence_layout(raw.sentences, raw.languages, self.special)
+        # Stage-2 masking is drawn on the sentence alone, so it is MLM's exactly, whatever the ratio.
+        masked = masked_batch(base, self.special, self.config, rng)  # (B, T0)
         targets = self.draw_targets(raw.languages, rng)
-        counts = placeholder_counts(lengths, self.config.pseudo_ratio)
-        layout = placeholder_layout(raw.sentences, raw.languages, targets, counts, self.special)
-        batch = masked_batch(layout, self.special, self.config, rng)  # stage 2: only sentence tokens masked
-        batch["generation_ids"] = torch.from_numpy(layout.input_ids)  # stage 1: the unmasked sentence
+        counts = placeholder_counts(np.array([len(s) for s in raw.sentences]), self.config.pseudo_ratio)
+        batch = append_placeholders(base, targets, counts, self.special).tensors()  # (B, T)
+        batch["generation_ids"] = batch["input_ids"]  # stage 1 reads the unmasked sentence
+        T0 = base.input_ids.shape[1]
+        sentence = torch.from_numpy(base.attention_mask)  # (B, T0); placeholders of short rows fall in here too
+        batch["input_ids"] = batch["input_ids"].clone()
+        batch["input_ids"][:, :T0] = torch.where(sentence, masked["input_ids"], batch["input_ids"][:, :T0])
+        batch["labels"] = torch.full_like(batch["input_ids"], IGNORE)
+        batch["labels"][:, :T0] = masked["labels"]
         return batch
 
     @torch.no_grad()
