@@ -215,8 +215,9 @@ def test_btmlm_stage_two_masks_like_mlm_and_without_placeholders_is_mlm():
 def test_btmlm_needs_language_embeddings_and_known_target_languages():
     with pytest.raises(DataError, match="num_languages: auto"):
         BTMLM(BTMLMConfig(), SP, tiny_config())
+    unknown = BTMLM(BTMLMConfig(target_languages=["xx"]), SP, tiny_config(num_languages=2), ["de", "en"])
     with pytest.raises(DataError, match=r"target_languages \['xx'\]"):
-        BTMLM(BTMLMConfig(target_languages=["xx"]), SP, tiny_config(num_languages=2), ["de", "en"])
+        unknown.setup(MaskedLanguageModel(tiny_config(num_languages=2)))
     only_en = BTMLM(BTMLMConfig(target_languages=["en"]), SP, tiny_config(num_languages=2), ["de", "en"])
     assert only_en.draw_targets(np.array([0, 1, 0]), np.random.default_rng(0)).tolist() == [1, 1, 1]
 

@@ -8,6 +8,7 @@ from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
 from polyalign.objectives.btmlm import BTMLM
 from polyalign.objectives.camlm import CAMLM
+from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
@@ -15,6 +16,7 @@ from polyalign.tokenizer import SpecialTokens
 OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
+    "dwa": DWA,
     "camlm": CAMLM,
     "btmlm": BTMLM,
 }
@@ -32,4 +34,6 @@ def build_objective(
     unknown = set(config) - known
     if unknown:
         raise ValueError(f"objective {name}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
-    return cls(cls.Config(**config), special, model_config, languages)
+    objective = cls(cls.Config(**config), special, model_config)
+    objective.languages = list(languages or [])  # set here, so subclasses need not pass it through __init__
+    return objective

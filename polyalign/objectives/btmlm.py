@@ -100,13 +100,16 @@ class BTMLM(Objective):
                 "objective btmlm: the model has no language embeddings to say which language to generate; "
                 "set model.num_languages: auto"
             )
-        self.target_ids = self._resolve_targets(config.target_languages)
 
-    def _resolve_targets(self, codes: list[str] | None) -> np.ndarray:
+    def setup(self, model: MaskedLanguageModel) -> None:
+        self.target_ids()  # unknown target languages fail before training starts
+
+    def target_ids(self) -> np.ndarray:
+        """Language-embedding indices of the configured target languages."""
+        codes = self.config.target_languages
         if codes is None:
             return np.arange(self.model_config.num_languages)
-        unknown = [c for c in codes if c not in self.languages]
-        if unknown or not codes:
+        if not codes or any(c not in self.languages for c in codes):
             raise DataError(
                 f"objective btmlm: target_languages {codes} are not languages of the model {self.languages}"
             )
@@ -114,10 +117,10 @@ class BTMLM(Objective):
 
     def draw_targets(self, languages: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One target language per sentence, uniformly among the configured ones other than its own."""
-        out = np.empty_like(languages)
+        targets, out = self.target_ids(), np.empty_like(languages)
         for b, own in enumerate(languages):
-            choices = self.target_ids[self.target_ids != own]
-            out[b] = rng.choice(choices if len(choices) else self.target_ids)
+            choices = targets[targets != own]
+            out[b] = rng.choice(choices if len(choices) else targets)
         return out
 
     def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
