@@ -12,9 +12,12 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # this checkout's polyalign, also for bench/*.py
 PY=${PY:-.venv/bin/python}
 PA="$PY -m polyalign.cli"
-STEPS=${STEPS:-100}
-TOKENS=${TOKENS:-4096}
-PPL_STEPS=${PPL_STEPS:-40}
+# Sized for the shared 2-core machine (about 50 locked minutes in all): short continuations, small batches.
+STEPS=${STEPS:-40}
+TOKENS=${TOKENS:-2048}
+LR=${LR:-2e-4}  # ERNIE-M Table 10 (BASE)
+PPL_STEPS=${PPL_STEPS:-20}
+PPL_SENTENCES=${PPL_SENTENCES:-20}  # held-out XNLI dev premises per language
 SET=${SET:-}  # extra pretrain options for every run, e.g. "--set model.hidden_size=32" for a dry run
 W=${W:-bench/work}
 DATA=${DATA:-$W/prepared-xnli15}
@@ -42,7 +45,8 @@ for i in 1 2 3 4; do
   extra=()
   [ $i = 4 ] && extra=(--set objectives.2.start_step=$(( STEPS / 2 )))
   [ -d $run ] || $PA pretrain ernie-m-exp$i --data $DATA --init-from $INIT --run-dir $run --no-progress \
-    --set trainer.max_steps=$STEPS --set trainer.warmup_steps=$(( STEPS / 10 )) --set trainer.log_every=10 \
+    --set trainer.max_steps=$STEPS --set trainer.warmup_steps=$(( STEPS / 10 )) --set trainer.lr=$LR \
+    --set trainer.log_every=5 \
     --set trainer.save_every=$STEPS --set data.mono.max_tokens=$TOKENS --set data.parallel.max_tokens=$TOKENS \
     "${extra[@]}" $SET
   evaluate exp$i $run
@@ -52,9 +56,11 @@ done
 for r in 0.05 0.10 0.15 0.20; do
   run=$W/runs/ernie-m-ratio-$r
   [ -d $run ] || $PA pretrain bench/ernie-m-btmlm.yaml --data $DATA --init-from $W/runs/ernie-m-exp3 \
-    --run-dir $run --no-progress --set objectives.0.config.pseudo_ratio=$r --set trainer.max_steps=$PPL_STEPS $SET
+    --run-dir $run --no-progress --set objectives.0.config.pseudo_ratio=$r --set trainer.max_steps=$PPL_STEPS \
+    --set trainer.warmup_steps=$(( PPL_STEPS / 10 )) --set trainer.lr=$LR --set trainer.log_every=2 \
+    --set data.mono.max_tokens=$TOKENS $SET
 done
 [ -f $OUT/perplexity.json ] || $PY bench/ernie_m_perplexity.py --xnli $EVAL/xnli --out $OUT/perplexity.json \
-  --model exp3=$W/runs/ernie-m-exp3 --model exp4=$W/runs/ernie-m-exp4 \
+  --per-language $PPL_SENTENCES --model exp3=$W/runs/ernie-m-exp3 \
   $(for r in 0.05 0.10 0.15 0.20; do echo --model ratio-$r=$W/runs/ernie-m-ratio-$r; done)
 $PY bench/ernie_m_report.py --runs $W/runs --results $OUT
