@@ -124,6 +124,10 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
             raise DataError(f"{recipe.init_from}: weights the new config has no place for: {unexpected[:5]}")
         if missing:
             print(f"note: newly initialised parameters not in {recipe.init_from}: {_summarise(missing)}")
+        if "encoder.embeddings.language.weight" in missing:
+            # Language embeddings added to a model trained without them start at zero, so the continued model
+            # computes exactly what the checkpoint did (ERNIE-M §3.2 starts from XLM-R, which has none).
+            nn.init.zeros_(model.encoder.embeddings.language.weight)
         # Language embeddings are looked up by code, so keep the checkpoint's order when it has them.
         return model, (loaded.languages or languages)
     config = EncoderConfig.from_dict({**overrides, "vocab_size": sp.vocab_size, "pad_token_id": sp.pad})
@@ -260,7 +264,9 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     names = [o.name for o in recipe.objectives]
     if len(set(names)) != len(names):
         raise DataError(f"recipe {recipe.name}: each objective may appear once, got {names}")
-    objectives = {o.name: build_objective(o.name, o.config, tokenizer.special, model.config) for o in recipe.objectives}
+    objectives = {
+        o.name: build_objective(o.name, o.config, tokenizer.special, model.config, languages) for o in recipe.objectives
+    }
     for objective in objectives.values():
         objective.setup(model)
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
@@ -362,7 +368,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             dist.barrier()
 
     # 3) the loop
-    window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "n": 0}
+    window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "counts": {}, "n": 0}
     saved_at = step
     while step < cfg.max_steps:
         if cfg.max_minutes and counters["seconds"] >= cfg.max_minutes * 60:
@@ -409,13 +415,14 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         window["n"] += 1
         for k, v in step_metrics.items():
             window["metrics"][k] = window["metrics"].get(k, 0.0) + v
+            window["counts"][k] = window["counts"].get(k, 0) + 1  # steps it was active (start_step, every)
 
         if rank == 0 and (step % cfg.log_every == 0 or step == cfg.max_steps):
             n = window["n"]
             record = {
                 "step": step,
                 "loss": window["loss"] / n,
-                **{k: v / n for k, v in window["metrics"].items()},
+                **{k: v / window["counts"][k] for k, v in window["metrics"].items()},
                 "lr": scheduler.get_last_lr()[0],
                 "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
                 "tokens": counters["tokens"],
@@ -429,7 +436,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             log.write(record)
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "n": 0}
+            window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "counts": {}, "n": 0}
         if bar is not None:
             bar.update(1)
         if step % cfg.save_every == 0:

@@ -6,6 +6,8 @@ import dataclasses
 
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
+from polyalign.objectives.btmlm import BTMLM
+from polyalign.objectives.camlm import CAMLM
 from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.rtd import MRTD, TRTD
@@ -18,12 +20,16 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "dwa": DWA,
     "mrtd": MRTD,
     "trtd": TRTD,
+    "camlm": CAMLM,
+    "btmlm": BTMLM,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
 
 
-def build_objective(name: str, config: dict, special: SpecialTokens, model_config: EncoderConfig) -> Objective:
+def build_objective(
+    name: str, config: dict, special: SpecialTokens, model_config: EncoderConfig, languages: list[str] | None = None
+) -> Objective:
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
     cls = OBJECTIVES[name]
@@ -31,4 +37,6 @@ def build_objective(name: str, config: dict, special: SpecialTokens, model_confi
     unknown = set(config) - known
     if unknown:
         raise ValueError(f"objective {name}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
-    return cls(cls.Config(**config), special, model_config)
+    objective = cls(cls.Config(**config), special, model_config)
+    objective.languages = list(languages or [])  # set here, so subclasses need not pass it through __init__
+    return objective

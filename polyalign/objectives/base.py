@@ -36,11 +36,13 @@ class Objective(nn.Module):
     stream: ClassVar[str] = "mono"  # which data stream feeds it: "mono" or "parallel"
     Config: ClassVar[type]
 
-    def __init__(self, config, special: SpecialTokens, model_config: EncoderConfig):
+    def __init__(self, config, special: SpecialTokens, model_config: EncoderConfig, languages: list[str] | None = None):
         super().__init__()
         self.config = config
         self.special = special
         self.model_config = model_config
+        self.languages = list(languages or [])
+        """Language codes in language-embedding order (empty when unknown), for objectives that pick languages."""
 
     @property
     def uses_languages(self) -> bool:

@@ -1,0 +1,266 @@
+"""ERNIE-M: CAMLM and BTMLM attention masks, pseudo-token generation, warm start, and the recipe."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from polyalign.checkpoint import save_model_folder
+from polyalign.config import load_recipe
+from polyalign.data.layout import sentence_layout
+from polyalign.data.masking import IGNORE
+from polyalign.data.prepare import PreparedData
+from polyalign.data.streams import MonoBatch, ParallelBatch
+from polyalign.io import DataError
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.objectives.base import model_inputs
+from polyalign.objectives.btmlm import (
+    BTMLM,
+    PLACEHOLDER,
+    BTMLMConfig,
+    append_placeholders,
+    generation_attention_mask,
+    placeholder_counts,
+)
+from polyalign.objectives.camlm import CAMLM, CAMLMConfig, camlm_attention_mask
+from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_loss
+from polyalign.tokenizer import SpecialTokens
+from polyalign.train import build_model, pretrain
+from tests.conftest import tiny_config, tiny_recipe_overrides
+
+SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
+
+
+def visible(mask: torch.Tensor, names: list[str]) -> dict[str, set[str]]:
+    """Row i of a (T, T) mask as the set of names query i may see."""
+    return {names[i]: {names[j] for j in range(len(names)) if mask[i, j]} for i in range(len(names))}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CAMLM
+
+
+def test_camlm_mask_reproduces_the_papers_worked_example():
+    # ERNIE-M Figure 1c: source x1 M2 x3, target y4 M5 M6 y7 (special tokens left out here).
+    names = ["x1", "x2", "x3", "y4", "y5", "y6", "y7"]
+    segment = torch.tensor([[0, 0, 0, 1, 1, 1, 1]])
+    source_view = torch.tensor([[0, 1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    target_view = torch.tensor([[0, 0, 0, 0, 1, 1, 0]], dtype=torch.bool)
+    # Two views (default): p(x2 | M2, y4, y5, y6, y7) and p(y5 | x1, x2, x3, M5, M6), exactly as printed.
+    assert visible(camlm_attention_mask(segment, source_view)[0], names)["x2"] == {"x2", "y4", "y5", "y6", "y7"}
+    rows = visible(camlm_attention_mask(segment, target_view)[0], names)
+    assert rows["y5"] == rows["y6"] == {"x1", "x2", "x3", "y5", "y6"}
+    assert rows["y4"] == {"y4", "y7"} and rows["x1"] == {"x1", "x2", "x3"}  # context stays in its sentence
+    # Joint masking: masks see only the other side's unmasked tokens, p(x_m | x / (M ∪ X_tgt)).
+    joint = visible(camlm_attention_mask(segment, source_view | target_view)[0], names)
+    assert joint["x2"] == {"x2", "y4", "y7"} and joint["y5"] == {"x1", "x3", "y5", "y6"}
+    alone = visible(camlm_attention_mask(segment, target_view, see_own_masks=False)[0], names)
+    assert alone["y5"] == {"x1", "x2", "x3", "y5"}
+
+
+def _pairs(n: int, seed: int) -> ParallelBatch:
+    rng = np.random.default_rng(seed)
+    src = [rng.integers(5, 99, rng.integers(4, 9)) for _ in range(n)]
+    tgt = [rng.integers(5, 99, rng.integers(4, 9)) for _ in range(n)]
+    return ParallelBatch(src, tgt, np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64))
+
+
+def _camlm_logits(model, batch, ids, see_own_masks):
+    mask = camlm_attention_mask(batch["segment"], batch["labels"] != IGNORE, see_own_masks)
+    return model.mlm_logits(
+        model(**{**model_inputs(batch), "input_ids": ids, "attention_mask": mask}).last_hidden_state
+    )
+
+
+@pytest.mark.parametrize("joint_masking,see_own_masks", [(False, True), (True, True), (True, False)])
+def test_camlm_masked_tokens_are_predicted_from_the_other_sentence_only(joint_masking, see_own_masks):
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(num_languages=2)).eval()
+    config = CAMLMConfig(mask_prob=0.3, joint_masking=joint_masking, see_own_masks=see_own_masks)
+    batch = CAMLM(config, SP, model.config).make_batch(_pairs(6, 0), np.random.default_rng(0))
+    ids, segment, predicted = batch["input_ids"], batch["segment"], batch["labels"] != IGNORE
+    assert (ids[predicted] == SP.mask).all()  # always MASK: a kept token would be its own answer
+    logits = _camlm_logits(model, batch, ids, see_own_masks)
+    for side in (0, 1):
+        # Change every token of one side except its MASK positions (specials included).
+        changed = ids.clone()
+        where = (segment == side) & ~predicted
+        changed[where] = torch.randint(5, 99, (int(where.sum()),))
+        after = _camlm_logits(model, batch, changed, see_own_masks)
+        own, other = predicted & (segment == side), predicted & (segment == 1 - side)
+        torch.testing.assert_close(after[own], logits[own], rtol=0, atol=1e-6)
+        assert not torch.allclose(after[other], logits[other], atol=1e-3)  # the other side reads it
+
+
+def test_camlm_two_views_mask_one_side_each_and_the_loss_trains_the_encoder():
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(num_languages=2))
+    camlm = CAMLM(CAMLMConfig(), SP, model.config)
+    batch = camlm.make_batch(_pairs(4, 1), np.random.default_rng(0))
+    predicted, segment = batch["labels"] != IGNORE, batch["segment"]
+    assert batch["input_ids"].shape[0] == 8
+    assert not (predicted[:4] & (segment[:4] == 1)).any() and not (predicted[4:] & (segment[4:] == 0)).any()
+    assert predicted[:4].any(1).all() and predicted[4:].any(1).all()
+    out = camlm(model, batch)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and model.encoder.layers[0].attention.qkv.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# BTMLM
+
+
+def test_placeholders_continue_positions_with_the_target_language():
+    base = sentence_layout([np.array([10, 11, 12]), np.array([20])], np.array([0, 1]), SP)
+    out = append_placeholders(base, np.array([2, 3]), np.array([2, 1]), SP)
+    assert out.input_ids.tolist() == [[0, 10, 11, 12, 2, 4, 4], [0, 20, 2, 4, 1, 1, 1]]
+    assert out.position_ids[0].tolist() == list(range(7)) and out.position_ids[1, :4].tolist() == [0, 1, 2, 3]
+    assert out.language_ids[0].tolist() == [0] * 5 + [2] * 2 and out.language_ids[1, :4].tolist() == [1, 1, 1, 3]
+    assert out.segment[1].tolist() == [0, 0, 0, PLACEHOLDER, -1, -1, -1]
+    assert not out.maskable[out.segment == PLACEHOLDER].any()  # placeholders are never MLM targets
+    assert placeholder_counts(np.array([3, 10, 40]), 0.15).tolist() == [1, 2, 6]
+    assert placeholder_counts(np.array([3, 10]), 0.0).tolist() == [0, 0]
+
+
+def test_a_placeholder_sees_only_the_sentence_and_itself():
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(num_languages=4)).eval()
+    base = sentence_layout([np.arange(10, 17), np.arange(30, 34)], np.array([0, 1]), SP)
+    layout = append_placeholders(base, np.array([2, 3]), np.array([4, 2]), SP)
+    batch = layout.tensors()
+    mask = generation_attention_mask(batch["segment"])
+    placeholder = batch["segment"] == PLACEHOLDER
+
+    def hidden(ids, languages):
+        return model(
+            ids, attention_mask=mask, position_ids=batch["position_ids"], language_ids=languages
+        ).last_hidden_state
+
+    before = hidden(batch["input_ids"], batch["language_ids"])
+    sentence = batch["segment"] == 0
+    for b, k in ((0, 7), (0, 10), (1, 6)):  # each placeholder in turn keeps its MASK; the others change
+        others = placeholder.clone()
+        others[b, k] = False
+        ids, languages = batch["input_ids"].clone(), batch["language_ids"].clone()
+        ids[others] = torch.randint(5, 99, (int(others.sum()),))
+        languages[others] = 0
+        after = hidden(ids, languages)
+        torch.testing.assert_close(after[b, k], before[b, k], rtol=0, atol=1e-6)
+        torch.testing.assert_close(after[sentence], before[sentence], rtol=0, atol=1e-6)  # sentence ignores them
+    ids = batch["input_ids"].clone()
+    ids[0, 2] = 50  # a sentence token does reach the placeholders
+    assert not torch.allclose(hidden(ids, batch["language_ids"])[0, 7], before[0, 7], atol=1e-3)
+
+
+def test_stage_two_reads_the_pseudo_tokens_and_no_gradient_reaches_stage_one():
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(num_languages=3))
+    btmlm = BTMLM(BTMLMConfig(pseudo_ratio=0.5), SP, model.config, ["de", "en", "fr"])
+    rng = np.random.default_rng(0)
+    raw = MonoBatch([rng.integers(5, 99, n) for n in (8, 5, 11)], np.array([0, 1, 2]))
+    batch = btmlm.make_batch(raw, rng)
+    placeholder = batch["segment"] == PLACEHOLDER
+    own_language = batch["language_ids"][:, :1].expand_as(placeholder)  # column 0 is the sentence's <s>
+    assert (batch["language_ids"][placeholder] != own_language[placeholder]).all()  # another language
+
+    calls = []
+    forward = model.forward
+
+    def recording(input_ids, **kwargs):
+        calls.append((input_ids.clone(), torch.is_grad_enabled(), model.training))
+        return forward(input_ids, **kwargs)
+
+    model.forward = recording
+    out = btmlm(model, batch)
+    out.loss.backward()
+    model.forward = forward
+    (stage1_ids, stage1_grad, stage1_training), (stage2_ids, stage2_grad, stage2_training) = calls
+    assert not stage1_grad and not stage1_training and stage2_grad and stage2_training
+    assert (stage1_ids[placeholder] == SP.mask).all()
+    assert torch.equal(stage1_ids[~placeholder], batch["generation_ids"][~placeholder])  # the unmasked sentence
+    # Stage-1 pseudo-tokens, recomputed on their own, are what stage 2 reads at the placeholders.
+    pseudo = btmlm.generate(model, batch)
+    assert torch.equal(stage2_ids, pseudo) and (pseudo[placeholder] >= SP.first_normal).all()
+    assert torch.equal(pseudo[~placeholder], batch["input_ids"][~placeholder])  # the MLM-masked sentence
+    # The gradient is exactly that of plain MLM on the stage-2 input with the pseudo-tokens as constants.
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    loss = masked_lm_loss(
+        model, model(**{**model_inputs(batch), "input_ids": pseudo}).last_hidden_state, batch["labels"]
+    )[0]
+    loss.backward()
+    torch.testing.assert_close(loss, out.loss)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], msg=n)
+    assert out.metrics["perplexity"] == pytest.approx(float(torch.exp(out.loss.detach())), rel=1e-5)
+
+
+def test_btmlm_stage_two_masks_like_mlm_and_without_placeholders_is_mlm():
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(num_languages=3)).eval()
+    rng = np.random.default_rng(0)
+    raw = MonoBatch([rng.integers(5, 99, n) for n in (8, 5, 11)], np.array([0, 1, 2]))
+    mlm_batch = MLM(MLMConfig(), SP, model.config).make_batch(raw, np.random.default_rng(1))
+    for ratio in (0.0, 0.2):
+        batch = BTMLM(BTMLMConfig(pseudo_ratio=ratio), SP, model.config).make_batch(raw, np.random.default_rng(1))
+        T0 = mlm_batch["labels"].shape[1]
+        assert torch.equal(batch["labels"][:, :T0], mlm_batch["labels"])  # the same targets at every ratio
+        assert (batch["labels"][:, T0:] == IGNORE).all()
+    no_placeholders = BTMLM(BTMLMConfig(pseudo_ratio=0.0), SP, model.config)
+    btmlm = no_placeholders(model, no_placeholders.make_batch(raw, np.random.default_rng(1)))
+    torch.testing.assert_close(btmlm.loss, MLM(MLMConfig(), SP, model.config)(model, mlm_batch).loss)
+
+
+def test_btmlm_needs_language_embeddings_and_known_target_languages():
+    with pytest.raises(DataError, match="num_languages: auto"):
+        BTMLM(BTMLMConfig(), SP, tiny_config())
+    unknown = BTMLM(BTMLMConfig(target_languages=["xx"]), SP, tiny_config(num_languages=2), ["de", "en"])
+    with pytest.raises(DataError, match=r"target_languages \['xx'\]"):
+        unknown.setup(MaskedLanguageModel(tiny_config(num_languages=2)))
+    only_en = BTMLM(BTMLMConfig(target_languages=["en"]), SP, tiny_config(num_languages=2), ["de", "en"])
+    assert only_en.draw_targets(np.array([0, 1, 0]), np.random.default_rng(0)).tolist() == [1, 1, 1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Warm start and the recipe
+
+
+def test_warm_start_adds_zero_language_embeddings_and_keeps_the_outputs(sample_prepared, tmp_path):
+    prepared = PreparedData(sample_prepared)
+    tokenizer = prepared.tokenizer()
+    overrides = tiny_recipe_overrides(sample_prepared)
+    sizes = {k: yaml_value for k, yaml_value in (o.split("=") for o in overrides if o.startswith("model."))}
+    config = EncoderConfig(
+        vocab_size=tokenizer.special.vocab_size,
+        pad_token_id=tokenizer.special.pad,
+        dropout=0.0,
+        attention_dropout=0.0,
+        **{k.removeprefix("model."): int(v) for k, v in sizes.items()},
+    )
+    torch.manual_seed(0)
+    source = MaskedLanguageModel(config).eval()
+    save_model_folder(tmp_path / "mlm", source, tokenizer, [])
+    recipe = load_recipe("ernie-m", [*overrides, f"init_from={tmp_path / 'mlm'}", "model.dropout=0.0"])
+    model, languages = build_model(recipe, tokenizer, prepared.languages)
+    assert languages == prepared.languages and model.config.num_languages == len(languages)
+    assert model.encoder.embeddings.language.weight.abs().sum() == 0
+    ids = torch.randint(5, 2000, (2, 9))
+    expected = source(ids).last_hidden_state
+    got = model.eval()(ids, language_ids=torch.full_like(ids, 3)).last_hidden_state
+    torch.testing.assert_close(got, expected)
+
+
+def test_ernie_m_recipe_runs_both_stages(sample_prepared, tmp_path):
+    overrides = tiny_recipe_overrides(sample_prepared, steps=2) + ["objectives.3.start_step=1"]
+    pretrain(load_recipe("ernie-m", overrides), tmp_path / "run", progress=False)
+    first, second = map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    for name in ("mlm", "tlm", "camlm"):
+        assert np.isfinite(first[f"{name}/loss"]) and np.isfinite(second[f"{name}/loss"])
+    assert "btmlm/loss" not in first  # stage 1: MLM + TLM + CAMLM
+    assert np.isfinite(second["btmlm/loss"]) and second["btmlm/perplexity"] > 1  # stage 2 adds BTMLM
+    # One logging window over both steps: BTMLM's metrics average over the one step it trained, not two.
+    pretrain(load_recipe("ernie-m", [*overrides, "trainer.log_every=2"]), tmp_path / "window", progress=False)
+    (both,) = map(json.loads, (tmp_path / "window" / "metrics.jsonl").read_text().splitlines())
+    assert both["btmlm/loss"] == pytest.approx(second["btmlm/loss"], rel=1e-5)
+    assert both["mlm/loss"] == pytest.approx((first["mlm/loss"] + second["mlm/loss"]) / 2, rel=1e-5)
