@@ -6,6 +6,7 @@ import dataclasses
 
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
+from polyalign.objectives.ca_mlm import AdjacentCAMLM, CAMLM
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
@@ -13,6 +14,8 @@ from polyalign.tokenizer import SpecialTokens
 OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
+    "ca_mlm": CAMLM,
+    "ca_mlm_adjacent": AdjacentCAMLM,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
