@@ -182,7 +182,7 @@ def test_plug_in_features_concatenate_own_and_paired_representations():
 
 def test_seq2seq_takes_every_weight_from_the_veco_layers():
     model = veco_model()
-    seq2seq = Seq2SeqTransformer.from_veco(model).eval()
+    seq2seq = Seq2SeqTransformer.from_encoder(model).eval()
     for i, layer in enumerate(model.encoder.layers):
         encoder, decoder = seq2seq.encoder.layers[i], seq2seq.decoder.layers[i]
         assert encoder.cross_attention is None
@@ -206,9 +206,17 @@ def test_seq2seq_takes_every_weight_from_the_veco_layers():
         unmasked = seq2seq.decoder(**y, memory=seq2seq.encode(x), memory_mask=x["attention_mask"])
     torch.testing.assert_close(unmasked.last_hidden_state, streams.paired[B:])
 
+    # An encoder without cross-attention (XLM) fills everything but the encoder-decoder attention.
+    xlm = plug_out(model)
+    from_xlm = Seq2SeqTransformer.from_encoder(xlm)
+    torch.testing.assert_close(
+        from_xlm.decoder.layers[1].attention.qkv.weight, xlm.encoder.layers[1].attention.qkv.weight
+    )
+    assert from_xlm.decoder.layers[1].cross_attention is not None
+
 
 def test_seq2seq_decoder_is_causal_and_decodes_greedily():
-    seq2seq = Seq2SeqTransformer.from_veco(veco_model())
+    seq2seq = Seq2SeqTransformer.from_encoder(veco_model())
     inputs = pair_inputs()
     source = {k: v[:B] for k, v in inputs.items()}
     target = {"input_ids": inputs["input_ids"][B:].clone(), "attention_mask": torch.ones(B, T, dtype=torch.bool)}

@@ -54,10 +54,16 @@ class Seq2SeqTransformer(nn.Module):
         self.lm_head = MaskedLMHead(config, self.encoder.embeddings.word)
 
     @classmethod
-    def from_veco(cls, model: MaskedLanguageModel) -> Seq2SeqTransformer:
-        """Every weight from a VECO model (VECO §3.2); decoder weights are copies, free to diverge."""
-        seq2seq = cls(model.config)
-        seq2seq.load_state_dict(seq2seq_state_from_veco(model.state_dict()), strict=True)
+    def from_encoder(cls, model: MaskedLanguageModel) -> Seq2SeqTransformer:
+        """Initialise from a pre-trained encoder; decoder weights are copies, free to diverge. A VECO model
+        (cross_attention on) fills every weight (§3.2); an encoder without cross-attention (XLM, MLM) leaves
+        the encoder-decoder attention newly initialised, the usual way to start from such encoders."""
+        seq2seq = cls(dataclasses.replace(model.config, cross_attention=True))
+        missing, unexpected = seq2seq.load_state_dict(seq2seq_state_from_veco(model.state_dict()), strict=False)
+        if unexpected or any(not is_cross_attention_weight(name) for name in missing):
+            raise ValueError(f"weights do not map onto the seq2seq model: missing {missing}, unexpected {unexpected}")
+        if model.config.cross_attention and missing:
+            raise ValueError(f"a VECO model should fill every weight; missing {missing}")
         return seq2seq
 
     def encode(self, source: dict[str, torch.Tensor]) -> list[torch.Tensor]:
