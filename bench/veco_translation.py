@@ -148,9 +148,8 @@ def main() -> None:
         model = Seq2SeqTransformer(replace(loaded.model.config, cross_attention=True))
     else:
         if (args.init == "veco") != bool(loaded.model.config.cross_attention):
-            raise SystemExit(
-                f"--init {args.init} does not match {args.model} (cross_attention={loaded.model.config.cross_attention})"
-            )
+            has = loaded.model.config.cross_attention
+            raise SystemExit(f"--init {args.init} does not match {args.model} (cross_attention={has})")
         model = Seq2SeqTransformer.from_encoder(loaded.model)
     model.train()
 

@@ -246,6 +246,94 @@ def quickstart(
     console.print(f"report: {out / 'report'}; total {report['minutes']:.1f} min")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Word alignment (align/, evaluate/alignment.py)
+
+
+@app.command()
+def align(
+    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    src: Annotated[Path, typer.Option(help="Source sentences, one per line, words separated by spaces.")],
+    tgt: Annotated[Path, typer.Option(help="Target sentences, line-aligned with --src.")],
+    method: Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")] = "ot",
+    layer: Annotated[int | None, typer.Option(help="Hidden layer to align with (default: two thirds up).")] = None,
+    src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
+    tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
+    encoding: Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")] = (
+        "separate"
+    ),
+    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 8192,
+    chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
+    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+) -> None:
+    """Word-align two line-aligned files; writes Pharaoh links (`i-j`, 0-based, source first) to stdout."""
+    from tqdm import tqdm
+
+    from polyalign.align.aer import read_word_pairs
+    from polyalign.align.aligner import Aligner, check_layer, chunks
+    from polyalign.align.words import pharaoh
+    from polyalign.checkpoint import load_model
+
+    aligner = Aligner(load_model(model, trust_pickle=trust_pickle), encoding=encoding, batch_tokens=batch_tokens)
+    layer = aligner.default_layer if layer is None else layer
+    check_layer(layer, aligner.num_layers)
+    languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
+    with open(src, "rb") as f:
+        total = sum(1 for _ in f)
+    with tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0) as bar:
+        for part in chunks(read_word_pairs(src, tgt), chunk):
+            links = aligner.align([(s, t) for _, s, t in part], method, layer, languages)
+            sys.stdout.write("".join(pharaoh(found) + "\n" for found in links))
+            sys.stdout.flush()
+            bar.update(len(part))
+    if aligner.truncated:
+        console.print(f"[yellow]note: {aligner.truncated} pairs were truncated to the model's positions[/yellow]")
+
+
+@evaluate_app.command("alignment")
+def evaluate_alignment_command(
+    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    gold: Annotated[Path, typer.Option(help="Gold folder with src.txt, tgt.txt, gold.txt (e.g. .../de-en).")],
+    method: Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")] = "ot",
+    layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
+    layers: Annotated[str | None, typer.Option(help="`all`: also sweep every layer (CSV + PNG in --out).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for alignment.json and the sweep CSV and plot.")] = None,
+    encoding: Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")] = (
+        "separate"
+    ),
+    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 8192,
+    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+) -> None:
+    """Alignment error rate (sure/possible links), precision and recall on a gold set, at a layer or all."""
+    from polyalign.checkpoint import load_model
+    from polyalign.evaluate.alignment import evaluate_alignment
+
+    if layers not in (None, "all"):
+        raise DataError(f"--layers {layers}: the only value is `all` (use --layer L for one layer)")
+    if layers == "all" and out is None:
+        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
+    loaded = load_model(model, trust_pickle=trust_pickle)
+    result = evaluate_alignment(loaded, gold, method, layer, layers == "all", encoding, batch_tokens, progress=True)
+    table = Table(title=f"word alignment, {model}, {result.pair}, {method}")
+    for col in ("layer", "AER", "precision", "recall"):
+        table.add_column(col, justify="right")
+    for row in result.sweep or [result.to_dict()]:
+        table.add_row(str(row["layer"]), f"{row['aer']:.2f}", f"{row['precision']:.2f}", f"{row['recall']:.2f}")
+    Console().print(table)
+    console.print(result.to_dict()["protocol"] + f"; reported layer {result.layer}: AER {result.aer:.2f}")
+    if out is not None:
+        from polyalign.io import write_json
+
+        write_json(out / "alignment.json", result.to_dict())
+        if result.sweep is not None:
+            csv_path, png = result.write_sweep(out, title=str(model))
+            console.print(f"sweep: {csv_path}, {png}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# VECO (model/veco.py)
+
+
 @app.command("plug-out")
 def plug_out_command(
     model: Annotated[Path, typer.Option(help="VECO model folder, checkpoint or run folder.")],

@@ -109,7 +109,12 @@ class HuggingFaceTokenizer:
     """The tokenizer of a local Hugging Face folder (XLM-R, mBERT, ...), through transformers."""
 
     def __init__(self, folder: str | Path):
-        from transformers import AutoTokenizer
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise DataError(
+                f"{folder}: reading a Hugging Face tokenizer needs transformers: pip install 'polyalign[hf]'"
+            ) from None
 
         self.folder = Path(folder)
         try:

@@ -136,3 +136,10 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "en-de.en:2: parallel files differ in length" in result.stderr.replace("\n", "")
+
+
+def test_quickstart_runs_end_to_end(tmp_path):
+    result = _run_cli(["quickstart", "--out", str(tmp_path / "qs"), "--steps", "3"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Retrieval acc@1 averaged over cmn, deu, fra, rus, spa" in result.stderr.replace("\n", " ")
+    assert (tmp_path / "qs" / "report" / "quickstart.json").is_file()

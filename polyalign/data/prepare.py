@@ -178,11 +178,14 @@ def sample_tokenizer_text(corpus: Corpus, config: PrepareConfig, out_file: Path)
     langs = sorted(files)
     probs = language_probabilities([sum(counts[lang]) for lang in langs], config.alpha)
     rng = np.random.default_rng(config.seed)
+    # Never more lines than the corpus has: alpha redistributes the sample across languages (upsampling the
+    # small ones), but repeating a small corpus up to millions of lines only slows the tokenizer's training.
+    sample_size = min(config.tokenizer_sample_lines, sum(sum(c) for c in counts.values()))
     written = {}
     with open(out_file, "w", encoding="utf-8") as out:
         for lang, p in zip(langs, probs, strict=True):
             total = sum(counts[lang])
-            want = int(round(p * config.tokenizer_sample_lines))
+            want = int(round(p * sample_size))
             # Sample line numbers across the language's files; with replacement only when upsampling.
             picks = np.sort(rng.choice(total, size=want, replace=want > total)) if total else np.array([], int)
             per_line = np.bincount(picks, minlength=total)

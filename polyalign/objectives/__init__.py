@@ -6,7 +6,8 @@ import dataclasses
 
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
-from polyalign.objectives.ca_mlm import AdjacentCAMLM, CAMLM
+from polyalign.objectives.ca_mlm import CAMLM, AdjacentCAMLM
+from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
@@ -16,6 +17,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "tlm": TLM,
     "ca_mlm": CAMLM,
     "ca_mlm_adjacent": AdjacentCAMLM,
+    "dwa": DWA,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]

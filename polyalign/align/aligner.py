@@ -1,0 +1,188 @@
+"""Word alignments for pre-tokenised sentence pairs from the hidden states of any polyalign model.
+
+One encoder call per batch of pairs gives every layer at once, so a layer sweep and several methods cost one
+encoding pass. Two ways to encode a pair:
+- `separate` (default; SimAlign and the usual evaluation practice): `<s> x </s>` and `<s> y </s>` as two rows
+  of the same batch, each with its own language embedding;
+- `pair` (XLM-Align §3.1 self-labeling, and XLM-Align's released aligner): the concatenated pair, laid out
+  as TLM sees it (`xlm` style with language embeddings when the model has them, else `<s> x </s> y </s>`
+  with positions running on, as XLM-R reads a pair).
+Alignment math (align/extract.py) runs on the padded batch with masks; only output formatting loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from polyalign.align.extract import METHODS, OTSettings, subword_links
+from polyalign.align.words import gather_side, lift_to_words, link_lists, pad_word_ids, side_positions
+from polyalign.checkpoint import LoadedModel
+from polyalign.data.layout import pair_layout, sentence_layout
+from polyalign.evaluate.embed import default_layer, length_batches
+
+ENCODINGS = ("separate", "pair")
+Links = list[tuple[int, int]]
+
+
+@dataclass
+class EncodedPair:
+    source_ids: list[int]
+    source_words: list[int]  # word index of each token
+    target_ids: list[int]
+    target_words: list[int]
+    num_source: int  # words in the sentence (a word cut off by truncation keeps its index but has no tokens)
+    num_target: int
+
+
+class Aligner:
+    """Aligns batches of word-split sentence pairs with a loaded model (see the module docstring)."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        encoding: str = "separate",
+        batch_tokens: int = 8192,
+        precision: str = "fp32",
+        settings: OTSettings = OTSettings(),
+    ):
+        if encoding not in ENCODINGS:
+            raise ValueError(f"encoding={encoding!r}: use one of {ENCODINGS}")
+        self.loaded, self.encoding, self.batch_tokens, self.settings = loaded, encoding, batch_tokens, settings
+        self.model = loaded.model.eval()
+        self.special = loaded.tokenizer.special
+        self.device = next(self.model.parameters()).device
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+        self.num_layers = self.model.config.num_layers
+        self.style = "xlm" if self.model.config.num_languages else "ppa"
+        self.truncated = 0  # pairs whose tokens had to be cut to fit the position table
+
+    @property
+    def default_layer(self) -> int:
+        return default_layer(self.num_layers)
+
+    # -----------------------------------------------------------------------------------------------------
+
+    def encode_words(self, pairs: Sequence[tuple[list[str], list[str]]]) -> list[EncodedPair]:
+        """Tokenise each side word by word (exact word boundaries), truncating to the position table."""
+        tok = self.loaded.tokenizer
+        sources = tok.encode_words([s for s, _ in pairs])
+        targets = tok.encode_words([t for _, t in pairs])
+        P = self.model.config.max_positions
+        out = []
+        for (s, t), (si, sw), (ti, tw) in zip(pairs, sources, targets, strict=True):
+            if self.encoding == "pair" and self.style == "ppa":  # <s> x </s> y </s>, positions run on
+                n = min(len(si), max((P - 3) // 2, P - 3 - len(ti)))
+                m = min(len(ti), P - 3 - n)
+            else:  # every sentence restarts at position 0
+                n, m = min(len(si), P - 2), min(len(ti), P - 2)
+            self.truncated += (n, m) != (len(si), len(ti))
+            out.append(EncodedPair(si[:n], sw[:n], ti[:m], tw[:m], len(s), len(t)))
+        return out
+
+    def _language_ids(self, languages: tuple[str, str] | None) -> tuple[int, int] | None:
+        """Language-embedding ids of both sides, or None (no language embeddings for either side) when the
+        model has none or does not know one of the languages."""
+        if languages is None:
+            return None
+        ids = self.loaded.language_id(languages[0]), self.loaded.language_id(languages[1])
+        return None if None in ids else ids
+
+    @torch.no_grad()
+    def _side_states(self, batch: list[EncodedPair], layers: list[int], lang: tuple[int, int] | None):
+        """Run the encoder once; returns source and target token states (Ly, B, n|m, C) and their masks."""
+        src = [np.asarray(p.source_ids, dtype=np.int64) for p in batch]
+        tgt = [np.asarray(p.target_ids, dtype=np.int64) for p in batch]
+        B = len(batch)
+        if self.encoding == "separate":
+            languages = None if lang is None else np.array([lang[0]] * B + [lang[1]] * B)
+            layout = sentence_layout(src + tgt, languages, self.special)
+            selected = torch.from_numpy(layout.maskable)  # (2B, T): the sentences' own tokens
+        else:
+            la = None if lang is None else np.full(B, lang[0])
+            lb = None if lang is None else np.full(B, lang[1])
+            layout = pair_layout(src, tgt, la, lb, self.special, self.style)
+            selected = torch.from_numpy(layout.maskable)
+        inputs = {k: v.to(self.device) for k, v in layout.tensors().items() if k != "segment"}
+        with self.autocast:
+            hidden = self.model(**inputs, output_hidden_states=True).hidden_states
+        states = torch.stack([hidden[layer] for layer in layers]).float()  # (Ly, rows, T, C)
+        if self.encoding == "separate":
+            index, mask = side_positions(selected.to(self.device))
+            both = gather_side(states, index)  # (Ly, 2B, n, C)
+            return both[:, :B], mask[:B], both[:, B:], mask[B:]
+        segment = torch.from_numpy(layout.segment).to(self.device)
+        s_index, s_mask = side_positions(selected.to(self.device) & (segment == 0))
+        t_index, t_mask = side_positions(selected.to(self.device) & (segment == 1))
+        return gather_side(states, s_index), s_mask, gather_side(states, t_index), t_mask
+
+    def align_encoded(
+        self,
+        encoded: list[EncodedPair],
+        methods: Sequence[str],
+        layers: Sequence[int],
+        languages: tuple[str, str] | None = None,
+        progress: bool = False,
+    ) -> dict[tuple[str, int], list[Links]]:
+        """Word links for every (method, layer) combination, in input order."""
+        for method in methods:
+            if method not in METHODS:
+                raise ValueError(f"unknown alignment method {method!r}; use one of {METHODS}")
+        layers = list(layers)
+        lang = self._language_ids(languages)
+        out = {(m, layer): [None] * len(encoded) for m in methods for layer in layers}
+        if self.encoding == "separate":
+            lengths = [2 * (max(len(p.source_ids), len(p.target_ids)) + 2) for p in encoded]
+        else:
+            lengths = [len(p.source_ids) + len(p.target_ids) + 4 for p in encoded]
+        for idx in tqdm(length_batches(lengths, self.batch_tokens), desc="align", disable=not progress, leave=False):
+            batch = [encoded[i] for i in idx]
+            source, s_mask, target, t_mask = self._side_states(batch, layers, lang)
+            mask = s_mask[:, :, None] & t_mask[:, None, :]  # (B, n, m)
+            s_words = pad_word_ids([p.source_words for p in batch], s_mask.shape[1]).to(self.device)
+            t_words = pad_word_ids([p.target_words for p in batch], t_mask.shape[1]).to(self.device)
+            Ws, Wt = max(p.num_source for p in batch), max(p.num_target for p in batch)
+            for method in methods:
+                links = subword_links(method, source, target, mask, self.settings)  # (Ly, B, n, m)
+                words = lift_to_words(links, s_words, t_words, Ws, Wt)  # (Ly, B, Ws, Wt)
+                for k, layer in enumerate(layers):
+                    for i, found in zip(idx, link_lists(words[k]), strict=True):
+                        out[(method, layer)][i] = found
+        return out
+
+    def align(
+        self,
+        pairs: Sequence[tuple[list[str], list[str]]],
+        method: str = "ot",
+        layer: int | None = None,
+        languages: tuple[str, str] | None = None,
+        progress: bool = False,
+    ) -> list[Links]:
+        """Word links (i, j) per pair, at one layer (default: two thirds up) with one method."""
+        layer = self.default_layer if layer is None else layer
+        check_layer(layer, self.num_layers)
+        encoded = self.encode_words(pairs)
+        return self.align_encoded(encoded, [method], [layer], languages, progress)[(method, layer)]
+
+
+def check_layer(layer: int, num_layers: int) -> None:
+    from polyalign.io import DataError
+
+    if not 0 <= layer <= num_layers:
+        raise DataError(f"--layer {layer}: the model has layers 0..{num_layers} (0 = embeddings)")
+
+
+def chunks(items: Iterator, size: int) -> Iterator[list]:
+    """Consecutive lists of `size` items (the last may be shorter), streaming."""
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -1,0 +1,119 @@
+"""From a score matrix to alignment links: argmax both ways, iterative filtering, and the three methods.
+
+- `ot` (XLM-Align §3.1): Sinkhorn plan of f_sim = log max(eps, h·h), then iterative alignment filtering
+  (Eqs. 7-9). Defaults from XLM-Align Table 11: mu = 1, 2 Sinkhorn iterations, 2 filtering iterations,
+  alpha = 0.9.
+- `argmax` (SimAlign): links where the forward and backward argmax of cosine similarity agree.
+- `itermax` (SimAlign): argmax, then further rounds that favour still-unaligned rows and columns.
+All functions take padded (..., n, m) matrices and a boolean mask of real token pairs; links are booleans.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from polyalign.align.transport import EPSILON, at_least_fp32, log_dot_similarity, sinkhorn
+
+METHODS = ("ot", "argmax", "itermax")
+
+
+def mutual_argmax(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """XLM-Align Eq. (7): forward links (i, argmax_k A_ik) and backward links (argmax_k A_kj, j), as (..., n, m)
+    booleans restricted to the mask. Ties go to the lowest index."""
+    s = scores.masked_fill(~mask, float("-inf"))
+    n, m = s.shape[-2:]
+    forward = torch.arange(m, device=s.device) == s.argmax(-1, keepdim=True)  # (..., n, m)
+    backward = torch.arange(n, device=s.device)[:, None] == s.argmax(-2, keepdim=True)  # (..., n, m)
+    return forward & mask, backward & mask
+
+
+def filter_alignments(
+    log_scores: torch.Tensor, mask: torch.Tensor, iterations: int = 2, alpha: float = 0.9
+) -> torch.Tensor:
+    """Iterative alignment filtering (XLM-Align Eqs. 8-9) on log A*; returns the links (..., n, m).
+
+    Each round adds the links on which both argmax directions agree (Eq. 8), then zeroes A* at the links and
+    discounts by alpha every entry that shares a row or a column with one (Eq. 9). A* is updated in place,
+    so an entry discounted in two rounds carries alpha^2 (this matters only from a third round on).
+    """
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha={alpha}: the discount factor must lie in (0, 1]")
+    scores = at_least_fp32(log_scores).masked_fill(~mask, float("-inf"))
+    links = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+    for _ in range(iterations):
+        forward, backward = mutual_argmax(scores, mask)
+        links |= forward & backward & torch.isfinite(scores)  # Eq. (8): A <- A ∪ (fwd ∩ bwd)
+        touched = links.any(-1, keepdim=True) | links.any(-2, keepdim=True)  # (..., n, m): row or column aligned
+        # Eq. (9): 0 at links, alpha · A* beside them, unchanged elsewhere (log space: -inf, + log alpha).
+        scores = torch.where(links, float("-inf"), torch.where(touched, scores + math.log(alpha), scores))
+    return links
+
+
+def cosine_similarity(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """SimAlign's similarity, (cos + 1) / 2 in [0, 1]: source (..., n, C), target (..., m, C) -> (..., n, m)."""
+    s, t = F.normalize(at_least_fp32(source), dim=-1), F.normalize(at_least_fp32(target), dim=-1)
+    return (s @ t.transpose(-1, -2) + 1.0) / 2.0
+
+
+def simalign_itermax(similarity: torch.Tensor, mask: torch.Tensor, iterations: int = 2, alpha: float = 0.9):
+    """SimAlign Itermax (Jalili Sabet et al. 2020, §2.3, as in their released code), batched.
+
+    Round 1 is argmax. Each further round re-weights the similarity by clip(alpha·[row i free] +
+    alpha·[column j free], 0, 1) and adds mutual-argmax links that touch a free row or column. Pairs with at
+    most 2 tokens on a side keep plain argmax, and a round adds nothing once every row or every column is
+    aligned, as in SimAlign.
+    """
+    forward, backward = mutual_argmax(similarity, mask)
+    links = forward & backward
+    rows, cols = mask.any(-1), mask.any(-2)  # (..., n), (..., m)
+    large = torch.minimum(rows.sum(-1), cols.sum(-1)) > 2  # (...,)
+    for _ in range(iterations - 1):
+        row_free = (~links.any(-1) & rows)[..., :, None]  # (..., n, 1)
+        col_free = (~links.any(-2) & cols)[..., None, :]  # (..., 1, m)
+        weight = (alpha * row_free.float() + alpha * col_free.float()).clamp(max=1.0)  # (..., n, m)
+        go_on = large & row_free.any((-2, -1)) & col_free.any((-2, -1))  # (...,)
+        forward, backward = mutual_argmax(similarity * weight, mask)
+        links |= forward & backward & (row_free | col_free) & go_on[..., None, None]
+    return links
+
+
+@dataclass
+class OTSettings:
+    """The optimal-transport aligner's settings, defaults from XLM-Align Table 11."""
+
+    mu: float = 1.0
+    """Entropic regularisation (Eq. 3)."""
+    sinkhorn_iterations: int = 2
+    filter_iterations: int = 2
+    alpha: float = 0.9
+    """Discount of entries beside an existing link (Eq. 9)."""
+    eps: float = EPSILON
+    """Floor of the dot product in f_sim (Eq. 1)."""
+
+
+def ot_links(source: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, settings: OTSettings = OTSettings()):
+    """XLM-Align §3.1 end to end: hidden states (..., n, C), (..., m, C) -> links (..., n, m)."""
+    similarity = log_dot_similarity(source, target, settings.eps)  # Eq. (1)
+    log_plan = sinkhorn(similarity, mask, settings.mu, settings.sinkhorn_iterations)  # Eqs. (3)-(6)
+    return filter_alignments(log_plan, mask, settings.filter_iterations, settings.alpha)
+
+
+def subword_links(
+    method: str, source: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, settings: OTSettings = OTSettings()
+) -> torch.Tensor:
+    """Links between the tokens of each pair by `method` (`ot`, `argmax`, `itermax`)."""
+    mask = mask.expand(*source.shape[:-2], *mask.shape[-2:])  # (..., n, m), e.g. layers x batch
+    if mask.shape[-1] == 0 or mask.shape[-2] == 0:  # a batch of empty sentences on one side
+        return torch.zeros_like(mask)
+    if method == "ot":
+        return ot_links(source, target, mask, settings)
+    if method == "argmax":
+        forward, backward = mutual_argmax(cosine_similarity(source, target), mask)
+        return forward & backward
+    if method == "itermax":
+        return simalign_itermax(cosine_similarity(source, target), mask)
+    raise ValueError(f"unknown alignment method {method!r}; use one of {METHODS}")

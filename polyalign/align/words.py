@@ -1,0 +1,69 @@
+"""Between token sequences and words: pick each side's tokens out of a layout, lift subword links to words.
+
+XLM-Align §4.3: "if two subwords are aligned, the words they belong to are also aligned". Word indices of
+the tokens come from `Tokenizer.encode_words`, which encodes every word on its own, so a token never
+straddles two words (SentencePiece's standalone "▁" belongs to the word after it; a character the
+vocabulary lacks is <unk> inside its word).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def side_positions(selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Column positions of the True entries of each row of `selected` (B, T), left-aligned and padded:
+    returns (index (B, n), mask (B, n)) with n the most entries in a row; padding points at column 0."""
+    counts = selected.sum(-1)  # (B,)
+    n = int(counts.max()) if selected.numel() else 0
+    order = torch.argsort((~selected).to(torch.int8), dim=-1, stable=True)[:, :n]  # True columns first, in order
+    mask = torch.arange(n, device=selected.device) < counts[:, None]  # (B, n)
+    return order.masked_fill(~mask, 0), mask
+
+
+def gather_side(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """hidden (..., B, T, C), index (B, n) -> (..., B, n, C)."""
+    lead = hidden.shape[:-3]
+    expanded = index.view(*[1] * len(lead), *index.shape, 1).expand(*lead, *index.shape, hidden.shape[-1])
+    return hidden.gather(-2, expanded)  # (..., B, n, C)
+
+
+def pad_word_ids(word_ids: list[list[int]], length: int) -> torch.Tensor:
+    """Word index of each token, padded with -1 to `length`: (B, length)."""
+    out = torch.full((len(word_ids), length), -1, dtype=torch.long)
+    for b, w in enumerate(word_ids):
+        out[b, : len(w)] = torch.as_tensor(w, dtype=torch.long)
+    return out
+
+
+def lift_to_words(
+    links: torch.Tensor, source_words: torch.Tensor, target_words: torch.Tensor, num_source: int, num_target: int
+) -> torch.Tensor:
+    """Word links from token links: word a ~ word b iff some token of a is linked to some token of b.
+
+    links (..., n, m) bool; source_words (B, n), target_words (B, m) word index per token, -1 at padding;
+    links' leading dims end in B. Returns (..., num_source, num_target) bool.
+    """
+    S = _one_hot_words(source_words, num_source)  # (B, n, Ws)
+    T = _one_hot_words(target_words, num_target)  # (B, m, Wt)
+    words = S.transpose(-1, -2) @ links.float() @ T  # (..., Ws, Wt): linked token pairs per word pair
+    return words > 0
+
+
+def _one_hot_words(word_ids: torch.Tensor, num_words: int) -> torch.Tensor:
+    index = torch.where(word_ids < 0, num_words, word_ids)  # padding goes to an extra column, dropped below
+    return F.one_hot(index, num_words + 1)[..., :num_words].float()
+
+
+def link_lists(links: torch.Tensor) -> list[list[tuple[int, int]]]:
+    """(B, n, m) bool -> per pair the sorted (i, j) links, with one nonzero() call for the whole batch."""
+    found = links.nonzero().cpu().numpy()  # (K, 3): b, i, j in row-major (hence sorted) order
+    counts = np.bincount(found[:, 0], minlength=links.shape[0])
+    return [list(map(tuple, part.tolist())) for part in np.split(found[:, 1:], np.cumsum(counts)[:-1])]
+
+
+def pharaoh(links: list[tuple[int, int]]) -> str:
+    """Links as a Pharaoh line: `i-j i-j ...` (0-based, source first)."""
+    return " ".join(f"{i}-{j}" for i, j in links)

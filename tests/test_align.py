@@ -1,0 +1,203 @@
+"""The alignment math: Sinkhorn, filtering (XLM-Align Eqs. 1-9), SimAlign itermax, word lifting, AER, gold files."""
+
+import math
+
+import pytest
+import torch
+
+from polyalign.align.aer import alignment_error_rate, read_gold
+from polyalign.align.extract import filter_alignments, mutual_argmax, simalign_itermax, subword_links
+from polyalign.align.transport import log_dot_similarity, sinkhorn
+from polyalign.align.words import lift_to_words, link_lists, pad_word_ids, side_positions
+from polyalign.io import DataError
+
+
+def padded_mask(lengths: list[tuple[int, int]], n: int, m: int) -> torch.Tensor:
+    rows = torch.arange(n)[None, :] < torch.tensor([a for a, _ in lengths])[:, None]
+    cols = torch.arange(m)[None, :] < torch.tensor([b for _, b in lengths])[:, None]
+    return rows[:, :, None] & cols[:, None, :]  # (B, n, m)
+
+
+# --- Sinkhorn (Eqs. 3-6) ---------------------------------------------------------------------------------
+
+
+def test_sinkhorn_rows_and_columns_sum_to_one_on_padded_square_pairs():
+    torch.manual_seed(0)
+    mask = padded_mask([(4, 4), (2, 2), (5, 5)], 5, 5)
+    similarity = 2 * torch.randn(3, 5, 5, dtype=torch.float64)
+    plan = sinkhorn(similarity, mask, mu=1.0, iterations=100).exp()
+    # Tolerance 1e-6: for n = m Sinkhorn converges geometrically to the doubly stochastic matrix.
+    for b, (n, _) in enumerate([(4, 4), (2, 2), (5, 5)]):
+        torch.testing.assert_close(plan[b, :n, :n].sum(-1), torch.ones(n, dtype=torch.float64), atol=1e-6, rtol=0)
+        torch.testing.assert_close(plan[b, :n, :n].sum(-2), torch.ones(n, dtype=torch.float64), atol=1e-6, rtol=0)
+    assert plan[~mask].abs().max() == 0  # padding carries no mass
+
+
+def test_sinkhorn_matches_the_plain_iteration_of_eq_6_and_survives_huge_scores():
+    torch.manual_seed(1)
+    f = torch.randn(4, 6, dtype=torch.float64)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mu = 0.5
+    K = torch.exp(f / mu)  # Eq. (5)
+    v = torch.ones(6, dtype=torch.float64)
+    for _ in range(2):  # Eq. (6), v^0 = 1
+        u = 1 / (K @ v)
+        v = 1 / (K.T @ u)
+    expected = torch.diag(u) @ K @ torch.diag(v)  # Eq. (4)
+    got = sinkhorn(f, mask, mu=mu, iterations=2).exp()
+    torch.testing.assert_close(got, expected, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(got.sum(0), torch.ones(6, dtype=torch.float64))  # columns exactly, rows not (n != m)
+    # In log space dot products of 1e4 (exp would overflow) still give a finite plan.
+    huge = sinkhorn(1e4 * torch.rand(1, 3, 3), torch.ones(1, 3, 3, dtype=torch.bool), iterations=2)
+    assert torch.isfinite(huge).all()
+
+
+def test_similarity_floors_negative_dot_products_at_eps():
+    h = torch.tensor([[1.0, 0.0]])
+    sim = log_dot_similarity(h, torch.tensor([[2.0, 0.0], [-1.0, 0.0]]), eps=1e-6)
+    torch.testing.assert_close(sim, torch.tensor([[math.log(2.0), math.log(1e-6)]]))
+
+
+# --- Eq. (7) and iterative filtering (Eqs. 8-9) -------------------------------------------------------------
+
+A_STAR = torch.tensor([[0.50, 0.30, 0.20], [0.45, 0.42, 0.13], [0.05, 0.30, 0.65]])
+
+
+def test_filtering_reproduces_the_hand_worked_example():
+    # Round 1: row argmax (0->0, 1->0, 2->2), column argmax (0->0, 1->1, 2->2): links {(0,0), (2,2)}.
+    # Eq. (9): zero the links; rows 0, 2 and columns 0, 2 are touched, so A*[1,0] = 0.9*0.45 = 0.405 while
+    # the untouched A*[1,1] stays 0.42. Round 2: row 1 -> column 1 (0.42 > 0.405), column 1 -> row 1
+    # (0.42 > 0.9*0.30): link (1,1).
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    links = filter_alignments(A_STAR.log(), mask, iterations=2, alpha=0.9)
+    assert link_lists(links[None])[0] == [(0, 0), (1, 1), (2, 2)]
+    # Without the discount row 1 prefers column 0 (0.45 > 0.42), and column 0 now prefers row 1.
+    assert link_lists(filter_alignments(A_STAR.log(), mask, 2, alpha=1.0)[None])[0] == [(0, 0), (1, 0), (2, 2)]
+    assert link_lists(filter_alignments(A_STAR.log(), mask, 1)[None])[0] == [(0, 0), (2, 2)]
+
+
+def test_mutual_argmax_ignores_padding():
+    scores = torch.tensor([[[0.1, 0.9], [0.2, 0.3]]])
+    mask = padded_mask([(2, 1)], 2, 2)  # column 1 is padding although it holds the largest score
+    forward, backward = mutual_argmax(scores, mask)
+    assert forward[0].tolist() == [[True, False], [True, False]]
+    assert backward[0].tolist() == [[False, False], [True, False]]
+
+
+def test_simalign_itermax_hand_worked_example_and_small_pairs():
+    sim = torch.tensor([[0.9, 0.8, 0.1], [0.85, 0.2, 0.3], [0.1, 0.2, 0.7]])
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    # Round 1 (argmax): {(0,0), (2,2)}. Round 2: row 1 and column 1 are free; weights 0.9 beside one free
+    # line, 1 where both are free, 0 elsewhere: row 0 -> col 1 (0.72), col 1 -> row 0; row 1 -> col 0
+    # (0.765), col 0 -> row 1. Both new links touch a free line.
+    assert link_lists(simalign_itermax(sim[None], mask[None]))[0] == [(0, 0), (0, 1), (1, 0), (2, 2)]
+    # A pair with at most 2 tokens on a side keeps plain argmax, as in SimAlign.
+    small = sim[:2, :3][None]
+    assert link_lists(simalign_itermax(small, mask[:2][None]))[0] == [(0, 0)]
+    # Batched with padding equals one pair at a time.
+    batch = torch.zeros(2, 3, 3)
+    batch[0], batch[1, :2] = sim, sim[:2]
+    both = simalign_itermax(batch, padded_mask([(3, 3), (2, 3)], 3, 3))
+    assert link_lists(both) == [[(0, 0), (0, 1), (1, 0), (2, 2)], [(0, 0)]]
+
+
+def test_every_method_is_batch_invariant():
+    torch.manual_seed(2)
+    lengths = [(5, 7), (3, 2), (6, 6)]
+    hs, ht = torch.randn(3, 6, 8), torch.randn(3, 7, 8)
+    mask = padded_mask(lengths, 6, 7)
+    for method in ("ot", "argmax", "itermax"):
+        batched = link_lists(subword_links(method, hs, ht, mask))
+        for b, (n, m) in enumerate(lengths):
+            alone = subword_links(method, hs[b : b + 1, :n], ht[b : b + 1, :m], torch.ones(1, n, m, dtype=torch.bool))
+            assert batched[b] == link_lists(alone)[0], method
+
+
+# --- subword -> word ------------------------------------------------------------------------------------------
+
+
+def test_side_positions_pick_each_rows_tokens_in_order():
+    selected = torch.tensor([[False, True, True, False, False], [False, True, False, True, True]])
+    index, mask = side_positions(selected)
+    assert index.tolist() == [[1, 2, 0], [1, 3, 4]] and mask.tolist() == [[True, True, False], [True, True, True]]
+
+
+def test_lifting_links_subwords_words_and_skips_padding():
+    # Source words: 0 = tokens 0,1 ; 1 = token 2. Target words: 0 = token 0 ; 1 = tokens 1,2 ; 2 = token 3.
+    links = torch.zeros(1, 4, 4, dtype=torch.bool)
+    links[0, 1, 2] = links[0, 2, 3] = links[0, 3, 0] = True  # token 3 of the source is padding
+    words = lift_to_words(links, pad_word_ids([[0, 0, 1]], 4), pad_word_ids([[0, 1, 1, 2]], 4), 2, 3)
+    assert link_lists(words) == [[(0, 1), (1, 2)]]
+
+
+def test_sentencepiece_word_boundaries_on_tricky_words(sample_prepared):
+    from polyalign.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(sample_prepared / "tokenizer")
+    sp = tok.sp
+    # A character the vocabulary lacks becomes <unk> after a standalone "▁"; a zero-width space normalises to
+    # nothing; punctuation gets its own "▁"; a word with an inner NFKC space stays one word.
+    words = ["Köln", "☃", "\u200b", ".", "don't", "東京", "ﬁx"]
+    ((ids, word_ids),) = tok.encode_words([words])
+    pieces = [sp.id_to_piece(i) for i in ids]
+    starts = [word_ids.index(w) for w in range(len(words))]
+    assert word_ids == sorted(word_ids) and set(word_ids) == set(range(len(words)))
+    for w, word in enumerate(words):
+        own = [i for i, k in zip(ids, word_ids, strict=True) if k == w]
+        assert own == (sp.encode(word) or [tok.special.unk]), word
+        assert pieces[starts[w]].startswith("▁") or own == [tok.special.unk]
+    snowman = [p for p, k in zip(pieces, word_ids, strict=True) if k == 1]
+    assert snowman == ["▁", "<unk>"] or snowman == ["▁☃"]
+    assert [i for i, k in zip(ids, word_ids, strict=True) if k == 2] == [tok.special.unk]
+    # Lifting: a link from the snowman's standalone "▁" lands on word 1, not on its neighbours.
+    n = len(ids)
+    links = torch.zeros(1, n, 1, dtype=torch.bool)
+    links[0, starts[1], 0] = True
+    assert link_lists(lift_to_words(links, pad_word_ids([word_ids], n), pad_word_ids([[0]], 1), len(words), 1)) == [
+        [(1, 0)]
+    ]
+
+
+# --- AER and gold files ---------------------------------------------------------------------------------------
+
+
+def test_aer_equals_the_hand_computation():
+    sure = [[(0, 0), (1, 1)], [(0, 0)]]
+    possible = [[(0, 0), (1, 1), (1, 2), (2, 2)], [(0, 0)]]
+    predicted = [[(0, 0), (1, 2), (2, 1)], []]
+    # Sentence 1 alone: |A|=3, |S|=2, |A∩S|=1, |A∩P|=2 -> P=2/3, R=1/2, AER = 1 - 3/5 = 40%.
+    one = alignment_error_rate(predicted[:1], sure[:1], possible[:1])
+    assert (round(one.precision, 4), round(one.recall, 4), round(one.aer, 4)) == (66.6667, 50.0, 40.0)
+    # Corpus level (counts pooled, not averaged): |S|=3 -> R=1/3, AER = 1 - 3/6 = 50%.
+    both = alignment_error_rate(predicted, sure, possible)
+    assert (round(both.precision, 4), round(both.recall, 4), round(both.aer, 4)) == (66.6667, 33.3333, 50.0)
+    perfect = alignment_error_rate(sure, sure, possible)
+    assert perfect.aer == 0.0 and perfect.precision == 100.0 and perfect.recall == 100.0
+
+
+def write_gold(folder, src: str, tgt: str, gold: str):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "src.txt").write_text(src, encoding="utf-8")
+    (folder / "tgt.txt").write_text(tgt, encoding="utf-8")
+    (folder / "gold.txt").write_text(gold, encoding="utf-8")
+    return folder
+
+
+def test_gold_reader_separates_sure_and_possible(tmp_path):
+    gold = read_gold(write_gold(tmp_path / "de-en", "a b\nc\n", "x y z\nw\n", "0-0 1?2 1-1\n\n"))
+    assert gold.sure == [[(0, 0), (1, 1)], []] and gold.possible == [[(0, 0), (1, 1), (1, 2)], []]
+    assert gold.languages == ("de", "en") and gold.source == [["a", "b"], ["c"]]
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt", "gold", "message"),
+    [
+        ("a b\n", "x\n", "0-0 2-0\n", r"gold\.txt:1: link 2-0 is out of range: the sentence pair has 2 source"),
+        ("a b\nc\n", "x\ny\n", "0-0\n1:0\n", r"gold\.txt:2: bad link '1:0'; write links as i-j"),
+        ("a b\nc\n", "x\ny\n", "0-0\n", r"gold\.txt:2: gold\.txt has 1 lines but src\.txt has 2"),
+        ("a b\nc\n", "x\n", "0-0\n", r"src\.txt:2: .*tgt\.txt ends after 1 lines"),
+    ],
+)
+def test_gold_reader_errors_name_file_and_line(tmp_path, src, tgt, gold, message):
+    with pytest.raises(DataError, match=message):
+        read_gold(write_gold(tmp_path / "xx-yy", src, tgt, gold))

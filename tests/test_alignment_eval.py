@@ -1,0 +1,104 @@
+"""The whole alignment path: `polyalign align` and `polyalign evaluate alignment` with a tiny model built here."""
+
+import json
+import re
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from polyalign.align.aer import alignment_error_rate, read_gold
+from polyalign.align.aligner import Aligner
+from polyalign.checkpoint import load_model, save_model_folder
+from polyalign.cli import app
+from polyalign.io import DataError
+from polyalign.model import MaskedLanguageModel
+from tests.conftest import SAMPLE, tiny_config
+
+runner = CliRunner()
+PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(sample_prepared, tmp_path_factory):
+    """A random tiny model (2 layers, language embeddings) with the sample corpus' tokenizer, saved as a folder."""
+    from polyalign.data.prepare import PreparedData
+
+    prepared = PreparedData(sample_prepared)
+    tok = prepared.tokenizer()
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=tok.special.vocab_size,
+        pad_token_id=tok.special.pad,
+        num_languages=len(prepared.languages),
+        max_positions=128,
+    )
+    return save_model_folder(
+        tmp_path_factory.mktemp("align") / "model", MaskedLanguageModel(config), tok, prepared.languages
+    )
+
+
+@pytest.mark.parametrize(("pair", "method"), [("de-en", "ot"), ("en-fr", "argmax"), ("zh-en", "itermax")])
+def test_evaluate_alignment_on_the_bundled_gold(tiny_model, tmp_path, pair, method):
+    gold_dir = SAMPLE / "word_alignment" / pair
+    out = tmp_path / "out"
+    args = ["evaluate", "alignment", "--model", str(tiny_model), "--gold", str(gold_dir), "--method", method]
+    result = runner.invoke(app, [*args, "--layers", "all", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "alignment.json").read_text())
+    assert {"pair", "method", "layer", "aer", "precision", "recall", "sweep"} <= set(report)
+    assert (report["pair"], report["method"], report["layer"]) == (pair, method, 2)  # default: 2 of 2 layers
+    assert [row["layer"] for row in report["sweep"]] == [0, 1, 2]
+    assert (out / "alignment_layers.png").stat().st_size > 0
+    assert len((out / "alignment_layers.csv").read_text().splitlines()) == 4
+    # The reported numbers are the AER of the aligner's links against the gold, recomputed here.
+    gold = read_gold(gold_dir)
+    for row in report["sweep"]:
+        links = Aligner(load_model(tiny_model)).align(
+            list(zip(gold.source, gold.target, strict=True)), method, row["layer"], gold.languages
+        )
+        score = alignment_error_rate(links, gold.sure, gold.possible)
+        assert row["aer"] == round(score.aer, 2) and row["recall"] == round(score.recall, 2)
+    assert 0 < report["aer"] < 100
+
+
+@pytest.mark.parametrize("encoding", ["separate", "pair"])
+def test_a_sentence_aligned_to_itself_gives_the_identity_and_zero_aer(tiny_model, tmp_path, encoding):
+    # Identical inputs give identical hidden states at every layer (in `pair`, positions restart and both
+    # sides carry the same language), so argmax must link each token to its copy: AER 0 at every layer.
+    from polyalign.evaluate.alignment import evaluate_alignment
+
+    lines = (SAMPLE / "word_alignment" / "de-en" / "src.txt").read_text(encoding="utf-8").splitlines()[:12]
+    folder = tmp_path / "de-de"
+    folder.mkdir()
+    (folder / "src.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "tgt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    identity = [" ".join(f"{i}-{i}" for i in range(len(line.split()))) for line in lines]
+    (folder / "gold.txt").write_text("\n".join(identity) + "\n", encoding="utf-8")
+    result = evaluate_alignment(load_model(tiny_model), folder, "argmax", sweep=True, encoding=encoding)
+    assert [row["aer"] for row in result.sweep] == [0.0, 0.0, 0.0]
+
+
+def test_align_cli_streams_pharaoh_lines(tiny_model, tmp_path):
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("Der Hund schläft .\nJa\n\nDas ist ein ☃ Test .\nEin zweiter Satz , bitte .\n", encoding="utf-8")
+    tgt.write_text("The dog sleeps .\nYes\nEmpty source\nThis is a test .\nA second sentence , please .\n")
+    args = ["align", "--model", str(tiny_model), "--src", str(src), "--tgt", str(tgt), "--src-lang", "de"]
+    result = runner.invoke(app, [*args, "--tgt-lang", "en", "--chunk", "2", "--method", "itermax", "--layer", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 5 and all(PHARAOH.match(line) for line in lines)
+    assert lines[2] == ""  # an empty sentence has no links, and the line is kept
+    sides = zip(src.read_text().splitlines(), tgt.read_text().splitlines(), strict=True)
+    pairs = [(s.split(), t.split()) for s, t in sides]
+    for line, (s, t) in zip(lines, pairs, strict=True):
+        for link in line.split():
+            i, j = map(int, link.split("-"))
+            assert i < len(s) and j < len(t)
+    expected = Aligner(load_model(tiny_model)).align(pairs, "itermax", 1, ("de", "en"))
+    assert lines == [" ".join(f"{i}-{j}" for i, j in links) for links in expected]  # chunking changes nothing
+
+    tgt.write_text("one\ntwo\n")
+    result = runner.invoke(app, args)
+    assert isinstance(result.exception, DataError)
+    assert re.search(r"src\.txt:3: .*tgt\.txt ends after 2 lines", str(result.exception))
