@@ -134,7 +134,7 @@ def main() -> None:
         f"only the cross-attention trained for the first {tr['veco']['train_only_until']} steps (VECO §4).",
         "- Evaluation of `veco` uses its plugged-out encoder (`polyalign plug-out`: no cross-attention), so all "
         "three are plain encoders. Tatoeba protocol: "
-        + (report["tatoeba"]["veco"] or {}).get("protocol", "n/a")
+        + next((t["protocol"] for t in report["tatoeba"].values() if t), "n/a")
         + "; Tatoeba-14 = ara bul deu ell fra hin rus spa swh tha tur urd vie cmn.",
         "- Word alignment: `polyalign evaluate alignment --method ot --layers all` on "
         "`../shared/data/eval/word_alignment/{de-en,en-fr}`; AER in %, lower is better.",
@@ -193,7 +193,8 @@ def main() -> None:
     t0 = next((t for t in report["translation"].values() if t), None)
     if t0:
         lines += [
-            f"Sequence-to-sequence Transformer (`polyalign/model/seq2seq.py`, 6 + 6 layers, hidden 384, "
+            f"Sequence-to-sequence Transformer (`polyalign/model/seq2seq.py`, {t0['layers']} + {t0['layers']} "
+            f"layers, hidden {t0['hidden_size']}, "
             f"{t0['parameters'] / 1e6:.1f}M parameters, shared embeddings, decoder layer l attends to encoder "
             f"layer l), fine-tuned {t0['steps']} steps on {t0['train_pairs']:,} en-de pairs of "
             f"`../shared/data/train/parallel` (batches of {t0['batch_tokens']} padded tokens, lr {t0['lr']}, "

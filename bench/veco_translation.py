@@ -199,6 +199,8 @@ def main() -> None:
         "train_curve": curve,
         "train_seconds": train_seconds,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "layers": model.config.num_layers,
+        "hidden_size": model.config.hidden_size,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
