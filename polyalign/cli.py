@@ -358,6 +358,23 @@ def export(
     console.print(f"exported {model} -> {out} (XLM-RoBERTa: AutoModelForMaskedLM.from_pretrained({str(out)!r}))")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# VECO (model/veco.py)
+
+
+@app.command("plug-out")
+def plug_out_command(
+    model: Annotated[Path, typer.Option(help="VECO model folder, checkpoint or run folder.")],
+    out: Annotated[Path, typer.Option(help="Model folder to write, without the cross-attention sublayers.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+) -> None:
+    """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
+    from polyalign.model.veco import plug_out_folder
+
+    plug_out_folder(model, out, overwrite=overwrite)
+    console.print(f"wrote {out} (no cross-attention; loads like any polyalign model)")
+
+
 def main() -> None:
     try:
         app()

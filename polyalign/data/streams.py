@@ -102,6 +102,18 @@ def _from_list(example):
     return tuple(np.asarray(e, dtype=np.int64) if isinstance(e, list) else e for e in example)
 
 
+def segment_at(shard: TokenShard, i: int, cfg: StreamConfig) -> tuple[np.ndarray, int]:
+    """Line i (cut to max_length), followed when `pack` by whole next lines while they fit; returns the ids
+    and the index of the first line not used."""
+    ids = np.asarray(shard[i][: cfg.max_length], dtype=np.int64)
+    parts, total, j = [ids], len(ids), i + 1
+    while cfg.pack and j < len(shard) and total + shard.length(j) <= cfg.max_length:
+        parts.append(np.asarray(shard[j], dtype=np.int64))
+        total += shard.length(j)
+        j += 1
+    return (np.concatenate(parts) if len(parts) > 1 else ids), j
+
+
 class MonoStream(_Stream):
     def __init__(self, shards: list[TokenShard], languages: list[int], config: StreamConfig, seed: list[int] | int = 0):
         self.shards, self.languages = shards, languages
@@ -113,14 +125,7 @@ class MonoStream(_Stream):
             k = int(self.rng.choice(len(self.shards), p=self.probs))
             shard = self.shards[k]
             i = int(self.rng.integers(len(shard)))
-            ids = np.asarray(shard[i][: cfg.max_length], dtype=np.int64)
-            if cfg.pack:
-                parts, total, j = [ids], len(ids), i + 1
-                while j < len(shard) and total + shard.length(j) <= cfg.max_length:
-                    parts.append(np.asarray(shard[j], dtype=np.int64))
-                    total += shard.length(j)
-                    j += 1
-                ids = np.concatenate(parts)
+            ids, _ = segment_at(shard, i, cfg)
             if len(ids) >= cfg.min_length:
                 return (ids, self.languages[k])
 
@@ -171,6 +176,33 @@ class ParallelStream(_Stream):
         )
 
 
+class AdjacentStream(_Stream):
+    """Pairs of adjacent monolingual segments (x, y) as a ParallelBatch of one language (VECO §4, footnote 9):
+    x is a segment from a random line, y the segment that starts where x ends."""
+
+    overhead = 4
+    _size = staticmethod(ParallelStream._size)
+    next_batch = ParallelStream.next_batch
+
+    def __init__(self, shards: list[TokenShard], languages: list[int], config: StreamConfig, seed: list[int] | int = 0):
+        self.shards, self.languages = shards, languages
+        super().__init__([s.num_tokens for s in shards], config, [*np.atleast_1d(seed).tolist(), 3])
+
+    def _draw(self):
+        cfg = self.config
+        while True:
+            k = int(self.rng.choice(len(self.shards), p=self.probs))
+            shard = self.shards[k]
+            if len(shard) < 2:
+                continue
+            x, j = segment_at(shard, int(self.rng.integers(len(shard) - 1)), cfg)
+            if j == len(shard):  # x ran to the end of the shard: nothing follows it
+                continue
+            y, _ = segment_at(shard, j, cfg)
+            if min(len(x), len(y)) >= cfg.min_length:
+                return (x, y, self.languages[k], self.languages[k])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Building a stream of a kind from a prepared folder. Objectives name the kind they consume.
 
@@ -196,9 +228,19 @@ def parallel_stream(
     )
 
 
+def adjacent_stream(
+    prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]
+) -> AdjacentStream:
+    shards = prepared.mono_shards(languages)
+    if not shards:
+        raise DataError(f"{prepared.folder}: no monolingual data for languages {languages}")
+    return AdjacentStream(list(shards.values()), [lang_index[lang] for lang in shards], data_config.mono, seed)
+
+
 STREAMS = {
     "mono": mono_stream,
     "parallel": parallel_stream,
+    "adjacent": adjacent_stream,
 }
 
 

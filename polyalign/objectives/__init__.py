@@ -7,6 +7,7 @@ import dataclasses
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
 from polyalign.objectives.btmlm import BTMLM
+from polyalign.objectives.ca_mlm import AdjacentCrossAttentionMLM, CrossAttentionMLM
 from polyalign.objectives.camlm import CAMLM
 from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
@@ -17,10 +18,12 @@ from polyalign.tokenizer import SpecialTokens
 OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
+    "ca_mlm": CrossAttentionMLM,  # VECO
+    "ca_mlm_adjacent": AdjacentCrossAttentionMLM,
     "dwa": DWA,
     "mrtd": MRTD,
     "trtd": TRTD,
-    "camlm": CAMLM,
+    "camlm": CAMLM,  # ERNIE-M
     "btmlm": BTMLM,
 }
 

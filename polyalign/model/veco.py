@@ -1,0 +1,116 @@
+"""VECO's two streams over a pair, and plugging its cross-attention out (NLU transfer) or in (§3.1).
+
+A batch of pairs is stacked: rows [0, B) hold x and rows [B, 2B) hold y, all padded to one length, so each
+row's partner is the row half a batch away. The encoder's cross-attention sublayers (EncoderConfig
+`cross_attention: true`) run only when per-layer memory states are passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polyalign.model import MaskedLanguageModel
+
+
+def swap_halves(t: torch.Tensor) -> torch.Tensor:
+    """(2B, ...) -> (2B, ...) with the two halves exchanged: row r's partner moves to row r."""
+    B = t.shape[0] // 2
+    return torch.cat([t[B:], t[:B]])
+
+
+@dataclass
+class TwoStreams:
+    own: torch.Tensor
+    """H^L (2B, T, C): self-attention only, each sequence sees its own context (VECO Eqs. 2-5)."""
+    paired: torch.Tensor
+    """S^L (2B, T, C): self-attention, then cross-attention to the partner's H^l at each layer (Eqs. 6-9)."""
+    own_states: tuple[torch.Tensor, ...]
+    """H^0 .. H^L, the embeddings and every layer's output of the own stream."""
+
+
+def two_streams(model: MaskedLanguageModel, inputs: dict[str, torch.Tensor], stop_gradient: bool = True) -> TwoStreams:
+    """Both VECO representations of a stacked pair batch (rows [0, B) = x, [B, 2B) = y).
+
+    Layer l of the paired stream uses keys and values from the partner's H^l (Eqs. 7-8). With
+    `stop_gradient` (pre-training, §2.2) H is a constant inside the paired terms, so their gradient never
+    runs through the 2L-layer path own stream -> paired stream.
+    """
+    own = model(**inputs, output_hidden_states=True)
+    memory = [swap_halves(h) for h in own.hidden_states[1:]]  # L x (2B, T, C): the partner's H^1 .. H^L
+    if stop_gradient:
+        memory = [m.detach() for m in memory]
+    paired = model(**inputs, memory=memory, memory_mask=swap_halves(inputs["attention_mask"]))
+    return TwoStreams(own.last_hidden_state, paired.last_hidden_state, own.hidden_states)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plug-out (§3.1): the encoder without its cross-attention, an ordinary polyalign model
+
+
+def is_cross_attention_weight(name: str) -> bool:
+    return ".cross_attention." in name or ".cross_attention_norm." in name
+
+
+def plug_out(model: MaskedLanguageModel) -> MaskedLanguageModel:
+    """The same encoder and MLM head without the cross-attention sublayers (a copy; `model` is untouched)."""
+    config = dataclasses.replace(model.config, cross_attention=False)
+    plain = MaskedLanguageModel(config)
+    kept = {k: v for k, v in model.state_dict().items() if not is_cross_attention_weight(k)}
+    plain.load_state_dict(kept, strict=True)
+    return plain.train(model.training)
+
+
+def plug_out_folder(model_path, out, overwrite: bool = False):
+    """Write `model_path` (model, checkpoint or run folder) without cross-attention as a model folder."""
+    from polyalign.checkpoint import load_model, save_model_folder
+
+    loaded = load_model(model_path)
+    plain = plug_out(loaded.model)
+    extra = {"plugged_out_from": str(loaded.folder)}
+    return save_model_folder(out, plain, loaded.tokenizer, loaded.languages, extra, overwrite=overwrite)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plug-in (§3.1): with a translation y of every input x, classify from [H^L_x : S^L_x]
+
+
+def stack_pair(x: dict[str, torch.Tensor], y: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad x (B, Tx) and y (B, Ty) model inputs to one length and stack them into (2B, T)."""
+    T = max(x["input_ids"].shape[1], y["input_ids"].shape[1])
+    out = {}
+    for key in x:
+        value = pad_id if key == "input_ids" else 0  # attention_mask pads with False, ids of any kind with 0
+        out[key] = torch.cat([F.pad(t[key], (0, T - t[key].shape[1]), value=value) for t in (x, y)])
+    return out
+
+
+def plug_in_features(
+    model: MaskedLanguageModel, x: dict[str, torch.Tensor], y: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token features [H^L : S^L] for x (B, Tx, 2C) and for y (B, Ty, 2C); gradients flow everywhere."""
+    B, Tx, Ty = x["input_ids"].shape[0], x["input_ids"].shape[1], y["input_ids"].shape[1]
+    streams = two_streams(model, stack_pair(x, y, model.config.pad_token_id), stop_gradient=False)
+    features = torch.cat([streams.own, streams.paired], dim=-1)  # (2B, T, 2C)
+    return features[:B, :Tx], features[B:, :Ty]
+
+
+class PlugInClassifier(nn.Module):
+    """Sentence(-pair) classification with the cross-attention plugged in: a linear layer on the first
+    token's [H^L : S^L]. forward(x, y) returns logits for x and for y, (B, num_labels) each."""
+
+    def __init__(self, model: MaskedLanguageModel, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        if not model.config.cross_attention:
+            raise ValueError("plug-in fine-tuning needs a model with cross-attention (a VECO checkpoint)")
+        self.model = model
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(2 * model.config.hidden_size, num_labels)
+
+    def forward(self, x: dict[str, torch.Tensor], y: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        features_x, features_y = plug_in_features(self.model, x, y)
+        return self.classifier(self.dropout(features_x[:, 0])), self.classifier(self.dropout(features_y[:, 0]))
