@@ -7,12 +7,14 @@ import dataclasses
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
 from polyalign.objectives.mlm import MLM
+from polyalign.objectives.moco import MoCo
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
 
 OBJECTIVES: dict[str, type[Objective]] = {
     "mlm": MLM,
     "tlm": TLM,
+    "moco": MoCo,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
