@@ -174,7 +174,8 @@ class MoCo(Objective):
         #    products of Eq. (3) are cosines and tau sets their scale (as in MoCo).
         hidden = model(**model_inputs(batch)).last_hidden_state
         queries = F.normalize(self.query_projection(first_token_vectors(hidden)).float(), dim=-1)
-        # 2) keys: move the key network towards the current query weights (Eq. 1), then encode.
+        # 2) keys: move the key network towards the current query weights (Eq. 1), then encode. This runs
+        #    once per forward, so with A accumulation steps the key network moves by m^A per optimizer step.
         key_batch = {k[len(KEY) :]: v for k, v in batch.items() if k.startswith(KEY)}
         with torch.no_grad():
             momentum_update(self.key_encoder, model.encoder, m)
