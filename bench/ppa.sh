@@ -3,11 +3,11 @@
 # of PPA Table 5 (-MoCo = TLM only, -TLM = MoCo only), all for the same number of steps, then Tatoeba-14
 # acc@1 before and after. Writes bench/results/ppa.md, bench/results/ppa.json and bench/results/ppa/.
 # Heavy: run the whole script under the shared CPU lock (it takes no lock itself):
-#   flock /tmp/polyalign-cpu.lock bench/ppa.sh [steps, default 70] [peak lr, default 2e-4]
+#   flock /tmp/polyalign-cpu.lock bench/ppa.sh [steps, default 20] [peak lr, default 2e-4]
 # PA / PY name the polyalign command and the Python interpreter (default: the repository's .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-70}
+STEPS=${1:-20}
 LR=${2:-2e-4}
 PA=${PA:-.venv/bin/polyalign}
 PY=${PY:-.venv/bin/python}
