@@ -31,6 +31,8 @@ class StreamConfig:
     """Monolingual only: fill an example with consecutive lines up to max_length (RoBERTa's FULL-SENTENCES)."""
     max_examples: int = 0
     """Cap on examples per batch (0 = only the token budget limits it)."""
+    max_pair_length: int = 0
+    """Parallel only: skip pairs whose two sides together exceed this many tokens (PPA §3.1); 0 = no cap."""
 
     def __post_init__(self) -> None:
         if self.max_length < 1 or self.max_tokens < self.max_length:
@@ -138,6 +140,9 @@ class MonoStream(_Stream):
         return MonoBatch([e[0] for e in batch], np.array([e[1] for e in batch], dtype=np.int64))
 
 
+MAX_REJECTED_DRAWS = 100_000  # a filter that rejects this many pairs in a row rejects (nearly) all of them
+
+
 class ParallelStream(_Stream):
     overhead = 4
 
@@ -153,14 +158,20 @@ class ParallelStream(_Stream):
 
     def _draw(self):
         cfg = self.config
-        while True:
+        for _ in range(MAX_REJECTED_DRAWS):
             k = int(self.rng.choice(len(self.pairs), p=self.probs))
             src, tgt = self.pairs[k]
             i = int(self.rng.integers(len(src)))
+            if cfg.max_pair_length and src.length(i) + tgt.length(i) > cfg.max_pair_length:
+                continue
             x = np.asarray(src[i][: cfg.max_length], dtype=np.int64)
             y = np.asarray(tgt[i][: cfg.max_length], dtype=np.int64)
             if min(len(x), len(y)) >= cfg.min_length:
                 return (x, y, self.languages[k][0], self.languages[k][1])
+        raise DataError(
+            f"{MAX_REJECTED_DRAWS} parallel pairs drawn in a row were all filtered out (min_length={cfg.min_length}, "
+            f"max_pair_length={cfg.max_pair_length}); relax data.parallel.min_length or max_pair_length"
+        )
 
     @staticmethod
     def _size(example) -> int:

@@ -11,6 +11,7 @@ from polyalign.objectives.ca_mlm import AdjacentCrossAttentionMLM, CrossAttentio
 from polyalign.objectives.camlm import CAMLM
 from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
+from polyalign.objectives.moco import MoCo
 from polyalign.objectives.rtd import MRTD, TRTD
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
@@ -25,6 +26,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "trtd": TRTD,
     "camlm": CAMLM,  # ERNIE-M
     "btmlm": BTMLM,
+    "moco": MoCo,
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]

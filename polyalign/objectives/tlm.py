@@ -43,6 +43,10 @@ class TLM(MLM):
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         swap = rng.random(len(raw.source)) < self.config.swap_prob
+        return self.ordered_batch(raw, swap, rng)
+
+    def ordered_batch(self, raw: ParallelBatch, swap: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """The masked batch with the order of each pair given by `swap` (PPA §2.2: MoCo's shuffle decides it)."""
         first, second, first_lang, second_lang = order_pairs(raw, swap)
         use_languages = self.uses_languages and self.config.style == "xlm"
         layout = pair_layout(

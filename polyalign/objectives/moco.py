@@ -1,0 +1,202 @@
+"""Momentum contrast for sentence-level alignment, with TLM on the same pairs (PPA §2.1-2.2; MoCo).
+
+The model is the query encoder; the key encoder is an exponential-moving-average copy of it (Eq. 1) that
+is never trained. For each translation pair a coin decides which side the query encoder sees (random
+input shuffling), and the same coin orders the pair for TLM. A sentence is the first token's final hidden
+state, L2-normalised and projected (Eq. 2); negatives come from a queue of recent keys (InfoNCE, Eq. 3).
+Loss = L_MoCo + L_TLM (Eq. 4); `tlm: false` leaves L_MoCo alone (the -TLM ablation of Table 5).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from polyalign.data.layout import sentence_layout
+from polyalign.data.streams import ParallelBatch
+from polyalign.flops import encoder_forward_flops, training_flops
+from polyalign.model import MaskedLanguageModel
+from polyalign.model.losses import cross_entropy
+from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
+from polyalign.objectives.mlm import MLMConfig
+from polyalign.objectives.tlm import TLM, TLMConfig, order_pairs
+
+KEY, TLM_PREFIX = "key_", "tlm_"  # batch entries of the key side and of the TLM sequence; the query side is bare
+
+
+@dataclass
+class MoCoConfig(MLMConfig):
+    """PPA §3.3 defaults. The inherited masking settings apply to the TLM term."""
+
+    momentum: float = 0.999
+    """m of Eq. (1): the key encoder keeps this share of its weights at each update."""
+    queue_size: int = 32_000
+    """K: negative keys kept (PPA §2.1 scales MoCo's 65,536 down so the queue does not go stale)."""
+    temperature: float = 0.05
+    """tau of Eq. (3)."""
+    projection_size: int = 300
+    """d_k of Eq. (2)."""
+    tlm: bool = True
+    """Add PPA-style TLM on the same pairs in the same order (Eq. 4); false gives the -TLM ablation."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"moco momentum={self.momentum}: must lie in [0, 1)")
+        if self.queue_size < 1 or self.projection_size < 1:
+            raise ValueError(f"moco queue_size={self.queue_size}, projection_size={self.projection_size}: must be >= 1")
+        if self.temperature <= 0:
+            raise ValueError(f"moco temperature={self.temperature}: must be > 0")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The math, as pure functions
+
+
+def first_token_vectors(hidden: torch.Tensor) -> torch.Tensor:
+    """PPA §2.1: the final hidden state of the first token ([CLS] / <s>), L2-normalised. (B, T, C) -> (B, C)."""
+    return F.normalize(hidden[:, 0].float(), dim=-1)
+
+
+@torch.no_grad()
+def momentum_update(key: nn.Module, query: nn.Module, momentum: float) -> None:
+    """Eq. (1): theta_k = m theta_k + (1 - m) theta_q, parameter by parameter (key is a deep copy of query)."""
+    for k, q in zip(key.parameters(), query.parameters(), strict=True):
+        k.mul_(momentum).add_(q.detach(), alpha=1.0 - momentum)
+
+
+def info_nce(
+    queries: torch.Tensor, keys: torch.Tensor, negatives: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. (3): query i's positive is key i, its negatives are every row of `negatives`.
+    queries, keys (B, D); negatives (K, D). Returns (mean loss, share of queries ranking their positive first)."""
+    positive = (queries * keys).sum(-1, keepdim=True)  # (B, 1)
+    negative = queries @ negatives.T  # (B, K)
+    logits = torch.cat([positive, negative], dim=1) / temperature  # (B, 1 + K): the positive is class 0
+    target = torch.zeros(len(queries), dtype=torch.long, device=queries.device)
+    with torch.no_grad():
+        accuracy = (logits.argmax(-1) == 0).float().mean()
+    return cross_entropy(logits, target), accuracy
+
+
+def enqueue(queue: torch.Tensor, pointer: int, keys: torch.Tensor) -> int:
+    """Write `keys` (N, D) into the ring buffer `queue` (K, D) from row `pointer` on, the oldest rows going
+    out first; returns the next pointer. Of more than K keys only the last K fit."""
+    K = queue.shape[0]
+    keys = keys[-K:]
+    rows = (pointer + torch.arange(len(keys), device=queue.device)) % K
+    queue[rows] = keys.to(queue.dtype)
+    return (pointer + len(keys)) % K
+
+
+def queue_in_order(queue: torch.Tensor, pointer: int) -> torch.Tensor:
+    """The queue's rows from oldest to newest."""
+    return torch.roll(queue, shifts=-pointer, dims=0)
+
+
+def gather_across_processes(x: torch.Tensor) -> torch.Tensor:
+    """All processes' `x` (N_rank, D) concatenated in rank order, so every queue receives the same keys
+    (MoCo's concat_all_gather); sizes may differ between processes. A single process returns `x`."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return x
+    world = dist.get_world_size()
+    size = torch.tensor([len(x)], device=x.device)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    padded = x.new_zeros((int(max(sizes)), *x.shape[1:]))  # all_gather needs equal shapes
+    padded[: len(x)] = x
+    parts = [torch.zeros_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[: int(n)] for p, n in zip(parts, sizes, strict=True)])
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Projection(nn.Module):
+    """Eq. (2): z = W2 ReLU(W1 h), W1 (d_h x d_h), W2 (d_k x d_h), after SimCLR."""
+
+    def __init__(self, hidden_size: int, projection_size: int):
+        super().__init__()
+        self.inner = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.outer = nn.Linear(hidden_size, projection_size, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.outer(F.relu(self.inner(h)))
+
+
+class MoCo(Objective):
+    stream = "parallel"
+    Config = MoCoConfig
+
+    def __init__(self, config: MoCoConfig, special, model_config):
+        super().__init__(config, special, model_config)
+        self.query_projection = Projection(model_config.hidden_size, config.projection_size)
+        self.tlm = None
+        if config.tlm:
+            tlm_config = TLMConfig(mask_prob=config.mask_prob, replace_probs=config.replace_probs, style="ppa")
+            self.tlm = TLM(tlm_config, special, model_config)
+        # Buffers, so checkpoints and --resume keep the queue. Randomly initialised, as in MoCo (PPA §2.1).
+        self.register_buffer("queue", F.normalize(torch.randn(config.queue_size, config.projection_size), dim=1))
+        self.register_buffer("queue_pointer", torch.zeros((), dtype=torch.long))
+        self.key_encoder: nn.Module | None = None
+        self.key_projection: nn.Module | None = None
+
+    def setup(self, model: MaskedLanguageModel) -> None:
+        # The key network starts as an exact copy of the query network (encoder + projection) and is only
+        # ever moved by the momentum update, never by the optimizer.
+        self.key_encoder = copy.deepcopy(model.encoder).requires_grad_(False)
+        self.key_projection = copy.deepcopy(self.query_projection).requires_grad_(False)
+
+    def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        # PPA §2.1 random input shuffling: per pair, a coin decides which side is the query; §2.2: the same
+        # coin orders the TLM sequence (query side first).
+        swap = rng.random(len(raw.source)) < 0.5
+        query_side, key_side, _, _ = order_pairs(raw, swap)
+        # No language ids on either side: PPA uses none, and the sentence vectors must be language-agnostic.
+        batch = sentence_layout(query_side, None, self.special).tensors()
+        batch |= {KEY + k: v for k, v in sentence_layout(key_side, None, self.special).tensors().items()}
+        if self.tlm is not None:
+            batch |= {TLM_PREFIX + k: v for k, v in self.tlm.ordered_batch(raw, swap, rng).items()}
+        batch["swapped"] = torch.from_numpy(swap)
+        return batch
+
+    def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        if self.key_encoder is None:
+            raise RuntimeError("MoCo.setup(model) must run before training: it creates the key encoder")
+        m = self.config.momentum
+        # 1) queries: sentence vectors of the query encoder, projected (Eq. 2), unit length so that the dot
+        #    products of Eq. (3) are cosines and tau sets their scale (as in MoCo).
+        hidden = model(**model_inputs(batch)).last_hidden_state
+        queries = F.normalize(self.query_projection(first_token_vectors(hidden)).float(), dim=-1)
+        # 2) keys: move the key network towards the current query weights (Eq. 1), then encode. This runs
+        #    once per forward, so with A accumulation steps the key network moves by m^A per optimizer step.
+        key_batch = {k[len(KEY) :]: v for k, v in batch.items() if k.startswith(KEY)}
+        with torch.no_grad():
+            momentum_update(self.key_encoder, model.encoder, m)
+            momentum_update(self.key_projection, self.query_projection, m)
+            key_hidden = self.key_encoder(**model_inputs(key_batch)).last_hidden_state
+            keys = F.normalize(self.key_projection(first_token_vectors(key_hidden)).float(), dim=-1)
+        # 3) InfoNCE against the queue as it was before this batch (a copy: the queue changes below).
+        moco_loss, accuracy = info_nce(queries, keys, self.queue.clone(), self.config.temperature)
+        # 4) enqueue this step's keys from every process, oldest out.
+        pointer = enqueue(self.queue, int(self.queue_pointer), gather_across_processes(keys))
+        self.queue_pointer.fill_(pointer)
+
+        B, T = batch["input_ids"].shape
+        K, D = self.queue.shape
+        flops = training_flops(encoder_forward_flops(model.config, B, T) + 2.0 * B * (K + 1) * D)
+        flops += encoder_forward_flops(model.config, *key_batch["input_ids"].shape)  # key side: forward only
+        metrics = {"moco_loss": moco_loss.detach(), "moco_accuracy": accuracy}
+        loss = moco_loss
+        if self.tlm is not None:  # Eq. (4)
+            tlm = self.tlm(model, {k[len(TLM_PREFIX) :]: v for k, v in batch.items() if k.startswith(TLM_PREFIX)})
+            loss = loss + tlm.loss
+            flops += tlm.flops
+            metrics |= {"tlm_loss": tlm.loss.detach(), "tlm_accuracy": tlm.metrics["accuracy"]}
+        return ObjectiveOutput(loss, metrics, flops)

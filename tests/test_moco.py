@@ -1,0 +1,242 @@
+"""PPA: MoCo sentence alignment with TLM (objectives/moco.py), its recipe, and DDP key gathering."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
+from polyalign.config import load_recipe
+from polyalign.data.masking import IGNORE
+from polyalign.data.prepare import PreparedData
+from polyalign.data.shards import ShardWriter, TokenShard
+from polyalign.data.streams import ParallelBatch, ParallelStream, StreamConfig
+from polyalign.io import DataError
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.objectives.moco import MoCo, MoCoConfig, enqueue, info_nce, queue_in_order
+from polyalign.tokenizer import SpecialTokens
+from polyalign.train import load_run_recipe, pretrain
+from tests.conftest import tiny_config, tiny_recipe_overrides
+from tests.test_train import _run_cli, losses
+
+SPECIAL = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
+EN_LENGTH, XX_LENGTH = 3, 4  # English and the other language differ in length, so a row tells its side
+
+
+def pairs(n: int, seed: int = 0) -> ParallelBatch:
+    """n English (source, ids 10-49) / other-language (target, ids 50-98) pairs."""
+    rng = np.random.default_rng(seed)
+    return ParallelBatch(
+        [rng.integers(10, 50, EN_LENGTH) for _ in range(n)],
+        [rng.integers(50, 99, XX_LENGTH) for _ in range(n)],
+        np.zeros(n, dtype=np.int64),
+        np.ones(n, dtype=np.int64),
+    )
+
+
+def moco(**config) -> tuple[MaskedLanguageModel, MoCo]:
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config())
+    objective = MoCo(MoCoConfig(**{"queue_size": 16, "projection_size": 8, **config}), SPECIAL, model.config)
+    objective.setup(model)
+    return model, objective
+
+
+def test_queue_holds_the_most_recent_keys_in_order():
+    K, D = 10, 3
+    queue, pointer, seen = torch.zeros(K, D), 0, []
+    for n in (4, 3, 5, 7, 12, 2):  # wraps around several times; one batch is larger than the queue
+        keys = torch.randn(n, D)
+        pointer = enqueue(queue, pointer, keys)
+        seen.append(keys)
+        everything = torch.cat(seen)
+        if len(everything) >= K:
+            assert torch.equal(queue_in_order(queue, pointer), everything[-K:])  # oldest first, newest last
+
+
+def test_key_encoder_is_the_momentum_average_of_the_query_encoder_after_a_step():
+    model, objective = moco(momentum=0.9)
+    for k, q in zip(objective.key_encoder.parameters(), model.encoder.parameters(), strict=True):
+        assert torch.equal(k, q)  # the key encoder starts as a copy
+    trainable = [p for p in [*model.parameters(), *objective.parameters()] if p.requires_grad]
+    optimizer = torch.optim.SGD(trainable, lr=0.5)
+    batch = objective.make_batch(pairs(8), np.random.default_rng(0))
+    objective(model, batch).loss.backward()
+    optimizer.step()
+
+    key_before = [p.clone() for p in [*objective.key_encoder.parameters(), *objective.key_projection.parameters()]]
+    query_now = [p.clone() for p in [*model.encoder.parameters(), *objective.query_projection.parameters()]]
+    assert any(not torch.equal(k, q) for k, q in zip(key_before, query_now, strict=True))  # the step moved them
+    objective(model, batch)  # the next forward applies Eq. (1) before encoding keys
+    key_after = [*objective.key_encoder.parameters(), *objective.key_projection.parameters()]
+    for k, k0, q in zip(key_after, key_before, query_now, strict=True):
+        torch.testing.assert_close(k, 0.9 * k0 + 0.1 * q)
+
+
+@pytest.mark.parametrize("tlm", [True, False])
+def test_no_gradient_reaches_the_key_encoder(tlm):
+    model, objective = moco(tlm=tlm)
+    out = objective(model, objective.make_batch(pairs(8), np.random.default_rng(0)))
+    out.loss.backward()
+    for p in [*objective.key_encoder.parameters(), *objective.key_projection.parameters()]:
+        assert p.grad is None and not p.requires_grad
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in objective.query_projection.parameters())
+    assert model.encoder.layers[-1].feed_forward.up.weight.grad.abs().sum() > 0
+    assert ("tlm_loss" in out.metrics) == tlm
+
+
+def test_shuffling_puts_english_on_the_query_side_about_half_the_time_and_orders_tlm_the_same_way():
+    _, objective = moco()
+    n = 2000
+    batch = objective.make_batch(pairs(n), np.random.default_rng(1))
+    query_is_english = batch["attention_mask"].sum(1) == EN_LENGTH + 2
+    key_is_english = batch["key_attention_mask"].sum(1) == EN_LENGTH + 2
+    assert torch.equal(query_is_english, ~key_is_english)  # each pair is split across the two encoders
+    assert 0.45 < query_is_english.float().mean() < 0.55
+    assert torch.equal(query_is_english, ~batch["swapped"])
+    # TLM (PPA style): the query side comes first; no language ids, positions run on.
+    labels, ids = batch["tlm_labels"], batch["tlm_input_ids"]
+    original = torch.where(labels == IGNORE, ids, labels)
+    L = batch["input_ids"].shape[1]
+    query_tokens = torch.where(batch["attention_mask"], batch["input_ids"], -1)
+    first_sentence = torch.where(batch["tlm_segment"][:, :L] == 0, original[:, :L], -1)
+    assert torch.equal(first_sentence, query_tokens)
+    assert "tlm_language_ids" not in batch and "language_ids" not in batch
+    assert torch.equal(batch["tlm_position_ids"][0], torch.arange(batch["tlm_position_ids"].shape[1]))
+
+
+def test_info_nce_equals_a_hand_computation():
+    queries = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    keys = torch.tensor([[0.6, 0.8], [0.6, 0.8]])
+    negatives = torch.tensor([[0.0, 1.0], [-1.0, 0.0]])
+    tau = 0.5
+    # query 0: positive 0.6, negatives 0 and -1; query 1: positive 0.8, negatives 1 and 0 (a negative wins)
+    by_hand = [
+        -math.log(math.exp(0.6 / tau) / (math.exp(0.6 / tau) + math.exp(0 / tau) + math.exp(-1 / tau))),
+        -math.log(math.exp(0.8 / tau) / (math.exp(0.8 / tau) + math.exp(1 / tau) + math.exp(0 / tau))),
+    ]
+    loss, accuracy = info_nce(queries, keys, negatives, tau)
+    assert float(loss) == pytest.approx(sum(by_hand) / 2, rel=1e-6)
+    assert float(accuracy) == 0.5
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The recipe, end to end on the bundled sample
+
+
+@pytest.fixture(scope="module")
+def tiny_foundation(sample_prepared, tmp_path_factory):
+    """A tiny model folder to post-pretrain from, shaped like tiny_recipe_overrides' model."""
+    tokenizer = PreparedData(sample_prepared).tokenizer()
+    sp = tokenizer.special
+    config = EncoderConfig(
+        vocab_size=sp.vocab_size,
+        pad_token_id=sp.pad,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        ffn_size=64,
+        max_positions=128,
+    )
+    torch.manual_seed(0)
+    return save_model_folder(tmp_path_factory.mktemp("foundation") / "tiny", MaskedLanguageModel(config), tokenizer, [])
+
+
+def ppa_overrides(prepared, init, steps: int) -> list[str]:
+    return tiny_recipe_overrides(prepared, steps) + [
+        f"init_from={init}",
+        "objectives.0.config.queue_size=64",
+        "data.parallel.max_examples=4",
+        "data.parallel.min_length=3",
+        "trainer.save_every=100",
+    ]
+
+
+ABLATIONS = {
+    "full": [],
+    "no-tlm": ["objectives.0.config.tlm=false"],
+    "no-moco": ["objectives.0.name=tlm", "objectives.0.config={style: ppa}"],
+}
+
+
+def test_ppa_recipe_has_the_paper_defaults():
+    recipe = load_recipe("ppa")
+    (spec,) = recipe.objectives
+    assert spec.name == "moco" and spec.config == {
+        "momentum": 0.999,
+        "queue_size": 32000,
+        "temperature": 0.05,
+        "projection_size": 300,
+        "tlm": True,
+    }
+    p = recipe.data.parallel
+    assert (p.max_examples, p.min_length, p.max_pair_length) == (128, 10, 128)
+    assert p.max_tokens >= 128 * (128 + 4)  # the token budget never cuts a batch below 128 pairs
+    t = recipe.trainer
+    assert (t.lr, t.weight_decay, t.warmup_steps * 10) == (3e-5, 0.01, t.max_steps)
+
+
+def test_pair_filter_drops_short_sides_and_long_pairs(tmp_path):
+    # PPA §3.1: drop a pair when either side has fewer than 10 tokens or both together more than 128.
+    lengths = [(12, 12), (9, 40), (40, 9), (70, 59), (64, 64), (10, 118)]
+    shards = []
+    for side in (0, 1):
+        writer = ShardWriter(tmp_path / f"side{side}", np.uint16)
+        writer.add([[5 + i] * pair[side] for i, pair in enumerate(lengths)])
+        writer.close()
+        shards.append(TokenShard(tmp_path / f"side{side}", np.uint16))
+    config = StreamConfig(max_tokens=10_000, max_length=128, min_length=10, max_pair_length=128, max_examples=50)
+    batch = ParallelStream([tuple(shards)], [(0, 1)], config, seed=0).next_batch()
+    kept = {(len(x), len(y)) for x, y in zip(batch.source, batch.target, strict=True)}
+    assert kept == {(12, 12), (64, 64), (10, 118)}
+    impossible = StreamConfig(max_tokens=10_000, max_length=128, min_length=200)
+    with pytest.raises(DataError, match="all filtered out"):
+        ParallelStream([tuple(shards)], [(0, 1)], impossible, seed=0).next_batch()
+
+
+@pytest.mark.parametrize("variant", ABLATIONS)
+def test_ppa_recipe_post_pretrains_a_saved_model(sample_prepared, tiny_foundation, tmp_path, variant):
+    recipe = load_recipe("ppa", ppa_overrides(sample_prepared, tiny_foundation, steps=2) + ABLATIONS[variant])
+    pretrain(recipe, tmp_path / "run", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and all(math.isfinite(r["loss"]) for r in records)
+    name = recipe.objectives[0].name
+    assert ("moco/moco_loss" in records[0]) == (variant != "no-moco")
+    assert ("moco/tlm_loss" in records[0]) == (variant == "full")
+    checkpoint = checkpoint_dirs(tmp_path / "run")[-1]
+    if name == "moco":
+        state = load_file(str(checkpoint / "objectives.safetensors"))
+        assert int(state["moco.queue_pointer"]) == 2 * 4  # 2 steps x 4 pairs enqueued
+        assert any(k.startswith("moco.key_encoder.") for k in state)
+    before, after = load_model(tiny_foundation).model, load_model(tmp_path / "run").model
+    assert not torch.equal(before.encoder.layers[0].attention.qkv.weight, after.encoder.layers[0].attention.qkv.weight)
+
+
+def test_ppa_resume_restores_queue_and_key_encoder_exactly(sample_prepared, tiny_foundation, tmp_path):
+    overrides = ppa_overrides(sample_prepared, tiny_foundation, steps=4) + ["objectives.0.config.momentum=0.5"]
+    pretrain(load_recipe("ppa", overrides), tmp_path / "straight", progress=False)
+    pretrain(load_recipe("ppa", overrides + ["trainer.stop_at=2"]), tmp_path / "paused", progress=False)
+    pretrain(
+        load_run_recipe(tmp_path / "paused", ["trainer.stop_at=0"]), tmp_path / "paused", resume=True, progress=False
+    )
+    assert losses(tmp_path / "paused") == losses(tmp_path / "straight")
+
+
+def test_ddp_gathers_keys_from_every_process_before_enqueueing(sample_prepared, tiny_foundation, tmp_path):
+    overrides = ppa_overrides(sample_prepared, tiny_foundation, steps=1) + ["model.dropout=0", "trainer.precision=fp32"]
+    sets = [a for o in overrides for a in ("--set", o)]
+    ddp = _run_cli(["pretrain", "ppa", "--run-dir", str(tmp_path / "ddp"), "--no-progress", *sets], nproc=2)
+    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    # One process with 2 accumulation steps reads the same two micro-batches (slot = rank x A + a) and, at
+    # step 1, encodes keys with the same (initial) key encoder: its queue is what gathering must produce.
+    single = _run_cli(
+        ["pretrain", "ppa", "--run-dir", str(tmp_path / "single"), "--no-progress", *sets]
+        + ["--set", "trainer.grad_accumulation=2"]
+    )
+    assert single.returncode == 0, single.stderr[-2000:]
+    a, b = (load_file(str(checkpoint_dirs(tmp_path / r)[-1] / "objectives.safetensors")) for r in ("ddp", "single"))
+    assert int(a["moco.queue_pointer"]) == int(b["moco.queue_pointer"]) == 2 * 4  # both processes' keys
+    torch.testing.assert_close(a["moco.queue"][:8], b["moco.queue"][:8])
