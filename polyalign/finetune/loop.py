@@ -191,7 +191,9 @@ def finetune_seed(
     special = loaded.tokenizer.special
     model = build_task_model(task, loaded, config).train()
     L = loaded.model.config.num_layers
-    optimizer = torch.optim.AdamW(parameter_groups(model, L, config), betas=(0.9, 0.999), eps=1e-8)
+    # fused: one kernel for all parameters, which matters on CPU where small fine-tuning batches make the
+    # optimizer step a large share of the time.
+    optimizer = torch.optim.AdamW(parameter_groups(model, L, config), betas=(0.9, 0.999), eps=1e-8, fused=True)
     n = len(prepared.train)
     steps_per_epoch = math.ceil(n / config.batch_size)
     total = max(1, round(config.epochs * steps_per_epoch))

@@ -133,13 +133,21 @@ PAWSX_LANGUAGES = ("en", "de", "es", "fr", "ja", "ko", "zh")
 PAWSX_TEST = ("de", "zh")
 
 
-def load_xnli(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
-    folder = Path(data_dir) / "xnli"
-    dev = {lang: read_pair_tsv(folder / f"dev-{lang}.tsv.gz", XNLI_HEADER, XNLI_LABELS) for lang in XNLI_LANGUAGES}
+def read_aligned_dev(folder: Path, name: str, languages, header, labels) -> dict[str, list[tuple]]:
+    """The dev files of every language, which must be translations of one another row by row."""
+    dev = {lang: read_pair_tsv(folder / name.format(lang=lang), header, labels) for lang in languages}
     n = len(dev["en"])
     for lang, rows in dev.items():
         if len(rows) != n:
-            raise DataError(f"{folder}/dev-{lang}.tsv.gz: {len(rows)} rows, dev-en has {n}; they must be line-aligned")
+            path = folder / name.format(lang=lang)
+            raise DataError(f"{path}: {len(rows)} rows but the English dev file has {n}; they must be line-aligned")
+    return dev
+
+
+def load_xnli(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
+    folder = Path(data_dir) / "xnli"
+    dev = read_aligned_dev(folder, "dev-{lang}.tsv.gz", XNLI_LANGUAGES, XNLI_HEADER, XNLI_LABELS)
+    n = len(dev["en"])
     select_idx, train_idx = split_indices(n, premise_groups(dev["en"]), (options.select_share,))
     train_langs = XNLI_LANGUAGES if setting == "translate-train-all" else ("en",)
     train = [e for lang in train_langs for e in to_examples(dev[lang], train_idx, lang, "dev")]
@@ -161,11 +169,8 @@ def load_xnli(data_dir: Path, setting: str, options: PairOptions, sample: Subsam
 
 def load_pawsx(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
     folder = Path(data_dir) / "pawsx"
-    dev = {lang: read_pair_tsv(folder / f"dev-{lang}.tsv", PAWSX_HEADER, PAWSX_LABELS) for lang in PAWSX_LANGUAGES}
+    dev = read_aligned_dev(folder, "dev-{lang}.tsv", PAWSX_LANGUAGES, PAWSX_HEADER, PAWSX_LABELS)
     n = len(dev["en"])
-    for lang, rows in dev.items():
-        if len(rows) != n:
-            raise DataError(f"{folder}/dev-{lang}.tsv: {len(rows)} rows, dev-en has {n}; they must be line-aligned")
     # The dev files are translations of one another, row by row: hold the same rows out in every language so
     # that no language is scored on a translation of a training pair.
     select_idx, eval_idx, train_idx = split_indices(n, list(range(n)), (options.select_share, options.dev_eval_share))

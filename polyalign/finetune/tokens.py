@@ -68,8 +68,8 @@ def _lines(path: str | Path):
                 raise DataError(f"{where(path, lineno)}: not valid UTF-8") from None
 
 
-def read_conll(path: str | Path, tags: tuple[str, ...], language: str) -> list[TaggedSentence]:
-    """`token<TAB>tag` lines, a blank line between sentences (WikiANN as prepared by XTREME)."""
+def read_sentences(path: str | Path, language: str, parse_line) -> list[TaggedSentence]:
+    """Sentences separated by blank lines; `parse_line(where, line)` gives (word, tag index) or None to skip."""
     sentences, words, labels = [], [], []
     for lineno, line in _lines(path):
         if not line.strip():
@@ -77,47 +77,47 @@ def read_conll(path: str | Path, tags: tuple[str, ...], language: str) -> list[T
                 sentences.append(TaggedSentence(words, labels, language))
                 words, labels = [], []
             continue
-        cols = line.split("\t")
-        if len(cols) != 2:
-            raise DataError(f"{where(path, lineno)}: expected `token<TAB>tag`, found {len(cols)} column(s)")
-        if cols[1] not in tags:
-            raise DataError(f"{where(path, lineno)}: tag {cols[1]!r} is not one of {', '.join(tags)}")
-        words.append(cols[0])
-        labels.append(tags.index(cols[1]))
+        parsed = parse_line(where(path, lineno), line)
+        if parsed is not None:
+            words.append(parsed[0])
+            labels.append(parsed[1])
     if words:
         sentences.append(TaggedSentence(words, labels, language))
     if not sentences:
         raise DataError(f"{path}: no sentences")
     return sentences
+
+
+def read_conll(path: str | Path, tags: tuple[str, ...], language: str) -> list[TaggedSentence]:
+    """`token<TAB>tag` lines, a blank line between sentences (WikiANN as prepared by XTREME)."""
+
+    def parse(at: str, line: str):
+        cols = line.split("\t")
+        if len(cols) != 2:
+            raise DataError(f"{at}: expected `token<TAB>tag`, found {len(cols)} column(s)")
+        if cols[1] not in tags:
+            raise DataError(f"{at}: tag {cols[1]!r} is not one of {', '.join(tags)}")
+        return cols[0], tags.index(cols[1])
+
+    return read_sentences(path, language, parse)
 
 
 def read_conllu(path: str | Path, language: str) -> list[TaggedSentence]:
     """Syntactic words and their UPOS tags from a CoNLL-U file (multiword-token ranges and empty nodes skipped)."""
-    sentences, words, labels = [], [], []
-    for lineno, line in _lines(path):
-        if not line.strip():
-            if words:
-                sentences.append(TaggedSentence(words, labels, language))
-                words, labels = [], []
-            continue
+
+    def parse(at: str, line: str):
         if line.startswith("#"):
-            continue
+            return None
         cols = line.split("\t")
         if len(cols) != 10:
-            raise DataError(
-                f"{where(path, lineno)}: a CoNLL-U word line has 10 tab-separated columns, found {len(cols)}"
-            )
+            raise DataError(f"{at}: a CoNLL-U word line has 10 tab-separated columns, found {len(cols)}")
         if "-" in cols[0] or "." in cols[0]:
-            continue
+            return None
         if cols[3] not in UPOS_TAGS:
-            raise DataError(f"{where(path, lineno)}: UPOS {cols[3]!r} is not a Universal POS tag")
-        words.append(cols[1])
-        labels.append(UPOS_TAGS.index(cols[3]))
-    if words:
-        sentences.append(TaggedSentence(words, labels, language))
-    if not sentences:
-        raise DataError(f"{path}: no sentences")
-    return sentences
+            raise DataError(f"{at}: UPOS {cols[3]!r} is not a Universal POS tag")
+        return cols[1], UPOS_TAGS.index(cols[3])
+
+    return read_sentences(path, language, parse)
 
 
 # ---------------------------------------------------------------------------------------------------------
