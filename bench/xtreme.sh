@@ -36,7 +36,7 @@ run xnli 3 --set epochs=2 --max-eval 400
 run ner 3 --set epochs=1 --max-train 3000 --max-select 1000 --max-eval 500
 # POS: 4,000 EWT training sentences, 2 epochs (paper 10), 1,000 dev sentences, 400 PUD sentences per language.
 run pos 1 --set epochs=2 --max-train 4000 --max-select 1000 --max-eval 400
-# PAWS-X: English dev training rows (1,400), 3 epochs (paper 10).
+# PAWS-X: English dev training rows (1,200 of 2,000), 3 epochs (paper 10).
 run pawsx 1 --set epochs=3
 # QA: MLQA en dev (minus 20% of question ids), windows of 128 with doc_stride 64, questions cut to 32 tokens,
 # 2 epochs (as the paper), 200 XQuAD questions per language.
