@@ -375,6 +375,109 @@ def plug_out_command(
     console.print(f"wrote {out} (no cross-attention; loads like any polyalign model)")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Fine-tuning: XTREME-style tasks (polyalign/finetune)
+
+
+def _parse_sets(values: list[str] | None) -> dict[str, str]:
+    out = {}
+    for v in values or []:
+        if "=" not in v:
+            raise DataError(f"--set {v}: expected key=value (e.g. --set epochs=2, or --set xnli.lr=1e-4 for xtreme)")
+        key, value = v.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _print_finetune(result: dict, model: Path) -> None:
+    from polyalign.finetune.results import task_markdown
+
+    Console().print(task_markdown(result, f"{result['task']} ({result['setting']}), {model}"), markup=False)
+
+
+@app.command()
+def finetune(
+    task: Annotated[str, typer.Argument(help="xnli, pawsx, ner, pos or qa.")],
+    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    setting: Annotated[str, typer.Option(help="`transfer` (train on English) or `translate-train-all`.")] = "transfer",
+    seeds: Annotated[int, typer.Option(help="Fine-tuning runs (seeds 0..N-1); mean ± standard deviation.")] = 3,
+    out: Annotated[Path | None, typer.Option(help="Folder for finetune.md and finetune.json.")] = None,
+    data: Annotated[Path, typer.Option(help="The evaluation data pack.")] = Path("../shared/data/eval"),
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a hyperparameter or task option, e.g. epochs=2.")
+    ] = None,
+    max_train: Annotated[int, typer.Option(help="Subsample training examples (0 = all).")] = 0,
+    max_select: Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")] = 0,
+    max_eval: Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")] = 0,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+) -> None:
+    """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
+    from polyalign.checkpoint import load_model
+    from polyalign.finetune import Subsample, finetune_task
+    from polyalign.finetune.results import write_results
+
+    loaded = load_model(model, trust_pickle=trust_pickle)
+    sample = Subsample(max_train, max_select, max_eval)
+    result = finetune_task(loaded, task, data, setting, seeds, _parse_sets(set_), sample, progress)
+    _print_finetune(result, model)
+    if out is not None:
+        md, _ = write_results(out, "finetune", [result], f"Fine-tuning: {task} ({setting})", str(model))
+        console.print(f"results: {md} (+ .json)")
+
+
+@app.command()
+def xtreme(
+    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
+    setting: Annotated[str, typer.Option(help="`transfer` or `translate-train-all` (tasks without it fail).")] = (
+        "transfer"
+    ),
+    seeds: Annotated[str, typer.Option(help="Seeds for every task (`3`) or per task (`xnli=3,ner=3,qa=1`).")] = "3",
+    out: Annotated[
+        Path | None, typer.Option(help="Folder for xtreme.md and xtreme.json (rewritten after each task).")
+    ] = None,
+    data: Annotated[Path, typer.Option(help="The evaluation data pack.")] = Path("../shared/data/eval"),
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="key=value for every task, or task.key=value for one.")
+    ] = None,
+    max_train: Annotated[int, typer.Option(help="Subsample training examples (0 = all).")] = 0,
+    max_select: Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")] = 0,
+    max_eval: Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")] = 0,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+) -> None:
+    """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
+    from polyalign.checkpoint import load_model
+    from polyalign.finetune import TASKS, Subsample, finetune_task
+    from polyalign.finetune.results import summary_markdown, write_results
+
+    names = _split(tasks) or []
+    unknown = [t for t in names if t not in TASKS]
+    if unknown:
+        raise DataError(f"--tasks: unknown {unknown}; choose from {', '.join(TASKS)}")
+    per_task_seeds = {}
+    for part in _split(seeds) or []:
+        name, _, n = part.rpartition("=")
+        if not n.isdigit() or (name and name not in names):
+            raise DataError(f"--seeds {seeds}: use a number or task=number for the chosen tasks")
+        per_task_seeds[name] = int(n)
+    sets = _parse_sets(set_)
+    loaded = load_model(model, trust_pickle=trust_pickle)
+    sample = Subsample(max_train, max_select, max_eval)
+    results = []
+    for name in names:
+        overrides = {k: v for k, v in sets.items() if "." not in k}
+        overrides |= {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith(f"{name}.")}
+        n = per_task_seeds.get(name, per_task_seeds.get("", 3))
+        console.rule(f"{name} ({setting}, {n} seed(s))")
+        results.append(finetune_task(loaded, name, data, setting, n, overrides, sample, progress))
+        _print_finetune(results[-1], model)
+        if out is not None:
+            write_results(out, "xtreme", results, f"XTREME-style evaluation ({setting})", str(model))
+    Console().print(summary_markdown(results, f"Summary: {model}"), markup=False)
+
+
 def main() -> None:
     try:
         app()

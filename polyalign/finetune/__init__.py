@@ -1,0 +1,72 @@
+"""Fine-tuning on XTREME-style tasks: one shared loop (loop.py), one small file per task format.
+
+TASKS is the registry: name -> a factory building the task (pair classification takes the `transform` and
+`encoder_wrapper` hooks, see pairs.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from polyalign.finetune.base import SETTINGS, Subsample, Task
+from polyalign.finetune.loop import FinetuneConfig, apply_overrides, run_finetune
+from polyalign.finetune.pairs import PAWSX, XNLI, PairClassification
+from polyalign.finetune.qa import ExtractiveQA
+from polyalign.finetune.tokens import NER, POS, TokenClassification
+from polyalign.io import DataError
+
+TASKS = {
+    "xnli": lambda **hooks: PairClassification(XNLI, **hooks),
+    "pawsx": lambda **hooks: PairClassification(PAWSX, **hooks),
+    "ner": lambda: TokenClassification(NER),
+    "pos": lambda: TokenClassification(POS),
+    "qa": lambda: ExtractiveQA(),
+}
+DEFAULT_DATA = Path("../shared/data/eval")
+
+
+def build_task(name: str, **hooks) -> Task:
+    if name not in TASKS:
+        raise DataError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+    return TASKS[name](**hooks)
+
+
+def finetune_task(
+    loaded,
+    task: Task | str,
+    data_dir: str | Path = DEFAULT_DATA,
+    setting: str = "transfer",
+    seeds: int = 3,
+    overrides: dict[str, str] | None = None,
+    sample: Subsample | None = None,
+    progress: bool = True,
+) -> dict:
+    """Fine-tune and score one task under its protocol: the papers' hyperparameters for the setting, then
+    `overrides` (`key=value` on the loop's or the task's settings)."""
+    task = build_task(task) if isinstance(task, str) else task
+    if setting not in SETTINGS:
+        raise DataError(f"--setting {setting}: use one of {', '.join(SETTINGS)}")
+    if seeds < 1:
+        raise DataError(f"--seeds {seeds}: need at least 1")
+    defaults = task.defaults.get(setting)
+    if defaults is None:
+        raise DataError(f"{task.name}: no {setting} protocol (the pack lacks the training data it needs)")
+    config, task.options = apply_overrides(
+        [FinetuneConfig(**defaults), task.options], {k: str(v) for k, v in (overrides or {}).items()}
+    )
+    positions = loaded.model.config.max_positions
+    if config.max_length > positions:
+        raise DataError(
+            f"{task.name}: max_length {config.max_length} exceeds the model's {positions} positions; "
+            f"pass --set max_length={positions} (or less)"
+        )
+    sample = sample or Subsample()
+    data = task.load(data_dir, setting, sample)
+    changed = (
+        f"Overrides of the paper defaults: {', '.join(f'{k}={v}' for k, v in overrides.items())}." if overrides else ""
+    )
+    describe = " ".join(p for p in (changed, sample.describe() and sample.describe().capitalize() + ".") if p)
+    return run_finetune(task, loaded, data, config, seeds, progress, describe, setting)
+
+
+__all__ = ["TASKS", "FinetuneConfig", "Subsample", "build_task", "finetune_task"]

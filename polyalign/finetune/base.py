@@ -1,0 +1,163 @@
+"""What a fine-tuning task is: its data (train / model selection / per-language test), features, head and metric.
+
+The loop (loop.py) knows tasks only through `Task`. A task file holds the reader for its data format (errors
+name file:line), the protocol that says which files train, select and test, a head, and a metric. The model
+a task trains is `TaskModel`: an encoder wrapper (by default `EncoderAdapter`, the plain encoder; a method can
+put another in, e.g. one that concatenates two representations) plus the task's head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from polyalign.checkpoint import LoadedModel
+from polyalign.model.encoder import Encoder
+from polyalign.tokenizer import SpecialTokens
+
+SETTINGS = ("transfer", "translate-train-all")
+
+
+@dataclass
+class Subsample:
+    """Caps for quick runs (0 = all). The same seeded subset is drawn for every run and model."""
+
+    max_train: int = 0
+    max_select: int = 0
+    max_eval: int = 0
+    """Per test language."""
+
+    def describe(self) -> str:
+        parts = [f"{k.removeprefix('max_')} {v}" for k, v in vars(self).items() if v]
+        return "subsampled: " + ", ".join(parts) if parts else ""
+
+
+@dataclass
+class TaskData:
+    """What one protocol trains on, selects the model on, and reports."""
+
+    train: list
+    select: dict[str, list]
+    """Language -> examples for model selection; the selection score is the mean over languages."""
+    test: dict[str, list]
+    """Language -> examples; every language is scored separately."""
+    protocol: str
+    """One paragraph: which files play which role, and any replacement for data the pack lacks."""
+
+
+@dataclass
+class Feature:
+    """One model input row: token ids plus what the task needs to build targets and read predictions."""
+
+    input_ids: list[int]
+    language_ids: list[int] | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        return len(self.input_ids)
+
+
+class Task(Protocol):
+    name: str
+    metric: str
+    """Headline metric (a key of `score`'s result), in percent."""
+    defaults: dict
+    """Fine-tuning hyperparameters from the papers' tables, per setting: {"transfer": {...}, ...}."""
+    options: object
+    """The task's own settings (a dataclass), overridable like the loop's."""
+
+    def load(self, data_dir, setting: str, sample: Subsample) -> TaskData: ...
+
+    def features(self, examples: list, loaded: LoadedModel, max_length: int, train: bool) -> list[Feature]: ...
+
+    def wrap_encoder(self, encoder: Encoder) -> nn.Module:
+        """The representation the head reads: a module batch -> (B, T, C') with an `output_size` attribute."""
+        ...
+
+    def head(self, hidden_size: int) -> nn.Module: ...
+
+    def collate(self, features: list[Feature], special: SpecialTokens) -> dict[str, torch.Tensor]: ...
+
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+    def outputs(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> list[np.ndarray]: ...
+
+    def score(self, examples: list, features: list[Feature], outputs: list[np.ndarray], language: str) -> dict: ...
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The model a task trains
+
+
+class EncoderAdapter(nn.Module):
+    """The plain encoder as a task's representation: batch -> last hidden states (B, T, C)."""
+
+    def __init__(self, encoder: Encoder):
+        super().__init__()
+        self.encoder = encoder
+        self.output_size = encoder.config.hidden_size
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.encoder(
+            batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch.get("position_ids"),
+            language_ids=batch.get("language_ids"),
+        ).last_hidden_state
+
+
+class TaskModel(nn.Module):
+    """Encoder wrapper + head: batch -> task logits."""
+
+    def __init__(self, encoder: nn.Module, head: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.head(self.encoder(batch), batch)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Small shared helpers for tasks
+
+
+def pad_batch(rows: list[list[int]], pad: int, dtype=torch.long) -> torch.Tensor:
+    """Right-pad integer rows into a (B, T) tensor."""
+    T = max(len(r) for r in rows)
+    out = torch.full((len(rows), T), pad, dtype=dtype)
+    for b, r in enumerate(rows):
+        out[b, : len(r)] = torch.tensor(r, dtype=dtype)
+    return out
+
+
+def collate_inputs(features: list[Feature], pad: int) -> dict[str, torch.Tensor]:
+    """input_ids, attention_mask and (when features carry them) language_ids for a list of features."""
+    ids = pad_batch([f.input_ids for f in features], pad)
+    lengths = torch.tensor([f.length for f in features])
+    batch = {"input_ids": ids, "attention_mask": torch.arange(ids.shape[1])[None, :] < lengths[:, None]}
+    if features[0].language_ids is not None:
+        batch["language_ids"] = pad_batch([f.language_ids for f in features], 0)
+    return batch
+
+
+def seeded_subset(items: list, n: int, seed: int = 0) -> list:
+    """`n` items drawn without replacement by a fixed seed, in their original order (all of them if n is 0)."""
+    if not n or n >= len(items):
+        return items
+    keep = np.sort(np.random.default_rng(seed).choice(len(items), size=n, replace=False))
+    return [items[i] for i in keep]
+
+
+def language_id_for(loaded: LoadedModel, language: str) -> int | None:
+    """The language-embedding index for inputs in `language`, or None when the model has no language
+    embeddings. A language the model has no embedding for gets English's (XLM gives every input one)."""
+    if not loaded.model.config.num_languages:
+        return None
+    lid = loaded.language_id(language)
+    return (loaded.language_id("en") or 0) if lid is None else lid

@@ -1,0 +1,289 @@
+"""The one fine-tuning loop, shared by every task.
+
+AdamW with layer-wise learning-rate decay, a linear schedule with warmup, weight decay, gradient clipping and
+bf16 autocast; model selection on the protocol's selection data; every seed from the same features. The
+defaults below are ERNIE-M's (Table 11, XNLI column); each task overrides them with its column of the papers'
+fine-tuning tables (ERNIE-M Tables 11-12, XLM-Align Table 12, XLM-E Table 7).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from polyalign.checkpoint import LoadedModel
+from polyalign.config import TrainerConfig
+from polyalign.evaluate.embed import length_batches
+from polyalign.finetune.base import Feature, Task, TaskData, TaskModel
+from polyalign.io import DataError
+from polyalign.train import learning_rate_factor
+
+
+@dataclass
+class FinetuneConfig:
+    lr: float = 5e-5
+    """Peak learning rate of the head and the top layer."""
+    batch_size: int = 32
+    epochs: float = 5.0
+    """Passes over the training features (fractions allowed)."""
+    warmup_fraction: float = 0.1
+    """Share of the steps spent warming up linearly; the rest decays linearly to zero."""
+    weight_decay: float = 0.0
+    """AdamW weight decay on matrices (not on biases and LayerNorm gains)."""
+    layer_decay: float = 0.8
+    """Layer-wise learning-rate decay: layer l of L (1 = lowest) trains at lr·decay^(L+1-l), the embeddings at
+    lr·decay^(L+1), the head at lr (ERNIE-M Tables 11-12, "Layerwise LR decay"); 1 switches it off."""
+    clip_norm: float = 1.0
+    """Gradient-norm clipping; 0 switches it off."""
+    max_length: int = 128
+    """Tokens per input row, specials included (XTREME uses 128 for classification and tagging, 384 for QA)."""
+    selections_per_epoch: int = 1
+    """How often per epoch the model is scored on the selection data (and once more at the end)."""
+    precision: str = "bf16"
+    """`bf16` autocast (fp32 master weights) or `fp32`."""
+    eval_batch_tokens: int = 16384
+    """Padded tokens per inference batch (batches are length-sorted)."""
+    dropout: float = -1.0
+    """Encoder dropout while fine-tuning; -1 keeps the checkpoint's."""
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("bf16", "fp32"):
+            raise DataError(f"precision={self.precision!r}: use bf16 or fp32")
+        if self.batch_size < 1 or self.epochs <= 0 or self.lr <= 0:
+            raise DataError(f"batch_size={self.batch_size}, epochs={self.epochs}, lr={self.lr}: all must be positive")
+        if not 0 < self.layer_decay <= 1:
+            raise DataError(f"layer_decay={self.layer_decay}: use a value in (0, 1]")
+        if self.max_length < 8:
+            raise DataError(f"max_length={self.max_length}: too short for an input with its special tokens")
+
+
+def apply_overrides(objects: list, overrides: dict[str, str]) -> list:
+    """Set `key=value` overrides on whichever dataclass has the field (values are parsed by the field's type)."""
+    out = [copy.copy(o) for o in objects]
+    for key, raw in overrides.items():
+        target = next((o for o in out if key in {f.name for f in fields(o)}), None)
+        if target is None:
+            known = sorted({f.name for o in out for f in fields(o)})
+            raise DataError(f"--set {key}={raw}: unknown setting; known: {', '.join(known)}")
+        kind = type(getattr(target, key))
+        try:
+            value = (raw.lower() in ("1", "true", "yes")) if kind is bool else kind(raw)
+        except ValueError:
+            raise DataError(f"--set {key}={raw}: expected a {kind.__name__}") from None
+        setattr(target, key, value)
+    for o in out:  # re-validate
+        if hasattr(o, "__post_init__"):
+            o.__post_init__()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Optimizer
+
+
+def layer_depth(name: str, num_layers: int) -> int:
+    """0 for embeddings, l for encoder layer l (1-based), num_layers + 1 for everything above (heads)."""
+    if "embeddings." in name:
+        return 0
+    m = re.search(r"layers\.(\d+)\.", name)
+    return int(m[1]) + 1 if m else num_layers + 1
+
+
+def parameter_groups(model: torch.nn.Module, num_layers: int, config: FinetuneConfig) -> list[dict]:
+    """One AdamW group per (depth, decays) with the depth's learning rate (ERNIE-M's layer-wise LR decay)."""
+    groups: dict[tuple[int, bool], dict] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        depth, decays = layer_depth(name, num_layers), p.ndim >= 2
+        scale = config.layer_decay ** (num_layers + 1 - depth)
+        group = groups.setdefault(
+            (depth, decays),
+            {"params": [], "lr": config.lr * scale, "weight_decay": config.weight_decay if decays else 0.0},
+        )
+        group["params"].append(p)
+    return [groups[k] for k in sorted(groups)]
+
+
+def schedule(total_steps: int, warmup_fraction: float) -> TrainerConfig:
+    """The pre-training schedule's settings (linear warmup, linear decay to zero) for `total_steps`."""
+    return TrainerConfig(max_steps=total_steps, warmup_steps=round(warmup_fraction * total_steps))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inference and scoring
+
+
+@torch.no_grad()
+def predict(model: TaskModel, task: Task, features: list[Feature], config: FinetuneConfig, special) -> list:
+    """Task outputs for every feature, computed in length-sorted batches of at most `eval_batch_tokens`."""
+    was_training = model.training
+    model.eval()
+    out: list = [None] * len(features)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    for idx in length_batches([f.length for f in features], config.eval_batch_tokens):
+        batch = task.collate([features[i] for i in idx], special)
+        with autocast:
+            logits = model(batch)
+        for i, o in zip(idx, task.outputs(logits.float(), batch), strict=True):
+            out[i] = o
+    model.train(was_training)
+    return out
+
+
+def score_sets(model, task, sets: dict, config, special) -> dict[str, dict]:
+    """{language: metrics} for a dict of {language: (examples, features)}."""
+    return {
+        lang: task.score(examples, feats, predict(model, task, feats, config, special), lang)
+        for lang, (examples, feats) in sets.items()
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class Prepared:
+    """Features of a protocol's data, computed once and shared by every seed."""
+
+    train: list[Feature]
+    select: dict[str, tuple[list, list[Feature]]]
+    test: dict[str, tuple[list, list[Feature]]]
+
+
+def prepare_features(task: Task, data: TaskData, loaded: LoadedModel, config: FinetuneConfig) -> Prepared:
+    def featurise(examples, train):
+        return task.features(examples, loaded, config.max_length, train)
+
+    train = featurise(data.train, True)
+    if not train:
+        raise DataError(f"{task.name}: no training features (is the training data empty?)")
+    select = {lang: (ex, featurise(ex, False)) for lang, ex in data.select.items()}
+    test = {lang: (ex, featurise(ex, False)) for lang, ex in data.test.items()}
+    return Prepared(train, select, test)
+
+
+def build_task_model(task: Task, loaded: LoadedModel, config: FinetuneConfig) -> TaskModel:
+    encoder = copy.deepcopy(loaded.model.encoder)
+    if config.dropout >= 0:
+        for m in encoder.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = config.dropout
+    wrapped = task.wrap_encoder(encoder)
+    return TaskModel(wrapped, task.head(wrapped.output_size))
+
+
+def finetune_seed(
+    task: Task, loaded: LoadedModel, prepared: Prepared, config: FinetuneConfig, seed: int, progress: bool = True
+) -> dict:
+    """Train one model, keep the state that scores best on the selection data, score it on every test set."""
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    special = loaded.tokenizer.special
+    model = build_task_model(task, loaded, config).train()
+    L = loaded.model.config.num_layers
+    # fused: one kernel for all parameters, which matters on CPU where small fine-tuning batches make the
+    # optimizer step a large share of the time.
+    optimizer = torch.optim.AdamW(parameter_groups(model, L, config), betas=(0.9, 0.999), eps=1e-8, fused=True)
+    n = len(prepared.train)
+    steps_per_epoch = math.ceil(n / config.batch_size)
+    total = max(1, round(config.epochs * steps_per_epoch))
+    sched_cfg = schedule(total, config.warmup_fraction)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, sched_cfg))
+    select_every = max(1, steps_per_epoch // max(1, config.selections_per_epoch))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.precision == "bf16")
+
+    # 1) train, scoring the selection data every `select_every` steps and at the end
+    best = {"score": -math.inf, "step": 0, "state": None}
+    history = []
+    order: list[int] = []
+    bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, mininterval=2.0)
+    for step in range(total):
+        if len(order) < config.batch_size:
+            order += rng.permutation(n).tolist()
+        idx, order = order[: config.batch_size], order[config.batch_size :]
+        batch = task.collate([prepared.train[i] for i in idx], special)
+        with autocast:
+            loss = task.loss(model(batch), batch)
+        loss.backward()
+        if config.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        if (step + 1) % select_every == 0 or step + 1 == total:
+            scores = score_sets(model, task, prepared.select, config, special)
+            value = float(np.mean([s[task.metric] for s in scores.values()]))
+            history.append({"step": step + 1, "loss": round(loss.item(), 4), "select": round(value, 2)})
+            if value > best["score"]:
+                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                best = {"score": value, "step": step + 1, "state": state}
+    bar.close()
+    train_seconds = time.perf_counter() - t0
+
+    # 2) restore the selected state and score every test set
+    model.load_state_dict(best["state"])
+    test = score_sets(model, task, prepared.test, config, special)
+    return {
+        "seed": seed,
+        "steps": total,
+        "selected_step": best["step"],
+        "select_score": round(best["score"], 2),
+        "history": history,
+        "test": {lang: {k: round(v, 2) for k, v in m.items()} for lang, m in test.items()},
+        "train_seconds": round(train_seconds, 1),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def run_finetune(
+    task: Task,
+    loaded: LoadedModel,
+    data: TaskData,
+    config: FinetuneConfig,
+    seeds: int = 3,
+    progress: bool = True,
+    describe: str = "",
+    setting: str = "transfer",
+) -> dict:
+    """Fine-tune `seeds` times and summarise: per-language mean and standard deviation, average, transfer gap."""
+    from polyalign.finetune.results import summarise
+
+    t0 = time.perf_counter()
+    prepared = prepare_features(task, data, loaded, config)
+    runs = [finetune_seed(task, loaded, prepared, config, seed, progress) for seed in range(seeds)]
+    protocol = " ".join(
+        p
+        for p in (
+            data.protocol,
+            f"Fine-tuning: AdamW, lr {config.lr:g} with layer-wise decay {config.layer_decay:g}, batch "
+            f"{config.batch_size}, {config.epochs:g} epochs, linear schedule with {config.warmup_fraction:.0%} "
+            f"warmup, weight decay {config.weight_decay:g}, max length {config.max_length}, {config.precision}.",
+            f"Model selection: the step with the best {task.metric} on the selection data "
+            f"(scored {config.selections_per_epoch}x per epoch and at the end).",
+            f"{seeds} seed(s) (0..{seeds - 1}); mean ± standard deviation over seeds.",
+            describe,
+        )
+        if p
+    )
+    result = summarise(
+        task=task.name,
+        metric=task.metric,
+        runs=runs,
+        protocol=protocol,
+        config=asdict(config) | {"task_options": asdict(task.options)},
+        features={"train": len(prepared.train), "select": sum(len(f) for _, f in prepared.select.values())},
+        seconds=time.perf_counter() - t0,
+    )
+    return {"setting": setting, **result}

@@ -1,0 +1,348 @@
+"""Sentence-pair classification: XNLI and PAWS-X.
+
+Input `<s> a </s> b </s>` (`pair_layout`, style `ppa`: positions run on), a head on the first token or on the
+mean of all tokens, cross-entropy, accuracy. Two hooks let methods change the task without touching it:
+- `transform(examples) -> examples` rewrites the training pairs (PPA's code-switching, `code_switch.py`);
+  every example carries `pair_id`, shared by translations of one pair, and the language of each side;
+- `encoder_wrapper(encoder) -> module` replaces the representation the head reads (VECO's plug-in
+  fine-tuning concatenates two representations); it receives the batch, including `segment`.
+
+The pack has no MultiNLI and no English PAWS-X training set, so both tasks train on English dev data; the
+protocols below say exactly how (and the result carries the text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polyalign.checkpoint import LoadedModel
+from polyalign.data.layout import pair_layout
+from polyalign.finetune.base import EncoderAdapter, Feature, Subsample, TaskData, language_id_for, seeded_subset
+from polyalign.io import DataError, open_binary, where
+from polyalign.languages import XNLI_LANGUAGES
+from polyalign.tokenizer import SpecialTokens
+
+POOLINGS = ("first", "mean")
+
+
+@dataclass
+class PairExample:
+    first: str
+    second: str
+    label: int
+    language: str
+    """Language of the first side (and of the second unless `second_language` says otherwise)."""
+    pair_id: str
+    """Shared by the translations of one pair (its row in the line-aligned files)."""
+    second_language: str | None = None
+
+
+@dataclass
+class PairOptions:
+    pooling: str = "first"
+    """`first`: the `<s>` token's final state (XLM-R, PPA §2.3); `mean`: mean over all tokens."""
+    select_share: float = 0.2
+    """Share of the English dev pairs held out for model selection (the pack has no training set)."""
+    dev_eval_share: float = 0.2
+    """PAWS-X: share of the dev pairs held out, in every language, to score the languages without a test set."""
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise DataError(f"pooling={self.pooling!r}: use one of {POOLINGS}")
+        if not 0 < self.select_share < 1 or not 0 <= self.dev_eval_share < 1:
+            raise DataError("select_share must be in (0, 1) and dev_eval_share in [0, 1)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_pair_tsv(path: str | Path, header: tuple[str, str, str], labels: tuple[str, ...]) -> list[tuple]:
+    """Rows (first, second, label index) of a 3-column TSV with a header line."""
+    rows = []
+    with open_binary(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise DataError(f"{where(path, lineno)}: not valid UTF-8") from None
+            cols = line.split("\t")
+            if lineno == 1:
+                if tuple(c.strip() for c in cols) != header:
+                    raise DataError(f"{where(path, 1)}: expected the header {'<TAB>'.join(header)}, found {line!r}")
+                continue
+            if not line.strip():
+                continue
+            if len(cols) != 3:
+                raise DataError(f"{where(path, lineno)}: expected 3 tab-separated columns {header}, found {len(cols)}")
+            if cols[2].strip() not in labels:
+                raise DataError(f"{where(path, lineno)}: label {cols[2]!r} is not one of {', '.join(labels)}")
+            rows.append((cols[0], cols[1], labels.index(cols[2].strip())))
+    if not rows:
+        raise DataError(f"{path}: no data rows")
+    return rows
+
+
+def split_indices(n: int, groups: list[int], shares: tuple[float, ...], seed: int = 0) -> list[list[int]]:
+    """Split rows 0..n-1 into len(shares)+1 parts by whole groups (seeded): the held-out parts first, the rest
+    last. Rows of one group (XNLI: hypotheses of one premise) always land in the same part."""
+    unique = np.unique(groups)
+    order = np.random.default_rng(seed).permutation(len(unique))
+    part_of_group, start = {}, 0
+    for p, share in enumerate(shares):
+        k = round(share * len(unique))
+        for g in unique[order[start : start + k]]:
+            part_of_group[int(g)] = p
+        start += k
+    parts = [[] for _ in range(len(shares) + 1)]
+    for i in range(n):
+        parts[part_of_group.get(int(groups[i]), len(shares))].append(i)
+    return parts
+
+
+def premise_groups(rows: list[tuple]) -> list[int]:
+    """Consecutive rows with the same premise form one group (XNLI: three hypotheses per premise)."""
+    groups, g = [], -1
+    for i, row in enumerate(rows):
+        if i == 0 or row[0] != rows[i - 1][0]:
+            g += 1
+        groups.append(g)
+    return groups
+
+
+def to_examples(rows: list[tuple], indices: list[int], language: str, prefix: str) -> list[PairExample]:
+    return [PairExample(rows[i][0], rows[i][1], rows[i][2], language, f"{prefix}:{i}") for i in indices]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Protocols
+
+
+XNLI_HEADER = ("premise", "hypothesis", "label")
+XNLI_LABELS = ("entailment", "neutral", "contradiction")
+PAWSX_HEADER = ("sentence1", "sentence2", "label")
+PAWSX_LABELS = ("0", "1")
+PAWSX_LANGUAGES = ("en", "de", "es", "fr", "ja", "ko", "zh")
+PAWSX_TEST = ("de", "zh")
+
+
+def read_aligned_dev(folder: Path, name: str, languages, header, labels) -> dict[str, list[tuple]]:
+    """The dev files of every language, which must be translations of one another row by row."""
+    dev = {lang: read_pair_tsv(folder / name.format(lang=lang), header, labels) for lang in languages}
+    n = len(dev["en"])
+    for lang, rows in dev.items():
+        if len(rows) != n:
+            path = folder / name.format(lang=lang)
+            raise DataError(f"{path}: {len(rows)} rows but the English dev file has {n}; they must be line-aligned")
+    return dev
+
+
+def load_xnli(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
+    folder = Path(data_dir) / "xnli"
+    dev = read_aligned_dev(folder, "dev-{lang}.tsv.gz", XNLI_LANGUAGES, XNLI_HEADER, XNLI_LABELS)
+    n = len(dev["en"])
+    select_idx, train_idx = split_indices(n, premise_groups(dev["en"]), (options.select_share,))
+    train_langs = XNLI_LANGUAGES if setting == "translate-train-all" else ("en",)
+    train = [e for lang in train_langs for e in to_examples(dev[lang], train_idx, lang, "dev")]
+    select = {lang: to_examples(dev[lang], select_idx, lang, "dev") for lang in train_langs}
+    test = {}
+    for lang in XNLI_LANGUAGES:
+        rows = read_pair_tsv(folder / f"test-{lang}.tsv.gz", XNLI_HEADER, XNLI_LABELS)
+        test[lang] = to_examples(rows, range(len(rows)), lang, "test")
+    trained_on = "the English dev set" if setting == "transfer" else f"the dev sets of all {len(train_langs)} languages"
+    protocol = (
+        f"XNLI, {setting}. The pack has no MultiNLI training set, so the model trains on {trained_on} "
+        f"(xnli/dev-*.tsv.gz) minus a held-out {options.select_share:.0%} of premise groups "
+        f"({len(select_idx)} pairs per language, the same rows in every language), which select the model; "
+        f"it is scored on the 15 test sets (xnli/test-*.tsv.gz, labels reconstructed from XGLUE German, see "
+        f"the data README)."
+    )
+    return _subsampled(TaskData(train, select, test, protocol), sample)
+
+
+def load_pawsx(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
+    folder = Path(data_dir) / "pawsx"
+    dev = read_aligned_dev(folder, "dev-{lang}.tsv", PAWSX_LANGUAGES, PAWSX_HEADER, PAWSX_LABELS)
+    n = len(dev["en"])
+    # The dev files are translations of one another, row by row: hold the same rows out in every language so
+    # that no language is scored on a translation of a training pair.
+    select_idx, eval_idx, train_idx = split_indices(n, list(range(n)), (options.select_share, options.dev_eval_share))
+    train_langs = PAWSX_LANGUAGES if setting == "translate-train-all" else ("en",)
+    train = [e for lang in train_langs for e in to_examples(dev[lang], train_idx, lang, "dev")]
+    select = {lang: to_examples(dev[lang], select_idx, lang, "dev") for lang in train_langs}
+    test = {}
+    for lang in PAWSX_LANGUAGES:
+        if lang in PAWSX_TEST:
+            rows = read_pair_tsv(folder / f"test-{lang}.tsv", PAWSX_HEADER, PAWSX_LABELS)
+            test[lang] = to_examples(rows, range(len(rows)), lang, "test")
+        else:
+            test[lang] = to_examples(dev[lang], eval_idx, lang, "dev")
+    trained_on = "the English dev set" if setting == "transfer" else f"the dev sets of all {len(train_langs)} languages"
+    protocol = (
+        f"PAWS-X, {setting}. The pack has no English training set and test sets only for de and zh, so the dev "
+        f"rows (translations of one another, row by row) are split by a fixed seed into train "
+        f"{len(train_idx)} / selection {len(select_idx)} / held-out {len(eval_idx)}, the same rows in every "
+        f"language. The model trains on {trained_on} (training rows), is selected on the selection rows, and "
+        f"is scored on pawsx/test-de.tsv and test-zh.tsv (2,000 pairs each) and, for en, es, fr, ja, ko, on the "
+        f"held-out dev rows. 'NS' (untranslated) rows are kept, as in XTREME."
+    )
+    return _subsampled(TaskData(train, select, test, protocol), sample)
+
+
+def _subsampled(data: TaskData, sample: Subsample) -> TaskData:
+    """The same seeded subset in every language (XNLI/PAWS-X test sets are parallel, so the rows correspond)."""
+    data.train = seeded_subset(data.train, sample.max_train)
+    data.select = {k: seeded_subset(v, sample.max_select) for k, v in data.select.items()}
+    data.test = {k: seeded_subset(v, sample.max_eval) for k, v in data.test.items()}
+    return data
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    labels: tuple[str, ...]
+    load: Callable[[Path, str, PairOptions, Subsample], TaskData]
+    defaults: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Head and task
+
+
+class PairClassificationHead(nn.Module):
+    """pool -> dropout -> dense -> tanh -> dropout -> labels (the RoBERTa/XLM-R classification head)."""
+
+    def __init__(self, hidden_size: int, num_labels: int, pooling: str, dropout: float = 0.1):
+        super().__init__()
+        self.pooling = pooling
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.out = nn.Linear(hidden_size, num_labels)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+        if self.pooling == "first":
+            x = hidden[:, 0]  # (B, C): the <s> token
+        else:
+            m = batch["attention_mask"][..., None].to(hidden.dtype)  # (B, T, 1)
+            x = (hidden * m).sum(1) / m.sum(1)  # (B, C)
+        x = torch.tanh(self.dense(self.dropout(x)))
+        return self.out(self.dropout(x))  # (B, num_labels)
+
+
+class PairClassification:
+    metric = "accuracy"
+
+    def __init__(
+        self,
+        spec: PairSpec,
+        options: PairOptions | None = None,
+        transform: Callable[[list[PairExample]], list[PairExample]] | None = None,
+        encoder_wrapper: Callable[[nn.Module], nn.Module] | None = None,
+    ):
+        self.spec, self.name, self.defaults = spec, spec.name, spec.defaults
+        self.options = options or PairOptions()
+        self.transform, self.encoder_wrapper = transform, encoder_wrapper
+
+    def load(self, data_dir, setting: str, sample: Subsample) -> TaskData:
+        data = self.spec.load(Path(data_dir), setting, self.options, sample)
+        if self.transform is not None:
+            before = len(data.train)
+            data.train = self.transform(data.train)
+            data.protocol += f" Training pairs transformed by {_name(self.transform)}: {before} -> {len(data.train)}."
+        if self.encoder_wrapper is not None:
+            data.protocol += f" Representation: {_name(self.encoder_wrapper)}."
+        return data
+
+    def features(self, examples: list[PairExample], loaded: LoadedModel, max_length: int, train: bool) -> list:
+        tok = loaded.tokenizer
+        firsts = tok.encode_batch([e.first for e in examples])
+        seconds = tok.encode_batch([e.second for e in examples])
+        sp = tok.special
+        out = []
+        for e, a, b in zip(examples, firsts, seconds, strict=True):
+            a, b = truncate_pair(a, b, max_length - 3)
+            languages = None
+            if loaded.model.config.num_languages:
+                languages = (
+                    language_id_for(loaded, e.language),
+                    language_id_for(loaded, e.second_language or e.language),
+                )
+            ids = [sp.cls, *a, sp.sep, *b, sp.sep]  # what pair_layout(style="ppa") builds in collate
+            out.append(Feature(ids, extra={"a": a, "b": b, "label": e.label, "lang": languages}))
+        return out
+
+    def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
+        return self.encoder_wrapper(encoder) if self.encoder_wrapper is not None else EncoderAdapter(encoder)
+
+    def head(self, hidden_size: int) -> nn.Module:
+        return PairClassificationHead(hidden_size, len(self.spec.labels), self.options.pooling)
+
+    def collate(self, features: list[Feature], special: SpecialTokens) -> dict[str, torch.Tensor]:
+        layout = pair_layout(
+            [np.asarray(f.extra["a"], dtype=np.int64) for f in features],
+            [np.asarray(f.extra["b"], dtype=np.int64) for f in features],
+            None,
+            None,
+            special,
+            style="ppa",
+        )
+        batch = layout.tensors()
+        if features[0].extra["lang"] is not None:
+            first = torch.tensor([f.extra["lang"][0] for f in features])[:, None]
+            second = torch.tensor([f.extra["lang"][1] for f in features])[:, None]
+            batch["language_ids"] = torch.where(batch["segment"] == 1, second, first)  # (B, T)
+        batch["labels"] = torch.tensor([f.extra["label"] for f in features])
+        return batch
+
+    def loss(self, logits: torch.Tensor, batch: dict) -> torch.Tensor:
+        return F.cross_entropy(logits.float(), batch["labels"])
+
+    def outputs(self, logits: torch.Tensor, batch: dict) -> list[np.ndarray]:
+        return list(logits.numpy())
+
+    def score(self, examples: list[PairExample], features: list, outputs: list, language: str) -> dict:
+        predicted = np.array([int(np.argmax(o)) for o in outputs])
+        gold = np.array([e.label for e in examples])
+        return {"accuracy": 100.0 * float((predicted == gold).mean())}
+
+
+def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
+    """Drop tokens from the end of the longer side until both fit in `budget` (longest-first truncation)."""
+    a, b = list(a), list(b)
+    while len(a) + len(b) > budget:
+        (a if len(a) >= len(b) else b).pop()
+    return a, b
+
+
+def _name(obj) -> str:
+    return getattr(obj, "__name__", type(obj).__name__)
+
+
+# Paper defaults. XNLI: ERNIE-M Table 11 (base): batch 32, lr 5e-5, layer decay 0.8, warmup 10%, weight decay 0,
+# 5 epochs; translate-train-all: batch 128, 2 epochs. PAWS-X: ERNIE-M Table 12 (its only PAWS-X column):
+# batch 64, lr 5e-5 (translate-train-all 7e-5), layer decay 0.9, weight decay 0.01, 10 epochs (2).
+XNLI = PairSpec(
+    "xnli",
+    XNLI_LABELS,
+    load_xnli,
+    {
+        "transfer": dict(batch_size=32, lr=5e-5, layer_decay=0.8, weight_decay=0.0, epochs=5),
+        "translate-train-all": dict(batch_size=128, lr=5e-5, layer_decay=0.8, weight_decay=0.0, epochs=2),
+    },
+)
+PAWSX = PairSpec(
+    "pawsx",
+    PAWSX_LABELS,
+    load_pawsx,
+    {
+        "transfer": dict(batch_size=64, lr=5e-5, layer_decay=0.9, weight_decay=0.01, epochs=10),
+        "translate-train-all": dict(batch_size=64, lr=7e-5, layer_decay=0.9, weight_decay=0.01, epochs=2),
+    },
+)
