@@ -18,10 +18,10 @@ BASE=$W/runs/xlm
 # Both continuations start from the same checkpoint with the same seed, so MLM and the parallel stream see the
 # same batches and maskings; only DWA differs. Budget: MINUTES of training each on an otherwise idle 2-core
 # machine, as step budgets so the result does not depend on what else shares the machine (as in
-# bench/foundation.sh): xlm takes 5.2 s/step (measured in bf16); an xlm-align step adds one no-gradient forward
+# bench/foundation.sh): xlm takes 3.3 s/step (measured in bf16); an xlm-align step adds one no-gradient forward
 # pass of the pair batch for self-labeling, i.e. 7/6 of an xlm step by FLOPs (MLM and TLM batches have the same
 # token budget, and backward = 2 forwards). Peak learning rate 2e-4 (XLM-Align Table 11), 10% warmup.
-XLM_STEPS=$(( MINUTES * 60 * 10 / 52 ))
+XLM_STEPS=$(( MINUTES * 60 * 10 / 33 ))
 ALIGN_STEPS=$(( XLM_STEPS * 6 / 7 ))
 continue_run() {  # name recipe steps
   [ -d $W/runs/$1 ] && return 0

@@ -8,13 +8,12 @@ bench/results/veco/translation/*.json.
 from __future__ import annotations
 
 import json
-import platform
-import subprocess
 from datetime import date
 from pathlib import Path
 
 import torch
 import yaml
+from foundation_report import cpu_name, records  # bench/ is on sys.path when this script runs
 
 from polyalign.evaluate.plots import plot_series
 
@@ -26,20 +25,8 @@ PAIRS = ("de-en", "en-fr")
 TRANSLATION = ("veco", "xlm", "random")
 
 
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 def read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def training(name: str) -> dict:

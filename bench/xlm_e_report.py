@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 from datetime import date
 from pathlib import Path
 
 import torch
 import yaml
+from foundation_report import cpu_name, records  # bench/ is on sys.path when this script runs
 
 from polyalign.checkpoint import checkpoint_dirs
 from polyalign.evaluate.plots import plot_series
@@ -25,18 +24,6 @@ RESULTS = ROOT / "bench" / "results"
 RUNS = ("xlm", "xlm-e", "xlm-e-mono")
 PAIRS = ("de-en", "en-fr")
 OBSERVATIONS = "## Observations"
-
-
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def tatoeba_point(path: Path) -> dict | None:
