@@ -32,5 +32,6 @@ continue_run() {  # name recipe steps
 continue_run xlm-continued xlm $XLM_STEPS
 continue_run xlm-align xlm-align $ALIGN_STEPS
 
+[ -f bench/results/alignment.json ] && exit 0  # done; delete it to measure again
 flock $LOCK $PY bench/alignment.py --model xlm=$BASE --model xlm-continued=$W/runs/xlm-continued \
   --model xlm-align=$W/runs/xlm-align --command "bench/alignment.sh $MINUTES"
