@@ -161,6 +161,16 @@ Layer sweep: `bench/results/ppa/tatoeba14_layers.png`; per-model JSON and CSV: `
 ```json
 {runs}
 ```
+
+## Reading
+
+- At this length nothing moves: every run is within 0.1 point of the starting model's 1.8 (one sentence in a
+  thousand per language). Twelve steps of 128 pairs are ~1,500 pairs, against the paper's 5-10 epochs over
+  250k-2M pairs per language; the bench shows the recipe and its ablations run end to end from a saved model,
+  not PPA's gain.
+- MoCo's loss rises over the run (about 4.8-5.0 -> 5.9-6.0) and its accuracy falls to ~0: the queue fills with
+  real keys during the first quarter, so the task gets harder (more negatives) faster than a barely trained
+  encoder learns it. A longer run (`bench/ppa.sh 200`) is the next measurement to make.
 """
 
 
