@@ -28,6 +28,13 @@ def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+# Options that several commands share.
+TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
+MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = all).")]
+MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
+MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -147,7 +154,7 @@ def evaluate_tatoeba_command(
     layers: Annotated[str | None, typer.Option(help="`all`: also write the layer sweep (CSV + PNG) to --out.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for results JSON, sweep CSV and plot.")] = None,
     batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 16384,
-    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Tatoeba retrieval acc@1 (xx->en, en->xx) per language and averaged, at a layer or across layers."""
     from polyalign.checkpoint import load_model
@@ -253,7 +260,7 @@ ModelPath = Annotated[Path, typer.Option(help="Model folder, checkpoint, run fol
 AlignMethod = Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
 AlignEncoding = Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
-TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
+TrustPickle = TrustPickle
 
 
 @app.command()
@@ -346,7 +353,7 @@ def export(
     languages_as_token_types: Annotated[
         bool, typer.Option(help="Fold language embeddings into token-type embeddings (token_type_ids = language).")
     ] = False,
-    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Write a model as an XLM-RoBERTa folder that transformers' AutoModel / AutoModelForMaskedLM load."""
     from polyalign.checkpoint import load_model
@@ -406,11 +413,11 @@ def finetune(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a hyperparameter or task option, e.g. epochs=2.")
     ] = None,
-    max_train: Annotated[int, typer.Option(help="Subsample training examples (0 = all).")] = 0,
-    max_select: Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")] = 0,
-    max_eval: Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")] = 0,
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
-    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
     from polyalign.checkpoint import load_model
@@ -441,11 +448,11 @@ def xtreme(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="key=value for every task, or task.key=value for one.")
     ] = None,
-    max_train: Annotated[int, typer.Option(help="Subsample training examples (0 = all).")] = 0,
-    max_select: Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")] = 0,
-    max_eval: Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")] = 0,
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
-    trust_pickle: Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")] = False,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
     from polyalign.checkpoint import load_model
