@@ -25,6 +25,20 @@ PAIRS = ("de-en", "en-fr")
 TRANSLATION = ("veco", "xlm", "random")
 
 
+
+READING = """\
+- Smoke scale: 30 continued steps per arm (0.2-0.3M tokens) on a 6-layer model whose own retrieval is 1-2%.
+  What the run can show is which continuation disturbs the starting model less, not VECO's gains.
+- At equal steps the `xlm` arm loses retrieval and alignment quality at the default layer (Tatoeba-14 mean 1.7
+  -> 0.7, AER de-en 78.1 -> 81.1, en-fr 63.2 -> 66.2), the VECO arm much less (1.4; 77.7; 63.5). A plausible
+  reason, not tested: its first 6 steps train only the new cross-attention, and it saw fewer tokens
+  (0.23M vs 0.34M). One seed each.
+- Translation after 40 fine-tuning steps: no model translates yet (BLEU ~0, chrF 4-5). Both pre-trained
+  initialisations start the decoder from a lower held-out loss than random weights (6.50-6.52 vs 6.93); VECO's
+  full initialisation (cross-attention as encoder-decoder attention) and the xlm arm's are indistinguishable at
+  this length. VECO §3.2's comparison needs thousands of steps."""
+
+
 def read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -103,7 +117,7 @@ def main() -> None:
         "# VECO vs XLM at equal steps, and VECO-initialised translation",
         "",
         f"Measured {report['date']} on {report['machine']}, torch {report['torch']}. Produced by "
-        "`PY=/work/main/.venv/bin/python flock /tmp/polyalign-cpu.lock bench/veco.sh` (which ends with "
+        "`K=30 CHUNK=30 MT_STEPS=40 flock /tmp/polyalign-cpu.lock bench/veco.sh` (run by `bench/all.sh`; it ends with "
         "`bench/veco_report.py`); every number below is read from the files those commands wrote "
         "(`bench/results/veco.json` holds them all, per language and per layer).",
         "",
@@ -206,6 +220,7 @@ def main() -> None:
                 f"{t['train_curve'][-1]['loss']:.3f} | {t['seconds'] / 60:.1f} |"
             )
     lines += ["", "Figures: `veco/tatoeba14_layers.png`, `veco/translation_loss.png`.", ""]
+    lines += ["## Reading", "", READING, ""]
     (OUT.parent / "veco.md").write_text("\n".join(lines))
 
 
