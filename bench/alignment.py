@@ -44,7 +44,6 @@ REFERENCES = {
 }
 
 
-
 READING = """\
 - Our models are tiny and short-trained (6 layers, 6M tokens for `xlm`, 30 minutes of CPU): every polyalign AER
   here is 55-90, far from XLM-R base (7.5-38 with OT) and from eflomal trained on the same bitext (8-56), which is

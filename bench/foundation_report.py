@@ -23,7 +23,6 @@ OUT = ROOT / "bench" / "results"
 MODELS = ("mlm", "xlm")
 
 
-
 READING = """\
 - Both models are far from useful retrievers: 4-6M training tokens on 2 CPU cores is about a millionth of
   XLM-R's training tokens, and Tatoeba-14 acc@1 is 1-2% (chance: 0.1%). The numbers say the pipeline trains and measures

@@ -25,7 +25,6 @@ PAIRS = ("de-en", "en-fr")
 TRANSLATION = ("veco", "xlm", "random")
 
 
-
 READING = """\
 - Smoke scale: 30 continued steps per arm (0.2-0.3M tokens) on a 6-layer model whose own retrieval is 1-2%.
   What the run can show is which continuation disturbs the starting model less, not VECO's gains.

@@ -14,7 +14,6 @@ from pathlib import Path
 TASK_ORDER = ("xnli", "pawsx", "ner", "pos", "qa")
 
 
-
 READING = """\
 - Smoke scale on both ends: foundation encoders that saw 4-6M tokens, fine-tuned on 400 English examples per
   task (1-3 epochs) and scored on 150 examples per language. XNLI sits at chance (33%) for `mlm` and just above
@@ -44,7 +43,7 @@ def main(root: Path, md_path: Path, json_path: Path) -> None:
         "",
         f"Machine: {cpu}, 2 cores (torch CPU, bf16 autocast), Python {platform.python_version()}; {date.today()}.",
         "Models: `bench/work/runs/mlm` and `bench/work/runs/xlm` (6 layers, hidden 384, 32k SentencePiece vocabulary;",
-        "latest checkpoint of each run). Command: `EXTRA=\"--max-train 400 --max-select 200 --max-eval 150\" flock "
+        'latest checkpoint of each run). Command: `EXTRA="--max-train 400 --max-select 200 --max-eval 150" flock '
         "/tmp/polyalign-cpu.lock bench/xtreme.sh` (run by `bench/all.sh`; one",
         "`polyalign finetune TASK --model ... --out bench/results/xtreme/MODEL/TASK` per task and model), then",
         "`python bench/xtreme_report.py`. Per-run tables, protocols and every seed's numbers are in",
