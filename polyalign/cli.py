@@ -33,6 +33,9 @@ TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weig
 MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = all).")]
 MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
 MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
+ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
+EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
+Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -145,7 +148,7 @@ def pretrain(
 
 @evaluate_app.command("tatoeba")
 def evaluate_tatoeba_command(
-    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    model: ModelFolder,
     data: Annotated[Path, typer.Option(help="Folder of tatoeba.xxx-eng.{xxx,eng} files.")] = Path(
         "../shared/data/eval/tatoeba"
     ),
@@ -256,7 +259,7 @@ def quickstart(
 # ---------------------------------------------------------------------------------------------------------
 # Word alignment (align/, evaluate/alignment.py)
 
-ModelPath = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
+ModelPath = ModelFolder
 AlignMethod = Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
 AlignEncoding = Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
@@ -405,18 +408,18 @@ def _print_finetune(result: dict, model: Path) -> None:
 @app.command()
 def finetune(
     task: Annotated[str, typer.Argument(help="xnli, pawsx, ner, pos or qa.")],
-    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    model: ModelFolder,
     setting: Annotated[str, typer.Option(help="`transfer` (train on English) or `translate-train-all`.")] = "transfer",
     seeds: Annotated[int, typer.Option(help="Fine-tuning runs (seeds 0..N-1); mean ± standard deviation.")] = 3,
     out: Annotated[Path | None, typer.Option(help="Folder for finetune.md and finetune.json.")] = None,
-    data: Annotated[Path, typer.Option(help="The evaluation data pack.")] = Path("../shared/data/eval"),
+    data: EvalPack = Path("../shared/data/eval"),
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a hyperparameter or task option, e.g. epochs=2.")
     ] = None,
     max_train: MaxTrain = 0,
     max_select: MaxSelect = 0,
     max_eval: MaxEval = 0,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    progress: Progress = True,
     trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
@@ -435,7 +438,7 @@ def finetune(
 
 @app.command()
 def xtreme(
-    model: Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")],
+    model: ModelFolder,
     tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
     setting: Annotated[str, typer.Option(help="`transfer` or `translate-train-all` (tasks without it fail).")] = (
         "transfer"
@@ -444,14 +447,14 @@ def xtreme(
     out: Annotated[
         Path | None, typer.Option(help="Folder for xtreme.md and xtreme.json (rewritten after each task).")
     ] = None,
-    data: Annotated[Path, typer.Option(help="The evaluation data pack.")] = Path("../shared/data/eval"),
+    data: EvalPack = Path("../shared/data/eval"),
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="key=value for every task, or task.key=value for one.")
     ] = None,
     max_train: MaxTrain = 0,
     max_select: MaxSelect = 0,
     max_eval: MaxEval = 0,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    progress: Progress = True,
     trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
