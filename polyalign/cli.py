@@ -65,6 +65,9 @@ def prepare(
         str, typer.Option(help="`skip` (count and warn) or `error` for empty, over-long or invalid UTF-8 lines.")
     ] = "skip",
     max_chars: Annotated[int, typer.Option(help="Lines longer than this many characters are bad.")] = 2000,
+    dev_pairs: Annotated[
+        int, typer.Option(help="Hold out this many pairs of every en-xx file as a dev split (dev/, Tatoeba layout).")
+    ] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
 ) -> None:
     """Train or load a tokenizer and tokenize a corpus into memory-mapped shards."""
@@ -81,6 +84,7 @@ def prepare(
         tokenizer_from=tokenizer_from,
         exclude=list(exclude or []),
         policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines),
+        dev_pairs=dev_pairs,
         overwrite=overwrite,
     )
     meta = run_prepare(corpus, config)

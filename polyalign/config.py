@@ -34,6 +34,9 @@ class ObjectiveSpec:
     offset: int = 0
     config: dict = field(default_factory=dict)
     """Settings for the objective's own Config dataclass."""
+    stream: dict = field(default_factory=dict)
+    """Overrides of data.mono / data.parallel for this objective's own stream (e.g. `max_examples: 64` for a
+    smaller TLM batch beside a large contrastive one)."""
 
     def active(self, step: int) -> bool:
         return step >= self.start_step and step % self.every == self.offset
@@ -47,6 +50,20 @@ class DataConfig:
     """Train on these languages only (default: all in the prepared folder)."""
     mono: StreamConfig = field(default_factory=StreamConfig)
     parallel: StreamConfig = field(default_factory=StreamConfig)
+
+    def for_objective(self, spec: ObjectiveSpec) -> DataConfig:
+        """This data config with the objective's own stream overrides applied to both stream kinds."""
+        if not spec.stream:
+            return self
+        where = f"objectives.{spec.name}.stream"
+        try:
+            return dataclasses.replace(
+                self,
+                mono=dataclasses.replace(self.mono, **spec.stream),
+                parallel=dataclasses.replace(self.parallel, **spec.stream),
+            )
+        except (TypeError, ValueError) as err:
+            raise DataError(f"{where}: {err}") from None
 
 
 @dataclass

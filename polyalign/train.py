@@ -289,7 +289,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
                     prepared,
                     data_languages,
                     lang_index,
-                    recipe.data,
+                    recipe.data.for_objective(o),
                     seed=cfg.seed,
                     slot=rank * A + a,
                     salt=i,

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from polyalign.data.dev_split import dev_line_numbers, write_dev_pairs
 from polyalign.data.sampling import language_probabilities
 from polyalign.data.shards import ShardWriter, TokenShard, ids_dtype
 from polyalign.io import (
@@ -142,6 +143,8 @@ class PrepareConfig:
     exclude: list[Path] = field(default_factory=list)
     """Evaluation files/folders whose sentences must not appear in training data."""
     policy: LinePolicy = field(default_factory=LinePolicy)
+    dev_pairs: int = 0
+    """Pairs per en-xx parallel file held out of training and written to dev/ in the Tatoeba layout."""
     chunk_lines: int = 8192
     seed: int = 0
     overwrite: bool = False
@@ -277,7 +280,14 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig,
         )
         chunk_a: list[str] = []
         chunk_b: list[str] = []
-        for _, a, b in tqdm(rows, desc=f"tokenize {p.name}", unit=" pairs", leave=False, mininterval=1.0):
+        held_out = (
+            dev_line_numbers(count_lines(p.src), config.dev_pairs, p.name, config.seed) if config.dev_pairs else set()
+        )
+        dev: list[tuple[str, str]] = []
+        for lineno, a, b in tqdm(rows, desc=f"tokenize {p.name}", unit=" pairs", leave=False, mininterval=1.0):
+            if lineno in held_out:
+                dev.append((a, b))
+                continue
             if leaked(a, b):
                 excluded += 1
                 continue
@@ -290,6 +300,8 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig,
         wa.add(tokenizer.encode_batch(chunk_a))
         wb.add(tokenizer.encode_batch(chunk_b))
         sa, sb = wa.close(), wb.close()
+        if dev and write_dev_pairs(out, p.src_lang, p.tgt_lang, dev):
+            meta.setdefault("dev_pairs", {})[p.name] = len(dev)
         meta["parallel"][p.name] = {
             "src": p.src_lang,
             "tgt": p.tgt_lang,
