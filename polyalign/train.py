@@ -335,7 +335,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     log = MetricsLog(run_dir, step if resume else None) if rank == 0 else None
     bar = None
     if progress and rank == 0:
-        from tqdm import tqdm
+        from polyalign.progress import tqdm
 
         bar = tqdm(
             total=cfg.max_steps, initial=step, desc=recipe.name, unit="step", dynamic_ncols=True, mininterval=2.0

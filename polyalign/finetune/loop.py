@@ -16,13 +16,13 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.config import TrainerConfig
 from polyalign.evaluate.embed import length_batches
 from polyalign.finetune.base import Feature, Task, TaskData, TaskModel
 from polyalign.io import DataError
+from polyalign.progress import tqdm
 from polyalign.train import learning_rate_factor
 
 
