@@ -250,8 +250,9 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
             check_checkpoint(candidate)
         except DataError as err:
             damaged.append(str(err))
-            print(f"note: skipping damaged checkpoint {candidate.name}: {err}", file=sys.stderr)
             continue
+        for problem in damaged:
+            print(f"note: skipping a damaged checkpoint: {problem}", file=sys.stderr)
         if damaged:
             print(f"note: resuming from the previous kept checkpoint, {candidate.name}", file=sys.stderr)
         return candidate
