@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
 from polyalign.io import DataError
 
@@ -38,6 +40,28 @@ EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
 
 
+# Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
+class BadLines(StrEnum):
+    skip = "skip"
+    error = "error"
+
+
+class AlignmentMethod(StrEnum):
+    ot = "ot"
+    argmax = "argmax"
+    itermax = "itermax"
+
+
+class Encoding(StrEnum):
+    separate = "separate"
+    pair = "pair"
+
+
+class Setting(StrEnum):
+    transfer = "transfer"
+    translate_train_all = "translate-train-all"
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -55,20 +79,21 @@ def prepare(
         int, typer.Option(help="Lines of sampled text to train the tokenizer on.")
     ] = 2_000_000,
     tokenizer_from: Annotated[
-        Path | None, typer.Option(help="Use this tokenizer (polyalign or local Hugging Face folder).")
+        Path | None, typer.Option(help="Use this tokenizer: a model or tokenizer folder (polyalign or Hugging Face).")
     ] = None,
     exclude: Annotated[
         list[Path] | None,
         typer.Option(help="Evaluation file/folder whose sentences are dropped from training (repeatable)."),
     ] = None,
     bad_lines: Annotated[
-        str, typer.Option(help="`skip` (count and warn) or `error` for empty, over-long or invalid UTF-8 lines.")
-    ] = "skip",
+        BadLines, typer.Option(help="`skip` (count and warn) or `error` for empty, over-long or invalid UTF-8 lines.")
+    ] = BadLines.skip,
     max_chars: Annotated[int, typer.Option(help="Lines longer than this many characters are bad.")] = 2000,
     dev_pairs: Annotated[
         int, typer.Option(help="Hold out this many pairs of every en-xx file as a dev split (dev/, Tatoeba layout).")
     ] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    progress: Progress = True,
 ) -> None:
     """Train or load a tokenizer and tokenize a corpus into memory-mapped shards."""
     from polyalign.data.prepare import PrepareConfig, discover_corpus
@@ -83,9 +108,10 @@ def prepare(
         tokenizer_sample_lines=tokenizer_sample_lines,
         tokenizer_from=tokenizer_from,
         exclude=list(exclude or []),
-        policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines),
+        policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines.value),
         dev_pairs=dev_pairs,
         overwrite=overwrite,
+        progress=progress,
     )
     meta = run_prepare(corpus, config)
     _report_prepare(meta, out)
@@ -162,6 +188,7 @@ def evaluate_tatoeba_command(
     out: Annotated[Path | None, typer.Option(help="Folder for results JSON, sweep CSV and plot.")] = None,
     batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 16384,
     trust_pickle: TrustPickle = False,
+    progress: Progress = True,
 ) -> None:
     """Tatoeba retrieval acc@1 (xx->en, en->xx) per language and averaged, at a layer or across layers."""
     from polyalign.checkpoint import load_model
@@ -169,7 +196,7 @@ def evaluate_tatoeba_command(
 
     loaded = load_model(model, trust_pickle=trust_pickle)
     languages = resolve_languages(langs, data)
-    result = evaluate_tatoeba(loaded, data, languages, layer, batch_tokens, progress=True)
+    result = evaluate_tatoeba(loaded, data, languages, layer, batch_tokens, progress=progress)
     print_tatoeba(result, str(model))
     if out is not None:
         from polyalign.io import write_json
@@ -264,8 +291,8 @@ def quickstart(
 # Word alignment (align/, evaluate/alignment.py)
 
 ModelPath = ModelFolder
-AlignMethod = Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
-AlignEncoding = Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")]
+AlignMethod = Annotated[AlignmentMethod, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
+AlignEncoding = Annotated[Encoding, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
 TrustPickle = TrustPickle
 
@@ -275,32 +302,36 @@ def align(
     model: ModelPath,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line, words separated by spaces.")],
     tgt: Annotated[Path, typer.Option(help="Target sentences, line-aligned with --src.")],
-    method: AlignMethod = "ot",
+    method: AlignMethod = AlignmentMethod.ot,
     layer: Annotated[int | None, typer.Option(help="Hidden layer to align with (default: two thirds up).")] = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
-    encoding: AlignEncoding = "separate",
+    encoding: AlignEncoding = Encoding.separate,
     batch_tokens: BatchTokens = 8192,
     chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
     trust_pickle: TrustPickle = False,
+    progress: Progress = True,
 ) -> None:
     """Word-align two line-aligned files; writes Pharaoh links (`i-j`, 0-based, source first) to stdout."""
-    from tqdm import tqdm
-
     from polyalign.align.aer import read_word_pairs
     from polyalign.align.aligner import Aligner, check_layer, chunks
     from polyalign.align.words import pharaoh
     from polyalign.checkpoint import load_model
+    from polyalign.io import open_binary
+    from polyalign.progress import tqdm
 
-    aligner = Aligner(load_model(model, trust_pickle=trust_pickle), encoding=encoding, batch_tokens=batch_tokens)
+    for f in (src, tgt):  # before the (slow) model load
+        open_binary(f).close()
+    aligner = Aligner(load_model(model, trust_pickle=trust_pickle), encoding=encoding.value, batch_tokens=batch_tokens)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    with open(src, "rb") as f:
+    with open_binary(src) as f:
         total = sum(1 for _ in f)
-    with tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0) as bar:
+    bar = tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0, disable=not progress)
+    with bar:
         for part in chunks(read_word_pairs(src, tgt), chunk):
-            links = aligner.align([(s, t) for _, s, t in part], method, layer, languages)
+            links = aligner.align([(s, t) for _, s, t in part], method.value, layer, languages)
             sys.stdout.write("".join(pharaoh(found) + "\n" for found in links))
             sys.stdout.flush()
             bar.update(len(part))
@@ -312,13 +343,14 @@ def align(
 def evaluate_alignment_command(
     model: ModelPath,
     gold: Annotated[Path, typer.Option(help="Gold folder with src.txt, tgt.txt, gold.txt (e.g. .../de-en).")],
-    method: AlignMethod = "ot",
+    method: AlignMethod = AlignmentMethod.ot,
     layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
     layers: Annotated[str | None, typer.Option(help="`all`: also sweep every layer (CSV + PNG in --out).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for alignment.json and the sweep CSV and plot.")] = None,
-    encoding: AlignEncoding = "separate",
+    encoding: AlignEncoding = Encoding.separate,
     batch_tokens: BatchTokens = 8192,
     trust_pickle: TrustPickle = False,
+    progress: Progress = True,
 ) -> None:
     """Alignment error rate (sure/possible links), precision and recall on a gold set, at a layer or all."""
     from polyalign.checkpoint import load_model
@@ -329,8 +361,10 @@ def evaluate_alignment_command(
     if layers == "all" and out is None:
         raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
     loaded = load_model(model, trust_pickle=trust_pickle)
-    result = evaluate_alignment(loaded, gold, method, layer, layers == "all", encoding, batch_tokens, progress=True)
-    table = Table(title=f"word alignment, {model}, {result.pair}, {method}")
+    result = evaluate_alignment(
+        loaded, gold, method.value, layer, layers == "all", encoding.value, batch_tokens, progress=progress
+    )
+    table = Table(title=f"word alignment, {model}, {result.pair}, {method.value}")
     for col in ("layer", "AER", "precision", "recall"):
         table.add_column(col, justify="right")
     for row in result.sweep or [result.to_dict()]:
@@ -413,7 +447,9 @@ def _print_finetune(result: dict, model: Path) -> None:
 def finetune(
     task: Annotated[str, typer.Argument(help="xnli, pawsx, ner, pos or qa.")],
     model: ModelFolder,
-    setting: Annotated[str, typer.Option(help="`transfer` (train on English) or `translate-train-all`.")] = "transfer",
+    setting: Annotated[
+        Setting, typer.Option(help="`transfer` (train on English) or `translate-train-all`.")
+    ] = Setting.transfer,
     seeds: Annotated[int, typer.Option(help="Fine-tuning runs (seeds 0..N-1); mean ± standard deviation.")] = 3,
     out: Annotated[Path | None, typer.Option(help="Folder for finetune.md and finetune.json.")] = None,
     data: EvalPack = Path("../shared/data/eval"),
@@ -431,6 +467,7 @@ def finetune(
     from polyalign.finetune import Subsample, finetune_task
     from polyalign.finetune.results import write_results
 
+    setting = setting.value
     loaded = load_model(model, trust_pickle=trust_pickle)
     sample = Subsample(max_train, max_select, max_eval)
     result = finetune_task(loaded, task, data, setting, seeds, _parse_sets(set_), sample, progress)
@@ -444,9 +481,9 @@ def finetune(
 def xtreme(
     model: ModelFolder,
     tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
-    setting: Annotated[str, typer.Option(help="`transfer` or `translate-train-all` (tasks without it fail).")] = (
-        "transfer"
-    ),
+    setting: Annotated[
+        Setting, typer.Option(help="`transfer` or `translate-train-all` (tasks without it fail).")
+    ] = Setting.transfer,
     seeds: Annotated[str, typer.Option(help="Seeds for every task (`3`) or per task (`xnli=3,ner=3,qa=1`).")] = "3",
     out: Annotated[
         Path | None, typer.Option(help="Folder for xtreme.md and xtreme.json (rewritten after each task).")
@@ -466,6 +503,7 @@ def xtreme(
     from polyalign.finetune import TASKS, Subsample, finetune_task
     from polyalign.finetune.results import summary_markdown, write_results
 
+    setting = setting.value
     names = _split(tasks) or []
     unknown = [t for t in names if t not in TASKS]
     if unknown:
@@ -492,15 +530,29 @@ def xtreme(
     Console().print(summary_markdown(results, f"Summary: {model}"), markup=False)
 
 
-def main() -> None:
+def main(args: list[str] | None = None) -> None:
+    """Run the CLI; bad input of any kind (options, files, recipes) ends in one line and exit code 2."""
     try:
-        app()
+        code = app(args=args, standalone_mode=False)
     except DataError as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
+        _fail(str(err))
+    except click_errors.NoArgsIsHelpError as err:
+        err.show()  # the help text, as `polyalign` alone asks for
+        sys.exit(err.exit_code)
+    except click_errors.UsageError as err:
+        command = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
+        _fail(err.format_message().replace("\n", " ") + command)
+    except click_errors.ClickException as err:
+        _fail(err.format_message().replace("\n", " "))
+    except (KeyboardInterrupt, typer.Abort):
         console.print("interrupted")
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

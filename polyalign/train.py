@@ -23,13 +23,13 @@ import yaml
 from torch import nn
 
 from polyalign.checkpoint import (
-    latest_checkpoint,
     load_checkpoint_state,
     load_model,
     load_model_weights,
+    resume_checkpoint,
     save_checkpoint,
 )
-from polyalign.config import Recipe, TrainerConfig, recipe_from_dict
+from polyalign.config import Recipe, TrainerConfig, load_recipe
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError, atomic_write_text
@@ -202,6 +202,14 @@ class Slot:
         self.rng.bit_generator.state = state["rng"]
 
 
+def _logged_step(line: str) -> float:
+    """The step of a metrics line; infinity for a line that a kill cut short (so it is dropped)."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
+
+
 class MetricsLog:
     """JSONL and TensorBoard, written by rank 0 only."""
 
@@ -209,7 +217,8 @@ class MetricsLog:
         self.path = run_dir / METRICS_FILE
         if resume_step is not None and self.path.exists():
             # Drop lines past the checkpoint: the resumed run writes them again.
-            kept = [ln for ln in self.path.read_text().splitlines() if json.loads(ln)["step"] <= resume_step]
+            # A line cut short by a kill is dropped too.
+            kept = [ln for ln in self.path.read_text().splitlines() if _logged_step(ln) <= resume_step]
             atomic_write_text(self.path, "".join(ln + "\n" for ln in kept))
         self.file = open(self.path, "a", encoding="utf-8")
         try:
@@ -243,9 +252,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     cfg = recipe.trainer
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None:
-        raise DataError(f"{run_dir}: nothing to resume (no checkpoints)")
+    checkpoint = resume_checkpoint(run_dir) if resume else None
     if not resume and (run_dir / RECIPE_FILE).exists():
         raise DataError(
             f"{run_dir}: a run already exists here; pass --resume to continue it or choose another --run-dir"
@@ -325,10 +332,10 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
 
-    log = MetricsLog(run_dir, step if checkpoint else None) if rank == 0 else None
+    log = MetricsLog(run_dir, step if resume else None) if rank == 0 else None
     bar = None
     if progress and rank == 0:
-        from tqdm import tqdm
+        from polyalign.progress import tqdm
 
         bar = tqdm(
             total=cfg.max_steps, initial=step, desc=recipe.name, unit="step", dynamic_ncols=True, mininterval=2.0
@@ -453,12 +460,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
 
 def load_run_recipe(run_dir: str | Path, overrides: list[str] | None = None) -> Recipe:
     """The recipe a run was started with (for --resume), with optional overrides (e.g. a longer max_steps)."""
-    from polyalign.config import apply_override
-
     path = Path(run_dir) / RECIPE_FILE
     if not path.is_file():
         raise DataError(f"{path}: not found; is {run_dir} a polyalign run folder?")
-    tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for o in overrides or []:
-        apply_override(tree, o)
-    return recipe_from_dict(tree, str(path))
+    return load_recipe(path, overrides)

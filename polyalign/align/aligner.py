@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from polyalign.align.extract import METHODS, OTSettings, subword_links
 from polyalign.align.words import gather_side, lift_to_words, link_lists, pad_word_ids, side_positions
@@ -25,6 +24,7 @@ from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import pair_layout, sentence_layout
 from polyalign.evaluate.embed import default_layer, length_batches
 from polyalign.io import DataError
+from polyalign.progress import tqdm
 
 ENCODINGS = ("separate", "pair")
 Links = list[tuple[int, int]]

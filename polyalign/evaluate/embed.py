@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from polyalign.checkpoint import LoadedModel
+from polyalign.progress import tqdm
 
 
 def default_layer(num_layers: int) -> int:

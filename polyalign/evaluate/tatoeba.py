@@ -29,7 +29,7 @@ def read_tatoeba(data_dir: str | Path, lang: str) -> tuple[list[str], list[str]]
     """Line-aligned (xx sentences, English sentences) from tatoeba.{xxx}-eng.{xxx|eng}."""
     code = to_tatoeba(lang)
     base = Path(data_dir) / f"tatoeba.{code}-eng"
-    policy = LinePolicy(max_chars=100_000, on_bad="error")
+    policy = LinePolicy(max_chars=100_000, on_bad="error", fix="evaluation files must have no bad lines; fix the file")
     xx = [t for _, t in read_lines(f"{base}.{code}", policy)]
     en = [t for _, t in read_lines(f"{base}.eng", policy)]
     if len(xx) != len(en):

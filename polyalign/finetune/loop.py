@@ -12,17 +12,19 @@ import copy
 import math
 import re
 import time
+import typing
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
-from tqdm import tqdm
+import yaml
 
 from polyalign.checkpoint import LoadedModel
-from polyalign.config import TrainerConfig
+from polyalign.config import RecipeError, TrainerConfig, check_value
 from polyalign.evaluate.embed import length_batches
 from polyalign.finetune.base import Feature, Task, TaskData, TaskModel
 from polyalign.io import DataError
+from polyalign.progress import tqdm
 from polyalign.train import learning_rate_factor
 
 
@@ -65,18 +67,20 @@ class FinetuneConfig:
 
 
 def apply_overrides(objects: list, overrides: dict[str, str]) -> list:
-    """Set `key=value` overrides on whichever dataclass has the field (values are parsed by the field's type)."""
+    """Set `key=value` overrides on whichever dataclass has the field: the value is read as YAML and checked
+    against the field's type, exactly as `pretrain --set` does (config.check_value)."""
     out = [copy.copy(o) for o in objects]
     for key, raw in overrides.items():
         target = next((o for o in out if key in {f.name for f in fields(o)}), None)
         if target is None:
             known = sorted({f.name for o in out for f in fields(o)})
             raise DataError(f"--set {key}={raw}: unknown setting; known: {', '.join(known)}")
-        kind = type(getattr(target, key))
         try:
-            value = (raw.lower() in ("1", "true", "yes")) if kind is bool else kind(raw)
-        except ValueError:
-            raise DataError(f"--set {key}={raw}: expected a {kind.__name__}") from None
+            value = check_value(typing.get_type_hints(type(target))[key], yaml.safe_load(raw), key)
+        except yaml.YAMLError:
+            raise DataError(f"--set {key}={raw}: the value is not valid YAML") from None
+        except RecipeError as err:
+            raise DataError(f"--set {key}={raw}: {err}") from None
         setattr(target, key, value)
     for o in out:  # re-validate
         if hasattr(o, "__post_init__"):
@@ -114,7 +118,7 @@ def parameter_groups(model: torch.nn.Module, num_layers: int, config: FinetuneCo
 
 def schedule(total_steps: int, warmup_fraction: float) -> TrainerConfig:
     """The pre-training schedule's settings (linear warmup, linear decay to zero) for `total_steps`."""
-    return TrainerConfig(max_steps=total_steps, warmup_steps=round(warmup_fraction * total_steps))
+    return TrainerConfig(max_steps=max(1, total_steps), warmup_steps=round(warmup_fraction * total_steps))
 
 
 # ---------------------------------------------------------------------------------------------------------
