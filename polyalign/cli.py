@@ -38,6 +38,27 @@ MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language
 ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
 EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
+Device = Annotated[
+    str | None, typer.Option(help="Torch device, e.g. cpu, cuda, cuda:1 (default: CUDA when available); bf16 there.")
+]
+SentenceLayer = Annotated[
+    int | None, typer.Option(help="Layer to report (0 = embeddings; default: XTREME's 7 of 12, scaled to the depth).")
+]
+
+
+def _device(name: str | None) -> str:
+    """The device to run on: CUDA when available unless one is named; a one-line error for a bad name."""
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DataError(f"--device {name}: not a torch device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DataError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    return name
 
 
 # Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
@@ -55,6 +76,21 @@ class AlignmentMethod(StrEnum):
 class Encoding(StrEnum):
     separate = "separate"
     pair = "pair"
+
+
+class Pooling(StrEnum):
+    mean = "mean"
+    first = "first"
+
+
+class Score(StrEnum):
+    cosine = "cosine"
+    margin = "margin"
+
+
+PoolingOption = Annotated[
+    Pooling, typer.Option(help="Sentence vector: `mean` over real tokens (XTREME) or the `first` token.")
+]
 
 
 class Setting(StrEnum):
@@ -183,10 +219,15 @@ def evaluate_tatoeba_command(
         "../shared/data/eval/tatoeba"
     ),
     langs: Annotated[str, typer.Option(help="`tatoeba14`, `all`, or a comma list of codes.")] = "tatoeba14",
-    layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
+    layer: SentenceLayer = None,
     layers: Annotated[str | None, typer.Option(help="`all`: also write the layer sweep (CSV + PNG) to --out.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for results JSON, sweep CSV and plot.")] = None,
+    score: Annotated[
+        Score, typer.Option(help="`cosine` or `margin` (ratio margin, k = 4: discounts hub sentences).")
+    ] = Score.cosine,
+    pooling: PoolingOption = Pooling.mean,
     batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 16384,
+    device: Device = None,
     trust_pickle: TrustPickle = False,
     progress: Progress = True,
 ) -> None:
@@ -194,9 +235,9 @@ def evaluate_tatoeba_command(
     from polyalign.checkpoint import load_model
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
-    loaded = load_model(model, trust_pickle=trust_pickle)
+    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     languages = resolve_languages(langs, data)
-    result = evaluate_tatoeba(loaded, data, languages, layer, batch_tokens, progress=progress)
+    result = evaluate_tatoeba(loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value)
     print_tatoeba(result, str(model))
     if out is not None:
         from polyalign.io import write_json
@@ -210,8 +251,6 @@ def evaluate_tatoeba_command(
 
 
 def print_tatoeba(result, title: str) -> None:
-    from polyalign.evaluate.tatoeba import PROTOCOL
-
     row = result.row(result.layer)
     table = Table(title=f"Tatoeba acc@1 (%), {title}, layer {result.layer}")
     for col in ("language", "sentences", "xx→en", "en→xx"):
@@ -223,9 +262,42 @@ def print_tatoeba(result, title: str) -> None:
     Console().print(table)
     best = max(result.layers, key=lambda i: result.row(i)["average"]["both"])
     console.print(
-        PROTOCOL.format(layer=result.layer) + f"; best layer on this set: {best} "
+        result.protocol() + f"; best layer on this set: {best} "
         f"({result.row(best)['average']['both']:.1f} average of both directions)"
     )
+
+
+@evaluate_app.command("bucc")
+def evaluate_bucc_command(
+    model: ModelFolder,
+    data: Annotated[
+        Path, typer.Option(help="Folder of {pair}.{split}.{xx,en,gold}[.gz] files (XTREME format).")
+    ] = Path("../shared/data/eval/bucc2018"),
+    pair: Annotated[str, typer.Option(help="Language pair, xx-en.")] = "zh-en",
+    split: Annotated[str, typer.Option(help="`dev` (gold known) or `test`.")] = "dev",
+    layer: SentenceLayer = None,
+    pooling: PoolingOption = Pooling.mean,
+    out: Annotated[Path | None, typer.Option(help="Folder for bucc.json.")] = None,
+    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 16384,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
+    progress: Progress = True,
+) -> None:
+    """BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 against the gold pairs."""
+    from polyalign.checkpoint import load_model
+    from polyalign.evaluate.bucc import evaluate_bucc
+
+    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
+    result = evaluate_bucc(loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress)
+    Console().print(
+        f"BUCC {pair} {split}, {model}: F1 {result.f1:.2f} (precision {result.precision:.2f}, recall "
+        f"{result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
+    )
+    console.print(result.protocol())
+    if out is not None:
+        from polyalign.io import write_json
+
+        write_json(out / "bucc.json", result.to_dict())
 
 
 @app.command()
@@ -309,6 +381,7 @@ def align(
     encoding: AlignEncoding = Encoding.separate,
     batch_tokens: BatchTokens = 8192,
     chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
+    device: Device = None,
     trust_pickle: TrustPickle = False,
     progress: Progress = True,
 ) -> None:
@@ -322,7 +395,8 @@ def align(
 
     for f in (src, tgt):  # before the (slow) model load
         open_binary(f).close()
-    aligner = Aligner(load_model(model, trust_pickle=trust_pickle), encoding=encoding.value, batch_tokens=batch_tokens)
+    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
+    aligner = Aligner(loaded, encoding=encoding.value, batch_tokens=batch_tokens)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
@@ -349,6 +423,7 @@ def evaluate_alignment_command(
     out: Annotated[Path | None, typer.Option(help="Folder for alignment.json and the sweep CSV and plot.")] = None,
     encoding: AlignEncoding = Encoding.separate,
     batch_tokens: BatchTokens = 8192,
+    device: Device = None,
     trust_pickle: TrustPickle = False,
     progress: Progress = True,
 ) -> None:
@@ -360,7 +435,7 @@ def evaluate_alignment_command(
         raise DataError(f"--layers {layers}: the only value is `all` (use --layer L for one layer)")
     if layers == "all" and out is None:
         raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
-    loaded = load_model(model, trust_pickle=trust_pickle)
+    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     result = evaluate_alignment(
         loaded, gold, method.value, layer, layers == "all", encoding.value, batch_tokens, progress=progress
     )
@@ -392,11 +467,18 @@ def export(
         bool, typer.Option(help="Export a cross-attention (VECO) model as its plain encoder, cross-attention dropped.")
     ] = False,
     languages_as_token_types: Annotated[
-        bool, typer.Option(help="Fold language embeddings into token-type embeddings (token_type_ids = language).")
+        bool,
+        typer.Option(
+            help="Fold language embeddings into token-type embeddings: transformers users must then pass the "
+            "language index as token_type_ids (the index of each language is in the folder's README.md)."
+        ),
     ] = False,
     trust_pickle: TrustPickle = False,
 ) -> None:
-    """Write a model as an XLM-RoBERTa folder that transformers' AutoModel / AutoModelForMaskedLM load."""
+    """Write a model as an XLM-RoBERTa folder that transformers' AutoModel / AutoModelForMaskedLM load.
+
+    A model with language embeddings needs --languages-as-token-types; its users must then pass the language
+    index as token_type_ids to get our outputs (README.md in the folder lists the index of each language)."""
     from polyalign.checkpoint import load_model
     from polyalign.model.hf import export_hf
 
@@ -460,6 +542,7 @@ def finetune(
     max_select: MaxSelect = 0,
     max_eval: MaxEval = 0,
     progress: Progress = True,
+    device: Device = None,
     trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
@@ -468,7 +551,7 @@ def finetune(
     from polyalign.finetune.results import write_results
 
     setting = setting.value
-    loaded = load_model(model, trust_pickle=trust_pickle)
+    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     sample = Subsample(max_train, max_select, max_eval)
     result = finetune_task(loaded, task, data, setting, seeds, _parse_sets(set_), sample, progress)
     _print_finetune(result, model)
@@ -496,6 +579,7 @@ def xtreme(
     max_select: MaxSelect = 0,
     max_eval: MaxEval = 0,
     progress: Progress = True,
+    device: Device = None,
     trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
@@ -515,7 +599,7 @@ def xtreme(
             raise DataError(f"--seeds {seeds}: use a number or task=number for the chosen tasks")
         per_task_seeds[name] = int(n)
     sets = _parse_sets(set_)
-    loaded = load_model(model, trust_pickle=trust_pickle)
+    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     sample = Subsample(max_train, max_select, max_eval)
     results = []
     for name in names:

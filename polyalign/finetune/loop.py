@@ -125,18 +125,28 @@ def schedule(total_steps: int, warmup_fraction: float) -> TrainerConfig:
 # Inference and scoring
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """The batch's tensors on the model's device (other values as they are)."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
 @torch.no_grad()
 def predict(model: TaskModel, task: Task, features: list[Feature], config: FinetuneConfig, special) -> list:
     """Task outputs for every feature, computed in length-sorted batches of at most `eval_batch_tokens`."""
     was_training = model.training
     model.eval()
     out: list = [None] * len(features)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    device = model_device(model)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
     for idx in length_batches([f.length for f in features], config.eval_batch_tokens):
         batch = task.collate([features[i] for i in idx], special)
         with autocast:
-            logits = model(batch)
-        for i, o in zip(idx, task.outputs(logits.float(), batch), strict=True):
+            logits = model(to_device(batch, device))
+        for i, o in zip(idx, task.outputs(logits.float().cpu(), batch), strict=True):
             out[i] = o
     model.train(was_training)
     return out
@@ -182,7 +192,7 @@ def build_task_model(task: Task, loaded: LoadedModel, config: FinetuneConfig) ->
             if isinstance(m, torch.nn.Dropout):
                 m.p = config.dropout
     wrapped = task.wrap_encoder(encoder)
-    return TaskModel(wrapped, task.head(wrapped.output_size))
+    return TaskModel(wrapped, task.head(wrapped.output_size)).to(model_device(loaded.model))
 
 
 def finetune_seed(
@@ -204,7 +214,8 @@ def finetune_seed(
     sched_cfg = schedule(total, config.warmup_fraction)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, sched_cfg))
     select_every = max(1, steps_per_epoch // max(1, config.selections_per_epoch))
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    device = model_device(model)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
     # 1) train, scoring the selection data every `select_every` steps and at the end
     best = {"score": -math.inf, "step": 0, "state": None}
@@ -215,7 +226,7 @@ def finetune_seed(
         if len(order) < config.batch_size:
             order += rng.permutation(n).tolist()
         idx, order = order[: config.batch_size], order[config.batch_size :]
-        batch = task.collate([prepared.train[i] for i in idx], special)
+        batch = to_device(task.collate([prepared.train[i] for i in idx], special), device)
         with autocast:
             loss = task.loss(model(batch), batch)
         loss.backward()

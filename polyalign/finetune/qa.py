@@ -55,6 +55,8 @@ class QAExample:
     answer_start: int
     """Character offset of the first answer in the context."""
     language: str
+    benchmark: str = "squad"
+    """The data set it comes from (`xquad`, `mlqa`, `squad`), whose official script scores it."""
 
 
 @dataclass
@@ -67,14 +69,21 @@ class QAOptions:
     """Longest answer span, in tokens, that decoding considers."""
     n_best: int = 20
     """Start and end candidates per window."""
-    normalisation: str = "mlqa"
-    """Headline EM/F1 normalisation: `mlqa` (language-specific) or `squad` (official v1.1); both are reported."""
+    normalisation: str = "official"
+    """Headline EM/F1 normalisation: `official` (each benchmark's own script: SQuAD v1.1's for XQuAD, as XTREME
+    scores it, MLQA's for MLQA), or one of `squad`, `mlqa`, `mlqa-thai-characters` for every set."""
     select_share: float = 0.2
     """Share of the training questions held out for model selection (by question id)."""
 
     def __post_init__(self) -> None:
-        if self.normalisation not in NORMALISATIONS:
-            raise DataError(f"normalisation={self.normalisation!r}: use one of {NORMALISATIONS}")
+        if self.normalisation not in ("official", *NORMALISATIONS):
+            raise DataError(f"normalisation={self.normalisation!r}: use official or one of {NORMALISATIONS}")
+
+    def scheme(self, benchmark: str) -> str:
+        """The normalisation that scores a question of `benchmark`."""
+        if self.normalisation != "official":
+            return self.normalisation
+        return "mlqa" if benchmark == "mlqa" else "squad"
         if self.doc_stride < 1 or self.max_answer_length < 1 or self.n_best < 1:
             raise DataError("doc_stride, max_answer_length and n_best must be positive")
 
@@ -92,7 +101,7 @@ def _get(obj, key: str, kind: type, path, location: str):
     return value
 
 
-def read_squad(path: str | Path, language: str) -> list[QAExample]:
+def read_squad(path: str | Path, language: str, benchmark: str = "squad") -> list[QAExample]:
     """Every question of a SQuAD v1.1 JSON file (gzip allowed); errors name the file and the JSON location."""
     try:
         with open_binary(path) as f:
@@ -120,7 +129,8 @@ def read_squad(path: str | Path, language: str) -> list[QAExample]:
                 if not 0 <= start <= len(context):
                     raise DataError(f"{path}: {at}: answer_start {start} is outside the context ({len(context)} chars)")
                 qid = str(_get(qa, "id", (str, int), path, at))
-                out.append(QAExample(qid, _get(qa, "question", str, path, at), context, texts, start, language))
+                question = _get(qa, "question", str, path, at)
+                out.append(QAExample(qid, question, context, texts, start, language, benchmark))
     if not out:
         raise DataError(f"{path}: no questions")
     return out
@@ -143,7 +153,7 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
     qa = Path(data_dir) / "qa"
     train_langs = MLQA_LANGUAGES if setting == "translate-train-all" else ("en",)
     mlqa = {
-        lang: read_squad(qa / "mlqa" / "dev" / f"dev-context-{lang}-question-{lang}.json.gz", lang)
+        lang: read_squad(qa / "mlqa" / "dev" / f"dev-context-{lang}-question-{lang}.json.gz", lang, "mlqa")
         for lang in train_langs
     }
     # MLQA's parallel questions share ids across languages: hold the same ids out everywhere.
@@ -164,7 +174,7 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
         select[lang] = seeded_subset([e for e in examples if e.qid in held_out], sample.max_select)
     train = seeded_subset(train, sample.max_train)
     test = {
-        lang: seeded_subset(read_squad(qa / "xquad" / f"xquad.{lang}.json.gz", lang), sample.max_eval)
+        lang: seeded_subset(read_squad(qa / "xquad" / f"xquad.{lang}.json.gz", lang, "xquad"), sample.max_eval)
         for lang in XQUAD_LANGUAGES
     }
     what = "MLQA's English dev set" if setting == "transfer" else f"MLQA's dev sets in {', '.join(train_langs)}"
@@ -172,12 +182,21 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
         f"QA, {setting}. The pack has no SQuAD training set, so the model trains on {what} "
         f"(qa/mlqa/dev/dev-context-xx-question-xx, same-language pairs) minus a held-out "
         f"{options.select_share:.0%} of question ids that selects the model (by F1), and is scored on XQuAD "
-        f"(12 languages, 1,190 questions each). EM/F1 use the {options.normalisation} normalisation (both are "
-        f"in the JSON); windows of max_length tokens, doc_stride {options.doc_stride}, "
+        f"(12 languages, 1,190 questions each). EM/F1: {describe_normalisation(options.normalisation)}; "
+        f"windows of max_length tokens, doc_stride {options.doc_stride}, "
         f"max answer {options.max_answer_length} tokens, n-best {options.n_best}."
         + (f" {unlocated} training answers not found in their context were dropped." if unlocated else "")
     )
     return TaskData(train, select, test, protocol)
+
+
+def describe_normalisation(normalisation: str) -> str:
+    if normalisation == "official":
+        return (
+            "XQuAD with the official SQuAD v1.1 normalisation (as XTREME), MLQA (selection) with MLQA's own; "
+            "the other one is in the JSON"
+        )
+    return f"the {normalisation} normalisation on every set (not the official protocol)"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -421,7 +440,8 @@ class ExtractiveQA:
     def score(self, examples: list[QAExample], features: list[Feature], outputs: list, language: str) -> dict:
         predicted = self.predictions(examples, features, outputs)
         answers = [e.answers for e in examples]
-        main = qa_scores(predicted, answers, language, self.options.normalisation)
-        other = "squad" if self.options.normalisation == "mlqa" else "mlqa"
+        scheme = self.options.scheme(examples[0].benchmark)
+        main = qa_scores(predicted, answers, language, scheme)
+        other = "mlqa" if scheme == "squad" else "squad"
         alt = qa_scores(predicted, answers, language, other)
         return {**main, f"f1_{other}": alt["f1"], f"exact_match_{other}": alt["exact_match"]}
