@@ -261,7 +261,11 @@ def quickstart(
 
 ModelPath = ModelFolder
 AlignMethod = Annotated[str, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
-AlignEncoding = Annotated[str, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")]
+AlignEncoding = Annotated[
+    str | None,
+    typer.Option(help="`pair` (concatenated; default for ot, as XLM-Align) or `separate` (each sentence alone)."),
+]
+AlignPrecision = Annotated[str, typer.Option(help="Encoder precision: `bf16` (autocast) or `fp32`.")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
 TrustPickle = TrustPickle
 
@@ -275,7 +279,8 @@ def align(
     layer: Annotated[int | None, typer.Option(help="Hidden layer to align with (default: two thirds up).")] = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
-    encoding: AlignEncoding = "separate",
+    encoding: AlignEncoding = None,
+    precision: AlignPrecision = "bf16",
     batch_tokens: BatchTokens = 8192,
     chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
     trust_pickle: TrustPickle = False,
@@ -284,16 +289,21 @@ def align(
     from tqdm import tqdm
 
     from polyalign.align.aer import read_word_pairs
-    from polyalign.align.aligner import Aligner, check_layer, chunks
+    from polyalign.align.aligner import Aligner, check_layer, chunks, default_encoding
     from polyalign.align.words import pharaoh
     from polyalign.checkpoint import load_model
+    from polyalign.io import open_binary
 
-    aligner = Aligner(load_model(model, trust_pickle=trust_pickle), encoding=encoding, batch_tokens=batch_tokens)
+    with open_binary(src) as f:  # also: a missing --src is one line (exit 2) before the model loads
+        total = sum(1 for _ in f)
+    open_binary(tgt).close()
+    encoding = encoding or default_encoding(method)
+    loaded = load_model(model, trust_pickle=trust_pickle)
+    aligner = Aligner(loaded, encoding=encoding, batch_tokens=batch_tokens, precision=precision)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    with open(src, "rb") as f:
-        total = sum(1 for _ in f)
+    console.print(f"align: {method}, layer {layer}, {encoding} encoding, {precision}", highlight=False)
     with tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0) as bar:
         for part in chunks(read_word_pairs(src, tgt), chunk):
             links = aligner.align([(s, t) for _, s, t in part], method, layer, languages)
@@ -312,7 +322,8 @@ def evaluate_alignment_command(
     layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
     layers: Annotated[str | None, typer.Option(help="`all`: also sweep every layer (CSV + PNG in --out).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for alignment.json and the sweep CSV and plot.")] = None,
-    encoding: AlignEncoding = "separate",
+    encoding: AlignEncoding = None,
+    precision: AlignPrecision = "bf16",
     batch_tokens: BatchTokens = 8192,
     trust_pickle: TrustPickle = False,
 ) -> None:
@@ -325,8 +336,10 @@ def evaluate_alignment_command(
     if layers == "all" and out is None:
         raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
     loaded = load_model(model, trust_pickle=trust_pickle)
-    result = evaluate_alignment(loaded, gold, method, layer, layers == "all", encoding, batch_tokens, progress=True)
-    table = Table(title=f"word alignment, {model}, {result.pair}, {method}")
+    result = evaluate_alignment(
+        loaded, gold, method, layer, layers == "all", encoding, batch_tokens, progress=True, precision=precision
+    )
+    table = Table(title=f"word alignment, {model}, {result.pair}, {method}, {result.encoding} encoding")
     for col in ("layer", "AER", "precision", "recall"):
         table.add_column(col, justify="right")
     for row in result.sweep or [result.to_dict()]:
