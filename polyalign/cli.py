@@ -78,6 +78,11 @@ class Encoding(StrEnum):
     pair = "pair"
 
 
+class Precision(StrEnum):
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
 class Pooling(StrEnum):
     mean = "mean"
     first = "first"
@@ -364,7 +369,11 @@ def quickstart(
 
 ModelPath = ModelFolder
 AlignMethod = Annotated[AlignmentMethod, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
-AlignEncoding = Annotated[Encoding, typer.Option(help="`separate` (each sentence alone) or `pair` (concatenated).")]
+AlignEncoding = Annotated[
+    Encoding | None,
+    typer.Option(help="`pair` (concatenated; default for ot, as XLM-Align) or `separate` (each sentence alone)."),
+]
+AlignPrecision = Annotated[Precision, typer.Option(help="Encoder precision: `bf16` (autocast) or `fp32`.")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
 TrustPickle = TrustPickle
 
@@ -378,7 +387,8 @@ def align(
     layer: Annotated[int | None, typer.Option(help="Hidden layer to align with (default: two thirds up).")] = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
-    encoding: AlignEncoding = Encoding.separate,
+    encoding: AlignEncoding = None,
+    precision: AlignPrecision = Precision.bf16,
     batch_tokens: BatchTokens = 8192,
     chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
     device: Device = None,
@@ -387,21 +397,22 @@ def align(
 ) -> None:
     """Word-align two line-aligned files; writes Pharaoh links (`i-j`, 0-based, source first) to stdout."""
     from polyalign.align.aer import read_word_pairs
-    from polyalign.align.aligner import Aligner, check_layer, chunks
+    from polyalign.align.aligner import Aligner, check_layer, chunks, default_encoding
     from polyalign.align.words import pharaoh
     from polyalign.checkpoint import load_model
     from polyalign.io import open_binary
     from polyalign.progress import tqdm
 
-    for f in (src, tgt):  # before the (slow) model load
-        open_binary(f).close()
+    with open_binary(src) as f:  # also: a missing --src is one line (exit 2) before the model loads
+        total = sum(1 for _ in f)
+    open_binary(tgt).close()
+    encoding = encoding.value if encoding else default_encoding(method.value)
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
-    aligner = Aligner(loaded, encoding=encoding.value, batch_tokens=batch_tokens)
+    aligner = Aligner(loaded, encoding=encoding, batch_tokens=batch_tokens, precision=precision.value)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    with open_binary(src) as f:
-        total = sum(1 for _ in f)
+    console.print(f"align: {method.value}, layer {layer}, {encoding} encoding, {precision.value}", highlight=False)
     bar = tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0, disable=not progress)
     with bar:
         for part in chunks(read_word_pairs(src, tgt), chunk):
@@ -421,7 +432,8 @@ def evaluate_alignment_command(
     layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
     layers: Annotated[str | None, typer.Option(help="`all`: also sweep every layer (CSV + PNG in --out).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for alignment.json and the sweep CSV and plot.")] = None,
-    encoding: AlignEncoding = Encoding.separate,
+    encoding: AlignEncoding = None,
+    precision: AlignPrecision = Precision.bf16,
     batch_tokens: BatchTokens = 8192,
     device: Device = None,
     trust_pickle: TrustPickle = False,
@@ -437,9 +449,17 @@ def evaluate_alignment_command(
         raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     result = evaluate_alignment(
-        loaded, gold, method.value, layer, layers == "all", encoding.value, batch_tokens, progress=progress
+        loaded,
+        gold,
+        method.value,
+        layer,
+        layers == "all",
+        encoding.value if encoding else None,
+        batch_tokens,
+        progress=progress,
+        precision=precision.value,
     )
-    table = Table(title=f"word alignment, {model}, {result.pair}, {method.value}")
+    table = Table(title=f"word alignment, {model}, {result.pair}, {method.value}, {result.encoding} encoding")
     for col in ("layer", "AER", "precision", "recall"):
         table.add_column(col, justify="right")
     for row in result.sweep or [result.to_dict()]:

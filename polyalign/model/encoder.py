@@ -287,10 +287,12 @@ class Encoder(nn.Module):
         output_hidden_states: bool = False,
         memory: list[torch.Tensor] | None = None,
         memory_mask: torch.Tensor | None = None,
+        num_layers: int | None = None,
     ) -> EncoderOutput:
         """input_ids (B, T). attention_mask: (B, T) True at real tokens, or (B, T, T) True where query i may
         attend key j. memory: per-layer states (B, S, C) for the cross-attention sublayers, with memory_mask
-        (B, S) or (B, T, S)."""
+        (B, S) or (B, T, S). num_layers: run only the first layers (e.g. an aligner reading layer 3 of 6); the
+        states computed are those of the full model."""
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
@@ -305,11 +307,11 @@ class Encoder(nn.Module):
 
         x = self.embeddings(input_ids, position_ids, token_type_ids, language_ids)
         hidden_states = [x] if output_hidden_states else None
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers[:num_layers]):
             x = layer(x, mask, relative_positions, None if memory is None else memory[i], memory_mask)
             if output_hidden_states:
                 hidden_states.append(x)
-        if self.final_norm is not None:
+        if self.final_norm is not None and (num_layers is None or num_layers >= len(self.layers)):
             x = self.final_norm(x)
             if output_hidden_states:
                 hidden_states[-1] = x
