@@ -293,7 +293,9 @@ def evaluate_bucc_command(
     from polyalign.evaluate.bucc import evaluate_bucc
 
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
-    result = evaluate_bucc(loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress)
+    result = evaluate_bucc(
+        loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress
+    )
     Console().print(
         f"BUCC {pair} {split}, {model}: F1 {result.f1:.2f} (precision {result.precision:.2f}, recall "
         f"{result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"

@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from polyalign.align.aer import alignment_error_rate, read_gold
-from polyalign.align.aligner import Aligner, default_encoding
+from polyalign.align.aligner import Aligner
 from polyalign.align.extract import subword_links
 from polyalign.checkpoint import load_model, save_model_folder
 from polyalign.cli import app

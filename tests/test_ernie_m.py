@@ -8,7 +8,6 @@ import torch
 
 from polyalign.checkpoint import save_model_folder
 from polyalign.config import load_recipe
-from polyalign.data.layout import sentence_layout
 from polyalign.data.masking import IGNORE
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
@@ -135,7 +134,9 @@ def test_btmlm_placeholders_are_camlms_masked_target_side(see_own_masks):
     # language and position we want to predict", so they must sit exactly where CAMLM predicted a target.
     btmlm, batch, view, targets = _btmlm_and_camlm_views(see_own_masks)
     predicted = view["labels"] != IGNORE
-    assert torch.equal(predicted, (view["segment"] == 1) & (view["input_ids"] != SP.cls) & (view["input_ids"] != SP.sep))
+    assert torch.equal(
+        predicted, (view["segment"] == 1) & (view["input_ids"] != SP.cls) & (view["input_ids"] != SP.sep)
+    )
     assert targets.tolist() == [1, 0, 1] or targets.tolist() == [1, 2, 1]  # de->en, en->xx, fr->en (pivot en)
     assert torch.equal(batch["placeholder"], predicted)
     for key in ("position_ids", "language_ids", "segment", "attention_mask"):
@@ -256,7 +257,9 @@ def test_btmlm_stage_two_masks_like_mlm_and_without_placeholders_is_mlm():
     raw = MonoBatch([rng.integers(5, 99, n) for n in (8, 5, 11)], np.array([0, 1, 2]))
     mlm_batch = MLM(MLMConfig(), SP, model.config).make_batch(raw, np.random.default_rng(1))
     for ratio in (0.0, 0.2):
-        batch = BTMLM(BTMLMConfig(pseudo_ratio=ratio), SP, model.config, LANGUAGES).make_batch(raw, np.random.default_rng(1))
+        batch = BTMLM(BTMLMConfig(pseudo_ratio=ratio), SP, model.config, LANGUAGES).make_batch(
+            raw, np.random.default_rng(1)
+        )
         T0 = mlm_batch["labels"].shape[1]
         assert torch.equal(batch["labels"][:, :T0], mlm_batch["labels"])  # the same targets at every ratio
         assert (batch["labels"][:, T0:] == IGNORE).all()

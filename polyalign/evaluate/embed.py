@@ -7,6 +7,7 @@ import torch
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.io import DataError
+from polyalign.model.pooling import POOLINGS, pool
 from polyalign.progress import tqdm
 
 
@@ -16,7 +17,6 @@ def default_layer(num_layers: int) -> int:
     return max(1, -(-2 * num_layers // 3))
 
 
-POOLINGS = ("mean", "first")
 
 
 def sentence_layer(num_layers: int) -> int:
@@ -33,17 +33,6 @@ def check_sentence_options(num_layers: int, layer: int | None, pooling: str) -> 
     if pooling not in POOLINGS:
         raise DataError(f"--pooling {pooling}: use one of {', '.join(POOLINGS)}")
     return layer
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str = "mean") -> torch.Tensor:
-    """(..., B, T, C) hidden states -> (..., B, C): the mean over real tokens, <s> and </s> included (XTREME's
-    sentence vectors), or the first token (<s>, BERT's [CLS])."""
-    if how == "first":
-        return hidden[..., 0, :]
-    if how != "mean":
-        raise ValueError(f"pooling={how!r}: use one of {POOLINGS}")
-    m = attention_mask[..., None].to(hidden.dtype)  # (B, T, 1)
-    return (hidden * m).sum(-2) / m.sum(-2).clamp(min=1)
 
 
 def length_batches(lengths: list[int], batch_tokens: int) -> list[np.ndarray]:

@@ -22,9 +22,9 @@ from polyalign.data.layout import sentence_layout
 from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
+from polyalign.model.pooling import POOLINGS, pool
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 
-POOLINGS = ("mean", "first")
 TARGET = "target_"  # batch entries of the target side; the source side is bare
 
 
@@ -50,14 +50,6 @@ class ContrastConfig:
 
 # ---------------------------------------------------------------------------------------------------------
 # The math, as pure functions
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str = "mean") -> torch.Tensor:
-    """Sentence vectors from token states: (B, T, C), (B, T) bool -> (B, C) float32."""
-    if how == "first":
-        return hidden[:, 0].float()
-    m = attention_mask[..., None].float()  # (B, T, 1)
-    return (hidden.float() * m).sum(1) / m.sum(1).clamp(min=1.0)
 
 
 def translation_ranking_loss(

@@ -2,9 +2,9 @@
 
 The model is the query encoder; the key encoder is an exponential-moving-average copy of it (Eq. 1) that
 is never trained. For each translation pair a coin decides which side the query encoder sees (random
-input shuffling), and the same coin orders the pair for TLM. A sentence is a pooled final hidden state (the first token as in PPA
-§2.1, or the mean over real tokens as in its footnote 1), L2-normalised and projected (Eq. 2); negatives
-come from a queue of recent keys (InfoNCE, Eq. 3).
+input shuffling), and the same coin orders the pair for TLM. A sentence is a pooled final hidden state
+(the first token as in PPA §2.1, or the mean over real tokens as in its footnote 1), L2-normalised and
+projected (Eq. 2); negatives come from a queue of recent keys (InfoNCE, Eq. 3).
 Loss = L_MoCo + L_TLM (Eq. 4); `tlm: false` leaves L_MoCo alone (the -TLM ablation of Table 5).
 """
 
@@ -24,12 +24,12 @@ from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
 from polyalign.model.losses import cross_entropy
+from polyalign.model.pooling import POOLINGS, pool
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import MLMConfig
 from polyalign.objectives.tlm import TLM, TLMConfig, order_pairs
 
 KEY, TLM_PREFIX = "key_", "tlm_"  # batch entries of the key side and of the TLM sequence; the query side is bare
-POOLINGS = ("mean", "first")  # the names `evaluate tatoeba --pooling` uses
 
 
 @dataclass
@@ -70,10 +70,7 @@ class MoCoConfig(MLMConfig):
 def sentence_vectors(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """h of PPA §2.1, L2-normalised, in fp32: the first token's final state ([CLS] / <s>) or the mean over
     the real tokens (footnote 1). hidden (B, T, C), attention_mask (B, T) -> (B, C)."""
-    if pooling == "first":
-        return F.normalize(hidden[:, 0].float(), dim=-1)
-    m = attention_mask[..., None].float()  # (B, T, 1)
-    return F.normalize((hidden.float() * m).sum(1) / m.sum(1), dim=-1)
+    return F.normalize(pool(hidden, attention_mask, pooling), dim=-1)
 
 
 @torch.no_grad()
