@@ -17,8 +17,6 @@ def default_layer(num_layers: int) -> int:
     return max(1, -(-2 * num_layers // 3))
 
 
-
-
 def sentence_layer(num_layers: int) -> int:
     """The layer sentence-level evaluations report when none is chosen: XTREME's layer 7 of XLM-R base's 12
     (Hu et al. 2020, BUCC and Tatoeba), scaled to the model's depth and rounded half up (4 of 6, 2 of 4)."""
