@@ -197,7 +197,7 @@ def pretrain(
 ) -> None:
     """Pre-train an encoder with the objectives a recipe names. Works under torchrun (DDP)."""
     from polyalign.config import load_recipe
-    from polyalign.train import load_run_recipe
+    from polyalign.train import load_run_recipe, run_started_before_saving_its_recipe
     from polyalign.train import pretrain as run_pretrain
 
     overrides = list(set_ or [])
@@ -205,7 +205,7 @@ def pretrain(
         overrides.append(f"data.prepared={data}")
     if init_from is not None:
         overrides.append(f"init_from={init_from}")
-    if resume:
+    if resume and not (recipe is not None and run_started_before_saving_its_recipe(run_dir)):
         spec = load_run_recipe(run_dir, overrides)
     elif recipe is None:
         raise DataError("name a recipe (e.g. `polyalign pretrain xlm --data prepared/ --run-dir runs/xlm`)")

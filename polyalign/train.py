@@ -458,6 +458,13 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     return {"run": str(run_dir), "step": step, **counters}
 
 
+def run_started_before_saving_its_recipe(run_dir: str | Path) -> bool:
+    """A run folder killed before it wrote its recipe (it cannot have a checkpoint either): `--resume` with the
+    recipe named again starts it from step 0, so that the same command works after a kill at any moment."""
+    run_dir = Path(run_dir)
+    return not (run_dir / RECIPE_FILE).exists() and not (run_dir / "checkpoints").exists()
+
+
 def load_run_recipe(run_dir: str | Path, overrides: list[str] | None = None) -> Recipe:
     """The recipe a run was started with (for --resume), with optional overrides (e.g. a longer max_steps)."""
     path = Path(run_dir) / RECIPE_FILE
