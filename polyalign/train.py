@@ -390,7 +390,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             batches = {
                 n: to_device(objectives[n].make_batch(slot.streams[n].next_batch(), slot.rng), device) for n in active
             }
-            step_tokens += sum(int(b["attention_mask"].sum()) for b in batches.values())
+            step_tokens += sum(real_tokens(b) for b in batches.values())
             sync = contextlib.nullcontext() if world == 1 or a == A - 1 else trained.no_sync()
             with sync:
                 with autocast:
@@ -456,6 +456,12 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     if log is not None:
         log.close()
     return {"run": str(run_dir), "step": step, **counters}
+
+
+def real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens the encoder reads for one batch: every 2-D attention mask counts (an objective that
+    encodes a second sequence, e.g. contrast's `target_` side or MoCo's key side, carries one for it)."""
+    return sum(int(v.sum()) for k, v in batch.items() if k.endswith("attention_mask") and v.dim() == 2)
 
 
 def run_started_before_saving_its_recipe(run_dir: str | Path) -> bool:
