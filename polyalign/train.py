@@ -406,13 +406,20 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         optimizer.zero_grad(set_to_none=True)
         step += 1
 
-        if world > 1:  # counters and logged values are totals/means over processes
-            packed = torch.tensor([step_tokens, step_flops, step_loss, *step_metrics.values()], dtype=torch.float64)
-            dist.all_reduce(packed)
-            step_tokens, step_flops = int(packed[0]), float(packed[1])
-            step_loss = float(packed[2]) / world
-            step_metrics = {k: float(v) / world for k, v in zip(step_metrics, packed[3:], strict=True)}
         elapsed = time.perf_counter() - t0
+        if world > 1:
+            # Counters and logged values are totals/means over processes, and so is the step time: every rank then
+            # sees the same clock, loss and metrics, so that stop decisions (max_minutes, a non-finite loss) are
+            # taken by all ranks together. The tensor lives on the training device: NCCL reduces CUDA tensors only.
+            values = [step_tokens, step_flops, step_loss, elapsed, *step_metrics.values()]
+            packed = torch.tensor(values, dtype=torch.float64, device=device)
+            dist.all_reduce(packed)
+            packed = packed.tolist()
+            step_tokens, step_flops = int(packed[0]), packed[1]
+            step_loss, elapsed = packed[2] / world, packed[3] / world
+            step_metrics = {k: v / world for k, v in zip(step_metrics, packed[4:], strict=True)}
+        if not math.isfinite(step_loss):  # on every rank at once (the value is the same everywhere)
+            raise FloatingPointError(f"step {step}: loss is {step_loss}; lower trainer.lr or check the data")
         counters["tokens"] += step_tokens
         counters["flops"] += step_flops
         counters["seconds"] += elapsed
@@ -438,8 +445,6 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             }
             if grad_norm is not None:
                 record["grad_norm"] = float(grad_norm)
-            if not math.isfinite(record["loss"]):
-                raise FloatingPointError(f"step {step}: loss is {record['loss']}; lower trainer.lr or check the data")
             log.write(record)
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
