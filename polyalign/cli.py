@@ -586,6 +586,13 @@ def finetune(
     progress: Progress = True,
     device: Device = None,
     trust_pickle: TrustPickle = False,
+    code_switch: Annotated[
+        bool,
+        typer.Option(
+            help="PPA §2.3: train each translated pair as (a_xx, b_en) + (a_en, b_xx) in one batch "
+            "(xnli, pawsx, qa; translate-train-all; the same as --set code_switch=true)."
+        ),
+    ] = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
     from polyalign.checkpoint import load_model
@@ -595,7 +602,8 @@ def finetune(
     setting = setting.value
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     sample = Subsample(max_train, max_select, max_eval)
-    result = finetune_task(loaded, task, data, setting, seeds, _parse_sets(set_), sample, progress)
+    overrides = _parse_sets(set_) | ({"code_switch": "true"} if code_switch else {})
+    result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
     _print_finetune(result, model)
     if out is not None:
         md, _ = write_results(out, "finetune", [result], f"Fine-tuning: {task} ({setting})", str(model))

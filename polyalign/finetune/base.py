@@ -56,6 +56,9 @@ class Feature:
     input_ids: list[int]
     language_ids: list[int] | None = None
     extra: dict = field(default_factory=dict)
+    group: str | None = None
+    """Training features with the same group are trained in the same batch (PPA §2.3: the two code-switched
+    versions of one example); None: a group of its own."""
 
     @property
     def length(self) -> int:

@@ -8,11 +8,13 @@ fine-tuning tables (ERNIE-M Tables 11-12, XLM-Align Table 12, XLM-E Table 7).
 
 from __future__ import annotations
 
+import collections
 import copy
 import math
 import re
 import time
 import typing
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -164,6 +166,39 @@ def score_sets(model, task, sets: dict, config, special) -> dict[str, dict]:
 # Training
 
 
+def feature_groups(features: list[Feature]) -> list[list[int]]:
+    """Indices of the features grouped by `Feature.group`, in order of first appearance; a feature without a
+    group is a group of its own."""
+    groups: dict = {}
+    for i, f in enumerate(features):
+        groups.setdefault(i if f.group is None else f.group, []).append(i)
+    return list(groups.values())
+
+
+def training_batches(groups: list[list[int]], batch_size: int, rng: np.random.Generator) -> Iterator[list[int]]:
+    """Endless training batches of whole groups, so that a group never straddles two batches (PPA §2.3: both
+    code-switched versions of an example are in the same batch). The groups are reshuffled on every pass and
+    the passes run on into each other; a batch closes early when the next group would overflow it. With groups
+    of one this is a plain reshuffled stream of `batch_size` features."""
+    largest = max(map(len, groups))
+    if largest > batch_size:
+        raise DataError(
+            f"batch_size={batch_size} is smaller than a group of {largest} training features that must share a "
+            f"batch (code-switched partners, with every QA window of both); raise batch_size"
+        )
+    queue: collections.deque[list[int]] = collections.deque()
+    queued = 0
+    while True:
+        if queued < batch_size:
+            queue.extend(groups[g] for g in rng.permutation(len(groups)))
+            queued += sum(map(len, groups))
+        batch: list[int] = []
+        while queue and len(batch) + len(queue[0]) <= batch_size:
+            batch += queue.popleft()
+        queued -= len(batch)
+        yield batch
+
+
 @dataclass
 class Prepared:
     """Features of a protocol's data, computed once and shared by every seed."""
@@ -220,12 +255,10 @@ def finetune_seed(
     # 1) train, scoring the selection data every `select_every` steps and at the end
     best = {"score": -math.inf, "step": 0, "state": None}
     history = []
-    order: list[int] = []
+    batches = training_batches(feature_groups(prepared.train), config.batch_size, rng)
     bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, mininterval=2.0)
     for step in range(total):
-        if len(order) < config.batch_size:
-            order += rng.permutation(n).tolist()
-        idx, order = order[: config.batch_size], order[config.batch_size :]
+        idx = next(batches)
         batch = to_device(task.collate([prepared.train[i] for i in idx], special), device)
         with autocast:
             loss = task.loss(model(batch), batch)

@@ -1,9 +1,11 @@
 """Sentence-pair classification: XNLI and PAWS-X.
 
+PPA's code-switching of translate-train pairs (`code_switch.py`) is the task option `code_switch`.
+
 Input `<s> a </s> b </s>` (`pair_layout`, style `ppa`: positions run on), a head on the first token or on the
 mean of all tokens, cross-entropy, accuracy. Two hooks let methods change the task without touching it:
-- `transform(examples) -> examples` rewrites the training pairs (PPA's code-switching, `code_switch.py`);
-  every example carries `pair_id`, shared by translations of one pair, and the language of each side;
+- `transform(examples) -> examples` rewrites the training pairs; every example carries `pair_id`, shared by
+  translations of one pair, and the language of each side;
 - `encoder_wrapper(encoder) -> module` replaces the representation the head reads (VECO's plug-in
   fine-tuning concatenates two representations); it receives the batch, including `segment`.
 
@@ -25,6 +27,8 @@ from torch import nn
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import pair_layout
 from polyalign.finetune.base import EncoderAdapter, Feature, Subsample, TaskData, language_id_for, seeded_subset
+from polyalign.finetune.code_switch import code_switch_training_set
+from polyalign.finetune.code_switch import describe as describe_code_switching
 from polyalign.io import DataError, open_binary, where
 from polyalign.languages import XNLI_LANGUAGES
 from polyalign.tokenizer import SpecialTokens
@@ -42,6 +46,8 @@ class PairExample:
     pair_id: str
     """Shared by the translations of one pair (its row in the line-aligned files)."""
     second_language: str | None = None
+    group: str | None = None
+    """Training pairs of one group share a batch (code-switching, PPA §2.3)."""
 
 
 @dataclass
@@ -52,6 +58,9 @@ class PairOptions:
     """Share of the English dev pairs held out for model selection (the pack has no training set)."""
     dev_eval_share: float = 0.2
     """PAWS-X: share of the dev pairs held out, in every language, to score the languages without a test set."""
+    code_switch: bool = False
+    """translate-train-all: replace every translated training pair (a_xx, b_xx) by (a_xx, b_en) and (a_en, b_xx),
+    trained in the same batch (PPA §2.3)."""
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
@@ -118,7 +127,20 @@ def premise_groups(rows: list[tuple]) -> list[int]:
 
 
 def to_examples(rows: list[tuple], indices: list[int], language: str, prefix: str) -> list[PairExample]:
-    return [PairExample(rows[i][0], rows[i][1], rows[i][2], language, f"{prefix}:{i}") for i in indices]
+    return [PairExample(rows[i][0], rows[i][1], rows[i][2], language, f"{prefix}:{i}", language) for i in indices]
+
+
+# What moves with each side of a pair when it is code-switched.
+PAIR_SIDES = (("first", "language"), ("second", "second_language"))
+
+
+def code_switched_pairs(data: TaskData, english: list[tuple]) -> TaskData:
+    """PPA §2.3 on the training pairs; `english` holds the English dev rows that the pair ids point at."""
+    originals = {e.pair_id: e for e in to_examples(english, range(len(english)), "en", "dev")}
+    before = len(data.train)
+    data.train, missing = code_switch_training_set(data.train, originals, "pair_id", *PAIR_SIDES)
+    data.protocol += describe_code_switching(before, len(data.train), missing)
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -164,7 +186,8 @@ def load_xnli(data_dir: Path, setting: str, options: PairOptions, sample: Subsam
         f"it is scored on the 15 test sets (xnli/test-*.tsv.gz, labels reconstructed from XGLUE German, see "
         f"the data README)."
     )
-    return _subsampled(TaskData(train, select, test, protocol), sample)
+    data = _subsampled(TaskData(train, select, test, protocol), sample)
+    return code_switched_pairs(data, dev["en"]) if options.code_switch else data
 
 
 def load_pawsx(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
@@ -193,7 +216,8 @@ def load_pawsx(data_dir: Path, setting: str, options: PairOptions, sample: Subsa
         f"is scored on pawsx/test-de.tsv and test-zh.tsv (2,000 pairs each) and, for en, es, fr, ja, ko, on the "
         f"held-out dev rows. 'NS' (untranslated) rows are kept, as in XTREME."
     )
-    return _subsampled(TaskData(train, select, test, protocol), sample)
+    data = _subsampled(TaskData(train, select, test, protocol), sample)
+    return code_switched_pairs(data, dev["en"]) if options.code_switch else data
 
 
 def _subsampled(data: TaskData, sample: Subsample) -> TaskData:
@@ -275,7 +299,7 @@ class PairClassification:
                     language_id_for(loaded, e.second_language or e.language),
                 )
             ids = [sp.cls, *a, sp.sep, *b, sp.sep]  # what pair_layout(style="ppa") builds in collate
-            out.append(Feature(ids, extra={"a": a, "b": b, "label": e.label, "lang": languages}))
+            out.append(Feature(ids, extra={"a": a, "b": b, "label": e.label, "lang": languages}, group=e.group))
         return out
 
     def wrap_encoder(self, encoder: nn.Module) -> nn.Module:

@@ -37,6 +37,8 @@ from polyalign.finetune.base import (
     language_id_for,
     seeded_subset,
 )
+from polyalign.finetune.code_switch import code_switch_training_set
+from polyalign.finetune.code_switch import describe as describe_code_switching
 from polyalign.finetune.pairs import split_indices
 from polyalign.finetune.qa_metric import NORMALISATIONS, qa_scores
 from polyalign.io import DataError, open_binary
@@ -57,6 +59,10 @@ class QAExample:
     language: str
     benchmark: str = "squad"
     """The data set it comes from (`xquad`, `mlqa`, `squad`), whose official script scores it."""
+    question_language: str | None = None
+    """Language of the question when it differs from the context's (code-switching)."""
+    group: str | None = None
+    """Training questions of one group share a batch (code-switching, PPA §2.3)."""
 
 
 @dataclass
@@ -74,6 +80,9 @@ class QAOptions:
     scores it, MLQA's for MLQA), or one of `squad`, `mlqa`, `mlqa-thai-characters` for every set."""
     select_share: float = 0.2
     """Share of the training questions held out for model selection (by question id)."""
+    code_switch: bool = False
+    """translate-train-all: replace every translated question (q_xx, c_xx) by (q_xx, c_en) and (q_en, c_xx), the
+    answer moving with its context, trained in the same batch (PPA §2.3)."""
 
     def __post_init__(self) -> None:
         if self.normalisation not in ("official", *NORMALISATIONS):
@@ -130,7 +139,7 @@ def read_squad(path: str | Path, language: str, benchmark: str = "squad") -> lis
                     raise DataError(f"{path}: {at}: answer_start {start} is outside the context ({len(context)} chars)")
                 qid = str(_get(qa, "id", (str, int), path, at))
                 question = _get(qa, "question", str, path, at)
-                out.append(QAExample(qid, question, context, texts, start, language, benchmark))
+                out.append(QAExample(qid, question, context, texts, start, language, benchmark, language))
     if not out:
         raise DataError(f"{path}: no questions")
     return out
@@ -173,6 +182,12 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
             train.append(e)
         select[lang] = seeded_subset([e for e in examples if e.qid in held_out], sample.max_select)
     train = seeded_subset(train, sample.max_train)
+    switched = ""
+    if options.code_switch:  # MLQA's translations share their English question's id
+        originals = {e.qid: e for e in mlqa["en"] if e.qid not in held_out and locate_answer(e) is not None}
+        before = len(train)
+        train, missing = code_switch_training_set(train, originals, "qid", *QA_SIDES)
+        switched = describe_code_switching(before, len(train), missing)
     test = {
         lang: seeded_subset(read_squad(qa / "xquad" / f"xquad.{lang}.json.gz", lang, "xquad"), sample.max_eval)
         for lang in XQUAD_LANGUAGES
@@ -186,8 +201,13 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
         f"windows of max_length tokens, doc_stride {options.doc_stride}, "
         f"max answer {options.max_answer_length} tokens, n-best {options.n_best}."
         + (f" {unlocated} training answers not found in their context were dropped." if unlocated else "")
+        + switched
     )
     return TaskData(train, select, test, protocol)
+
+
+# What moves with each side of a question when it is code-switched: the answer goes with the context.
+QA_SIDES = (("question", "question_language"), ("context", "answers", "answer_start", "language"))
 
 
 def describe_normalisation(normalisation: str) -> str:
@@ -373,6 +393,7 @@ class ExtractiveQA:
                 if answer is None:
                     continue
             lid = language_id_for(loaded, e.language)
+            q_lid = language_id_for(loaded, e.question_language or e.language)
             windows = context_windows(len(ctx.ids), size, min(o.doc_stride, size))
             for (s, end), flags in zip(windows, max_context_flags(windows), strict=True):
                 target = (0, 0)  # no answer in this window: point at <s> (BERT, SQuAD v1.1)
@@ -387,7 +408,8 @@ class ExtractiveQA:
                     "target": target,
                     "spans": ctx.spans,  # shared by the context's windows, not copied
                 }
-                out.append(Feature(row, None if lid is None else [lid] * len(row), extra=extra))
+                languages = None if lid is None else [q_lid] * offset + [lid] * (len(row) - offset)
+                out.append(Feature(row, languages, extra=extra, group=e.group))
         return out
 
     def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
