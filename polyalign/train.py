@@ -34,7 +34,7 @@ from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError, atomic_write_text
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.objectives import build_objective
+from polyalign.objectives import OBJECTIVES, build_objective
 from polyalign.tokenizer import Tokenizer
 
 RECIPE_FILE = "recipe.yaml"
@@ -132,6 +132,20 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
         return model, (loaded.languages or languages)
     config = EncoderConfig.from_dict({**overrides, "vocab_size": sp.vocab_size, "pad_token_id": sp.pad})
     return MaskedLanguageModel(config), languages
+
+
+def check_warm_start(recipe: Recipe) -> None:
+    """An objective whose Config has `allow_cold_start` (DWA) labels its own targets with the model being
+    trained, so it needs `init_from` (XLM-Align §3.3 cold start) unless the recipe sets the flag."""
+    if recipe.init_from is not None:
+        return
+    for i, spec in enumerate(recipe.objectives):
+        config = OBJECTIVES[spec.name].Config(**spec.config) if spec.name in OBJECTIVES else None
+        if getattr(config, "allow_cold_start", True) is False:
+            raise DataError(
+                f"objectives.{i} ({spec.name}) needs a pretrained start (XLM-Align §3.3: from scratch its self-labels "
+                f"are poor): pass --init-from MODEL, or set objectives.{i}.config.allow_cold_start=true"
+            )
 
 
 def _copy_weights(source: nn.Module, target: nn.Module) -> tuple[list[str], list[str]]:
@@ -259,6 +273,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         )
     if recipe.data.prepared is None:
         raise DataError("no prepared data: set data.prepared in the recipe or pass --data")
+    check_warm_start(recipe)
 
     # 1) data, tokenizer, model, objectives
     prepared = PreparedData(recipe.data.prepared)
