@@ -176,6 +176,20 @@ def test_ca_mlm_stacks_the_pair_and_sums_own_and_paired_terms():
         objective.setup(MaskedLanguageModel(tiny_config()))
 
 
+def test_ca_mlm_own_term_reads_only_h_and_paired_term_reads_the_partner():
+    """Eq. (1): -log P(x | x̂) comes from H (perturbing the partner y leaves it unchanged), -log P(x | ŷ, x̂) from S."""
+    objective = build_objective("ca_mlm", {}, special_tokens(), tiny_config(cross_attention=True))
+    model = veco_model()
+    inputs = pair_inputs()
+    labels = torch.full((2 * B, T), -100)
+    labels[:B, 2] = inputs["input_ids"][:B, 2]  # masked tokens in x only
+    batch = {**inputs, "labels": labels}
+    with torch.no_grad():
+        before, after = objective(model, batch), objective(model, {**with_new_y(inputs), "labels": labels})
+    torch.testing.assert_close(after.metrics["own_loss"], before.metrics["own_loss"], rtol=0, atol=0)
+    assert abs(after.metrics["paired_loss"] - before.metrics["paired_loss"]) > 1e-4
+
+
 def test_adjacent_stream_pairs_a_segment_with_the_one_that_follows(tmp_path):
     writer = ShardWriter(tmp_path / "mono", np.uint16)
     # Line i holds tokens 100*i + 1 .. 100*i + (i % 4 + 2), so a token names its line.
