@@ -593,6 +593,14 @@ def finetune(
             "(xnli, pawsx, qa; translate-train-all; the same as --set code_switch=true)."
         ),
     ] = False,
+    plug_in: Annotated[
+        bool,
+        typer.Option(
+            "--plug-in",
+            help="VECO plug-in fine-tuning (xnli, pawsx; translate-train-all): classify from [H^L : S^L] of each "
+            "input and its translation (VECO §3.1). Needs a model with cross-attention.",
+        ),
+    ] = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
     from polyalign.checkpoint import load_model
@@ -600,9 +608,19 @@ def finetune(
     from polyalign.finetune.results import write_results
 
     setting = setting.value
+    overrides = _parse_sets(set_)
+    if plug_in:
+        if task not in ("xnli", "pawsx"):
+            raise DataError(f"--plug-in: VECO plug-in fine-tuning is for the pair tasks xnli and pawsx, not {task}")
+        if setting != Setting.translate_train_all:
+            raise DataError("--plug-in pairs every input with its translation: use --setting translate-train-all")
+        overrides["plug_in"] = "true"
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
+    if plug_in and not loaded.model.config.cross_attention:
+        raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
     sample = Subsample(max_train, max_select, max_eval)
-    overrides = _parse_sets(set_) | ({"code_switch": "true"} if code_switch else {})
+    if code_switch:
+        overrides["code_switch"] = "true"
     result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
     _print_finetune(result, model)
     if out is not None:

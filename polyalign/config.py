@@ -114,9 +114,10 @@ class TrainerConfig:
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise ValueError(f"{name}={getattr(self, name)}: must be at least {low}")
-        if not (self.lr > 0 and self.eps > 0 and all(0 <= b < 1 for b in self.betas)):
+        # lr 0 is allowed: a run that must leave the weights as they are (checking a continuation)
+        if not (self.lr >= 0 and self.eps > 0 and all(0 <= b < 1 for b in self.betas)):
             raise ValueError(
-                f"lr={self.lr}, eps={self.eps}, betas={list(self.betas)}: need lr, eps > 0, 0 <= betas < 1"
+                f"lr={self.lr}, eps={self.eps}, betas={list(self.betas)}: need lr >= 0, eps > 0, 0 <= betas < 1"
             )
 
 

@@ -47,6 +47,8 @@ class TaskData:
     """Language -> examples; every language is scored separately."""
     protocol: str
     """One paragraph: which files play which role, and any replacement for data the pack lacks."""
+    originals: list | None = None
+    """The English rows that translated training pairs point at by `pair_id` (code-switching, PPA §2.3)."""
 
 
 @dataclass
