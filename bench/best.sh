@@ -2,7 +2,8 @@
 # The best recipe (issue 22) and the ablations that chose it; writes bench/results/best.md, best.json, best/.
 #   stage 1  polyalign pretrain best-sentences    translation ranking from random init      (50 min)
 #   stage 2  polyalign pretrain best-words        + word-level objective, from stage 1      (11 min)
-# Stage-2 arms at equal minutes from the same stage-1 model: contrast alone, + TLM, + DWA (with its TLM).
+# Stage-2 arms at equal minutes from the same stage-1 model: contrast alone, + TLM, + DWA (with its TLM), and
+# contrast with harder negatives.
 # Heavy (about 100 CPU-minutes): run the whole script under the shared CPU lock (it takes no lock itself):
 #   flock /tmp/polyalign-cpu.lock bench/best.sh
 # PA / PY name the polyalign command and the Python interpreter (default: the repository's .venv).
@@ -39,7 +40,7 @@ print(','.join(c for c in codes if Path(sys.argv[2], f'tatoeba.{c}-eng.{c}').is_
 S1=$W/runs/best-sentences
 [ -d $S1 ] || $PA pretrain best-sentences --data $DATA --run-dir $S1 --no-progress
 evaluate $S1
-for arm in contrast tlm dwa; do
+for arm in contrast tlm dwa hard; do
   run=$W/runs/best-words-$arm
   [ -d $run ] || $PA pretrain bench/best/words-$arm.yaml --data $DATA --init-from $S1 --run-dir $run --no-progress
   evaluate $run

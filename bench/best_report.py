@@ -34,6 +34,7 @@ ARMS = {  # run folder suffix -> label
     "contrast": "stage 1 + contrast alone (control)",
     "tlm": "stage 1 + contrast + TLM",
     "dwa": "stage 1 + contrast + DWA (XLM-Align, with its TLM)",
+    "hard": "stage 1 + contrast with harder negatives (one pair per batch, margin 0.3)",
 }
 
 
@@ -109,7 +110,8 @@ def main() -> None:
         "date": str(date.today()),
         "machine": machine(),
         "command": command,
-        "model": str(runs / f"best-words-{args.words}"),
+        "model": f"bench/work/runs/best-words-{args.words}",  # the folder bench/best.sh writes
+        "measured_run": str((runs / f"best-words-{args.words}").resolve()),
         "recipe": ["best-sentences", f"bench/best/words-{args.words}.yaml"],
         "train_minutes": minutes,
         "stages": {"best-sentences": stage1["train_minutes"], f"words-{args.words}": best["train_minutes"]},
