@@ -83,6 +83,25 @@ def alignment(run: Path) -> dict:
     return out
 
 
+def dev_both(summary: dict) -> float:
+    return (summary["retrieval"]["dev"]["xx_to_en"] + summary["retrieval"]["dev"]["en_to_xx"]) / 2
+
+
+def mean_aer(summary: dict) -> float:
+    return sum(v["aer"] for v in summary["alignment"].values()) / max(1, len(summary["alignment"]))
+
+
+def words_per_english_sentence(folder: Path, languages: list[str]) -> float:
+    """Mean whitespace words per English sentence over the Tatoeba-layout files of `languages`."""
+    files = [folder / f"tatoeba.{c}-eng.eng" for c in languages if (folder / f"tatoeba.{c}-eng.eng").is_file()]
+    counts = [len(line.split()) for f in files for line in f.open(encoding="utf-8")]
+    return sum(counts) / max(1, len(counts))
+
+
+def train_log_last(run: Path) -> dict:
+    return records(run / "metrics.jsonl")[-1]
+
+
 def summarise(run: Path) -> dict:
     minutes, steps = train_minutes(run)
     return {
@@ -97,11 +116,16 @@ def summarise(run: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work")
-    parser.add_argument("--words", default="tlm", choices=sorted(ARMS), help="the stage-2 arm the recipe ships")
+    parser.add_argument(
+        "--words", choices=sorted(ARMS), help="the stage-2 arm the recipe ships (default: the best dev retrieval)"
+    )
+    parser.add_argument("--dev", type=Path, help="the dev split folder (default: WORK/prepared-all24/dev)")
     args = parser.parse_args()
     runs = args.work / "runs"
     stage1 = summarise(runs / "best-sentences")
     arms = {arm: summarise(runs / f"best-words-{arm}") for arm in ARMS if (runs / f"best-words-{arm}").is_dir()}
+    # The shipped arm is chosen on the dev split only (both directions, each arm at its dev-chosen layer).
+    args.words = args.words or max(arms, key=lambda a: dev_both(arms[a]))
     best = arms[args.words]
     eflomal = {g: v["aer"] for g, v in read_json(RESULTS / "alignment.json")["eflomal"].items()}
     minutes = stage1["train_minutes"] + best["train_minutes"]
@@ -132,6 +156,13 @@ def main() -> None:
         for plot in ("eval-dev/tatoeba_layers.png", "eval-test/tatoeba_layers.png"):
             if (run / plot).is_file():
                 shutil.copy(run / plot, out / f"{name}-{plot.replace('/', '-')}")
+    dev_dir = args.dev or args.work / "prepared-all24" / "dev"
+    t14 = list(TATOEBA_14)
+    report["sentence_length"] = {  # the English sides of the visible Tatoeba-14 languages
+        "dev_split_words_per_english_sentence": words_per_english_sentence(dev_dir, t14),
+        "tatoeba_words_per_english_sentence": words_per_english_sentence(ROOT.parent / "shared/data/eval/tatoeba", t14),
+    }
+    report["final_metrics"] = {arm: train_log_last(runs / f"best-words-{arm}") for arm in arms}
     write_json(RESULTS / "best.json", report)
     (RESULTS / "best.md").write_text(page(report), encoding="utf-8")
     print(f"wrote {RESULTS / 'best.md'} and best.json")
@@ -188,6 +219,7 @@ def page(r: dict) -> str:
                 "visible Tatoeba file.\n\n" + markdown_table(["language", "xx→en", "en→xx"], lang_rows),
                 "## Word alignment AER (%), 7 gold sets\n\nOT aligner (XLM-Align §3.1), pair encoding, default layer "
                 "(two thirds up) unless marked.\n\n" + markdown_table(["model", *GOLD_SETS], aer_rows),
+                "## Reading (every number from the tables above or best.json)\n\n" + reading(r),
                 "## Ablations at equal minutes (stage 2 arms from the same stage-1 model)\n\n"
                 "dev = 1,000 held-out training pairs per language, retrieval among them (23 languages).\n\n"
                 + markdown_table(
@@ -208,6 +240,49 @@ def page(r: dict) -> str:
         )
         + "\n"
     )
+
+
+def reading(r: dict) -> str:
+    arms, s1 = r["arms"], r["stage1"]
+    control = arms["contrast"]
+
+    def t14(s: dict) -> str:
+        t = s["retrieval"]["tatoeba14"]
+        return f"{t['xx_to_en']:.1f} / {t['en_to_xx']:.1f}"
+
+    lines = [
+        f"- Stage 1 alone ({s1['train_minutes']:.0f} min of translation ranking from random initialisation) reaches "
+        f"Tatoeba-14 {t14(s1)} (xx→en / en→xx) and dev-split retrieval {s1['retrieval']['dev']['xx_to_en']:.1f} / "
+        f"{s1['retrieval']['dev']['en_to_xx']:.1f}; {control['train_minutes']:.0f} more minutes of the same "
+        f"(control arm) move Tatoeba-14 to {t14(control)}: the curve is flattening, far below the 40 this issue "
+        "asks for and XLM-R base's 57.6 / 59.5.",
+        f"- Dev-split retrieval (~{dev_both(control):.0f}) is far above Tatoeba-14 on the same languages: the bitext "
+        "(Bible, captions, news, subtitles) is not Tatoeba's kind of sentence. Measured on the Tatoeba-14 "
+        f"languages: {r['sentence_length']['dev_split_words_per_english_sentence']:.1f} words per English dev "
+        f"sentence against {r['sentence_length']['tatoeba_words_per_english_sentence']:.1f} in Tatoeba. "
+        "That the domain gap, not the method, caps Tatoeba here is a hypothesis this page does not test.",
+    ]
+    for arm in ("tlm", "dwa", "hard"):
+        if arm not in arms:
+            continue
+        a = arms[arm]
+        lines.append(
+            f"- {ARMS[arm]}: mean AER {mean_aer(a):.1f} vs the control's {mean_aer(control):.1f}; Tatoeba-14 "
+            f"{t14(a)} vs {t14(control)}; dev retrieval {dev_both(a):.1f} vs {dev_both(control):.1f} (both "
+            "directions averaged)."
+        )
+    m = r["final_metrics"]
+    if "tlm" in m and "tlm/accuracy" in m["tlm"]:
+        lines.append(
+            f"- TLM had barely started: at the end of its arm its masked-token accuracy was "
+            f"{100 * m['tlm']['tlm/accuracy']:.1f}% (loss {m['tlm']['tlm/loss']:.2f}); stage 1 trained no LM head. "
+            "Word alignment stays far from eflomal's, which uses the whole bitext."
+        )
+    lines.append(
+        f"- Shipped arm: `{r['recipe'][1]}`, chosen by dev-split retrieval alone (no word-alignment dev set exists, so "
+        "the AER columns did not choose it)."
+    )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
