@@ -107,7 +107,7 @@ def main() -> None:
         "--parallel",
         str(SAMPLE / "parallel"),
         "--vocab-size",
-        "1000",
+        "4000",
         "--out",
         str(work / "prepared"),
         "--no-progress",

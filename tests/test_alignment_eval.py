@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from polyalign.align.aer import alignment_error_rate, read_gold
-from polyalign.align.aligner import Aligner
+from polyalign.align.aligner import Aligner, default_encoding
 from polyalign.align.extract import subword_links
 from polyalign.checkpoint import load_model, save_model_folder
 from polyalign.cli import app
@@ -112,7 +112,7 @@ def test_evaluate_alignment_on_the_bundled_gold(tiny_model, tmp_path, pair, meth
     # The reported numbers are the AER of the aligner's links against the gold, recomputed here.
     gold = read_gold(gold_dir)
     for row in report["sweep"]:
-        links = Aligner(load_model(tiny_model)).align(
+        links = Aligner(load_model(tiny_model), encoding=default_encoding(method)).align(
             list(zip(gold.source, gold.target, strict=True)), method, row["layer"], gold.languages
         )
         score = alignment_error_rate(links, gold.sure, gold.possible)

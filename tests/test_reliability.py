@@ -295,6 +295,9 @@ def test_prepare_takes_a_model_folder_as_tokenizer_and_shows_tokenizer_training(
 
 
 def test_every_command_with_progress_has_no_progress_and_choices_are_listed():
+    import enum
+    import typing
+
     import typer
 
     from polyalign.cli import app
@@ -304,9 +307,16 @@ def test_every_command_with_progress_has_no_progress_and_choices_are_listed():
     commands |= {f"evaluate {n}": c for n, c in group.commands["evaluate"].commands.items()}
     for name in ("prepare", "pretrain", "align", "evaluate tatoeba", "evaluate alignment", "finetune", "xtreme"):
         assert "--no-progress" in [o for p in commands[name].params for o in p.secondary_opts], name
-    choices = {p.name: p.type for cmd in commands.values() for p in cmd.params}
-    for option in ("bad_lines", "method", "encoding", "setting"):
-        assert hasattr(choices[option], "choices") or "Choice" in type(choices[option]).__name__, option
+
+    def enumeration(param) -> bool:  # typer lists an Enum option's values in --help and rejects others
+        annotation = param.type_descriptor.annotation
+        return any(
+            isinstance(a, type) and issubclass(a, enum.Enum) for a in typing.get_args(annotation) or [annotation]
+        )
+
+    params = {p.name: p for cmd in commands.values() for p in cmd.params}
+    for option in ("bad_lines", "method", "encoding", "setting", "pooling", "score", "precision"):
+        assert enumeration(params[option]), option
 
 
 def test_finetune_set_uses_the_recipe_value_checks():
