@@ -18,6 +18,11 @@ def main() -> None:
     args = parser.parse_args()
     out = RESULTS / "evaluation"
     bucc = read_json(out / "bucc" / "bucc.json")
+    # Optional: the same mining with a model that aligns (bench/results/best.md), where F1 can say something.
+    aligned = out / "bucc-aligned" / "bucc.json"
+    bucc_rows = [[args.model, bucc]]
+    if aligned.is_file():
+        bucc_rows.append(["the best recipe's model (bench/results/best.md)", read_json(aligned)])
     tatoeba = {s: read_json(out / f"tatoeba-{s}" / "tatoeba.json") for s in ("cosine", "margin")}
     rows = []
     for score, result in tatoeba.items():
@@ -44,19 +49,22 @@ def main() -> None:
                 "see its README): these rows check the protocols, not a method.",
                 "## BUCC 2018 zh-en (dev)\n\n"
                 + markdown_table(
-                    ["F1", "precision", "recall", "mined", "gold pairs", "threshold"],
+                    ["model", "layer", "F1", "precision", "recall", "mined", "gold pairs", "threshold"],
                     [
                         [
-                            bucc["f1"],
-                            bucc["precision"],
-                            bucc["recall"],
-                            bucc["mined"],
-                            bucc["gold"],
-                            round(bucc["threshold"], 4),
+                            m,
+                            b["layer"],
+                            b["f1"],
+                            b["precision"],
+                            b["recall"],
+                            b["mined"],
+                            b["gold"],
+                            f"{b['threshold']:.4f}",
                         ]
+                        for m, b in bucc_rows
                     ],
                 )
-                + f"\n\nProtocol: {bucc['protocol']}.",
+                + "".join(f"\n\nProtocol ({m}): {b['protocol']}." for m, b in bucc_rows),
                 "## Tatoeba-14 acc@1 (%), cosine and ratio margin, every layer\n\n"
                 + markdown_table(["score", "layer", "xx→en", "en→xx"], rows)
                 + "".join(f"\n\nProtocol ({s}): {t['protocol']}." for s, t in tatoeba.items()),

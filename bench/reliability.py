@@ -23,6 +23,8 @@ from pathlib import Path
 
 from reporting import machine, markdown_table, records, write_json  # bench/ is on sys.path
 
+from polyalign.checkpoint import checkpoint_dirs
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SAMPLE = ROOT / "polyalign" / "sample_data"
@@ -66,7 +68,7 @@ def trial(work: Path, index: int, duration: float, reference: dict[int, float], 
     if not finished_before_kill:
         proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    checkpoints = sorted(p.name for p in run.glob("checkpoint-*")) if run.is_dir() else []
+    checkpoints = [p.name for p in checkpoint_dirs(run)]  # complete ones; a half-written one is a hidden .tmp
     code, out = train(work, run, resume=True)
     notes = [line for line in out.splitlines() if line.startswith("note:") or "error" in line.lower()]
     fresh = False
