@@ -62,36 +62,13 @@ def _device(name: str | None) -> str:
 
 
 # Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
-class BadLines(StrEnum):
-    skip = "skip"
-    error = "error"
-
-
-class AlignmentMethod(StrEnum):
-    ot = "ot"
-    argmax = "argmax"
-    itermax = "itermax"
-
-
-class Encoding(StrEnum):
-    separate = "separate"
-    pair = "pair"
-
-
-class Precision(StrEnum):
-    bf16 = "bf16"
-    fp32 = "fp32"
-
-
-class Pooling(StrEnum):
-    mean = "mean"
-    first = "first"
-
-
-class Score(StrEnum):
-    cosine = "cosine"
-    margin = "margin"
-
+# (StrEnum's functional form: each member's value is its name.)
+BadLines = StrEnum("BadLines", ["skip", "error"])
+AlignmentMethod = StrEnum("AlignmentMethod", ["ot", "argmax", "itermax"])
+Encoding = StrEnum("Encoding", ["separate", "pair"])
+Precision = StrEnum("Precision", ["bf16", "fp32"])
+Pooling = StrEnum("Pooling", ["mean", "first"])
+Score = StrEnum("Score", ["cosine", "margin"])
 
 PoolingOption = Annotated[
     Pooling, typer.Option(help="Sentence vector: `mean` over real tokens (XTREME) or the `first` token.")
