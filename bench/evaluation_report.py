@@ -22,7 +22,9 @@ def main() -> None:
     aligned = out / "bucc-aligned" / "bucc.json"
     bucc_rows = [[args.model, bucc]]
     if aligned.is_file():
-        bucc_rows.append(["the best recipe's model (bench/results/best.md: stage 1 + harder negatives)", read_json(aligned)])
+        bucc_rows.append(
+            ["the best recipe's model (bench/results/best.md: stage 1 + harder negatives)", read_json(aligned)]
+        )
     tatoeba = {s: read_json(out / f"tatoeba-{s}" / "tatoeba.json") for s in ("cosine", "margin")}
     rows = []
     for score, result in tatoeba.items():
