@@ -38,6 +38,7 @@ MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language
 ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
 EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
+BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
 Device = Annotated[
     str | None, typer.Option(help="Torch device, e.g. cpu, cuda, cuda:1 (default: CUDA when available); bf16 there.")
 ]
@@ -208,7 +209,7 @@ def evaluate_tatoeba_command(
         Score, typer.Option(help="`cosine` or `margin` (ratio margin, k = 4: discounts hub sentences).")
     ] = Score.cosine,
     pooling: PoolingOption = Pooling.mean,
-    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 16384,
+    batch_tokens: BatchTokens = 16384,
     device: Device = None,
     trust_pickle: TrustPickle = False,
     progress: Progress = True,
@@ -260,7 +261,7 @@ def evaluate_bucc_command(
     layer: SentenceLayer = None,
     pooling: PoolingOption = Pooling.mean,
     out: Annotated[Path | None, typer.Option(help="Folder for bucc.json.")] = None,
-    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per encoding batch.")] = 16384,
+    batch_tokens: BatchTokens = 16384,
     device: Device = None,
     trust_pickle: TrustPickle = False,
     progress: Progress = True,
@@ -373,7 +374,6 @@ AlignEncoding = Annotated[
     typer.Option(help="`pair` (concatenated; default for ot, as XLM-Align) or `separate` (each sentence alone)."),
 ]
 AlignPrecision = Annotated[Precision, typer.Option(help="Encoder precision: `bf16` (autocast) or `fp32`.")]
-BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
 TrustPickle = TrustPickle
 
 
