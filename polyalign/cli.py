@@ -297,6 +297,8 @@ def quickstart(
     retrieval on held-out pairs and word-alignment AER before and after training."""
     import time
 
+    import torch
+
     from polyalign.checkpoint import LoadedModel, load_model
     from polyalign.config import load_recipe
     from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus
@@ -316,6 +318,7 @@ def quickstart(
     _report_prepare(run_prepare(corpus, config), out / "prepared")
     recipe = load_recipe("quickstart", [f"data.prepared={out / 'prepared'}", f"trainer.max_steps={steps}"])
     prepared = PreparedData(out / "prepared")
+    torch.manual_seed(recipe.trainer.seed)  # the "before" model is the same one every time
     untrained, _ = build_model(recipe, prepared.tokenizer(), prepared.languages)
     before = _quickstart_scores(
         LoadedModel(untrained.eval(), prepared.tokenizer(), prepared.languages, out / "prepared"), tatoeba, gold_sets
