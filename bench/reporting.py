@@ -44,3 +44,21 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def commit() -> str:
+    """The repository commit a report is written at (with `+dirty` when tracked files differ from it)."""
+    root = Path(__file__).resolve().parents[1]
+    run = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    head = run("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def provenance(command: str, runs_from: str | None = None) -> str:
+    """The line every results page opens with: the command that produced it and the code it ran."""
+    code = (
+        f"runs made with the code of commits {runs_from}, page written at {commit()}"
+        if runs_from
+        else (f"commit {commit()}")
+    )
+    return f"Produced by `{command}` ({code}; {machine()})."

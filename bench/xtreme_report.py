@@ -11,9 +11,12 @@ import sys
 from datetime import date
 from pathlib import Path
 
+from reporting import commit  # bench/ is on sys.path when this script runs
+
 from polyalign.finetune.results import summarise
 
 TASK_ORDER = ("xnli", "pawsx", "ner", "pos", "qa")
+RUN_COMMIT = "e9d8159"  # the commit that recorded the runs' finetune.json files
 RUN_DATE = "2026-11-21"  # when bench/xtreme.sh ran (the page is rewritten, the runs are not)
 
 
@@ -60,6 +63,8 @@ def main(root: Path, md_path: Path, json_path: Path) -> None:
         "",
         f"Machine: {cpu}, 2 cores (torch CPU, bf16 autocast), Python {platform.python_version()}; "
         f"runs of {RUN_DATE}, page written {date.today()}.",
+        f"Code: the runs were recorded at commit {RUN_COMMIT}; this page was written at commit {commit()} by",
+        "`python bench/xtreme_report.py bench/results/xtreme bench/results/xtreme.md bench/results/xtreme.json`.",
         "Models: `bench/work/runs/mlm` and `bench/work/runs/xlm` (6 layers, hidden 384, 32k SentencePiece vocabulary;",
         'latest checkpoint of each run). Command: `EXTRA="--max-train 400 --max-select 200 --max-eval 150" flock '
         "/tmp/polyalign-cpu.lock bench/xtreme.sh` (run by `bench/all.sh`; one",
