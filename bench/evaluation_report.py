@@ -51,7 +51,8 @@ def main() -> None:
             [
                 "# Evaluation protocols, measured on small-base",
                 provenance(COMMAND, RUNS_FROM)
-                + f" Page: `bench/evaluation_report.py`, {report['date']}. Model: `{args.model}` (at chance on cross-lingual measures, "
+                + f" Page: `bench/evaluation_report.py`, {report['date']}. Model: `{args.model}` (at chance on "
+                "cross-lingual measures, "
                 "see its README): these rows check the protocols, not a method.",
                 "## BUCC 2018 zh-en (dev)\n\n"
                 + markdown_table(

@@ -47,11 +47,13 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
 
 
 def commit() -> str:
-    """The repository commit a report is written at (with `+dirty` when tracked files differ from it)."""
+    """The repository commit a report is written at (`+dirty` when tracked code, not results, differs from it)."""
     root = Path(__file__).resolve().parents[1]
     run = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
     head = run("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+    return head + (
+        "+dirty" if run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results") else ""
+    )
 
 
 def provenance(command: str, runs_from: str | None = None) -> str:
