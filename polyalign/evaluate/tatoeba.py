@@ -59,8 +59,8 @@ def resolve_languages(spec: str, data_dir: str | Path, loaded: LoadedModel | Non
     return wanted
 
 
-def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> float:
-    """acc@1 of nearest-neighbour search (by cosine or ratio margin) where query i's correct key is key i."""
+def retrieval_hits(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> np.ndarray:
+    """Per query, whether nearest-neighbour search (by cosine or ratio margin) finds key i for query i."""
     q = torch.nn.functional.normalize(torch.from_numpy(queries), dim=-1)
     k = torch.nn.functional.normalize(torch.from_numpy(keys), dim=-1)
     similarity = (q @ k.T).numpy()  # (Nq, Nk) cosines
@@ -68,7 +68,12 @@ def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray, score: str = "cosi
         similarity = margin_matrix(similarity)
     elif score != "cosine":
         raise ValueError(f"score={score!r}: use one of {SCORES}")
-    return float((similarity.argmax(1) == np.arange(len(queries))).mean())
+    return similarity.argmax(1) == np.arange(len(queries))
+
+
+def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> float:
+    """acc@1 of nearest-neighbour search where query i's correct key is key i."""
+    return float(retrieval_hits(queries, keys, score).mean())
 
 
 @dataclass
