@@ -1,44 +1,77 @@
 #!/usr/bin/env bash
-# PPA benchmark (issue 8): post-pretrain the foundation's `mlm` run with the `ppa` recipe and the two ablations
-# of PPA Table 5 (-MoCo = TLM only, -TLM = MoCo only), all for the same number of steps, then Tatoeba-14
-# acc@1 before and after. Writes bench/results/ppa.md, bench/results/ppa.json and bench/results/ppa/.
-# Heavy: run the whole script under the shared CPU lock (it takes no lock itself):
-#   flock /tmp/polyalign-cpu.lock bench/ppa.sh [steps, default 20] [peak lr, default 2e-4]
-# PA / PY name the polyalign command and the Python interpreter (default: the repository's .venv).
+# PPA bench (issue 15): the `ppa` recipe continued from ../shared/models/small-base for STEPS steps, in a few
+# arms that each change one setting of the issue's calibration run (mean pooling, fp32 InfoNCE, momentum
+# 0.99, queue 4,096, lr 2e-4), so that the page can say which of them limits the gain:
+#   base     the calibration settings, STEPS steps                                  (does length alone help?)
+#   lr       peak lr HIGH_LR instead of LR                                          (learning rate)
+#   tau      temperature 0.1 instead of 0.05                                        (temperature; not by default)
+#   aligned  from SENTENCE_MODEL instead of small-base (only when it is given)      (start model)
+# Every start model and every trained model is measured on the representation MoCo trains (POOLING over the
+# last layer; a layer sweep comes free): Tatoeba-14 acc@1, and retrieval among the held-out dev pairs of the
+# training bitext (`prepare --dev-pairs 1000`: 1,000 pairs per language, never trained on). The MoCo loss
+# and queue accuracy are logged at every step. Writes bench/results/ppa.md, ppa.json and ppa/.
+# Heavy (about 30 CPU-minutes with the default arms): run the whole script under the shared CPU lock:
+#   flock /tmp/polyalign-cpu.lock bench/ppa.sh PREPARED [SENTENCE_MODEL]
+# PREPARED: a prepared-data folder made with --tokenizer-from ../shared/models/small-base --dev-pairs 1000
+# (bench/best.sh's bench/work/prepared-all24, or /work/runs/prepared/all24). SENTENCE_MODEL: optional, a
+# sentence-aligned model with the same tokenizer (e.g. bench/work/runs/best-sentences).
+# Environment: STEPS (300), LR (2e-4), HIGH_LR (1e-3), QUEUE (4096), MOMENTUM (0.99), POOLING (mean),
+# ARMS (default "base lr", plus "aligned" when SENTENCE_MODEL is given); PA / PY: polyalign and Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-20}
-LR=${2:-2e-4}
+PREPARED=${1:?usage: bench/ppa.sh PREPARED [SENTENCE_MODEL]}
+ALIGNED=${2:-}
+STEPS=${STEPS:-300}
+LR=${LR:-2e-4}
+HIGH_LR=${HIGH_LR:-1e-3}
+QUEUE=${QUEUE:-4096}
+MOMENTUM=${MOMENTUM:-0.99}
+POOLING=${POOLING:-mean}
+ARMS=${ARMS:-base lr${ALIGNED:+ aligned}}
 PA=${PA:-.venv/bin/polyalign}
 PY=${PY:-.venv/bin/python}
-W=bench/work
-DATA=$W/prepared-xnli15
-INIT=$W/runs/mlm
+W=${W:-bench/work}/ppa
+SMALL_BASE=../shared/models/small-base
 TATOEBA=../shared/data/eval/tatoeba
-OUT=bench/results/ppa
-mkdir -p $OUT
+[ -d "$PREPARED/dev" ] || { echo "$PREPARED/dev: no dev split; prepare with --dev-pairs 1000" >&2; exit 2; }
+mkdir -p $W/runs $W/evals
+rm -rf bench/results/ppa/{before,full,no-moco,no-tlm}  # the previous bench's folders (mlm start, 12 steps)
 
-evaluate() {  # model out-name
-  [ -f $OUT/$2/tatoeba.json ] && return 0
-  $PA evaluate tatoeba --model $1 --data $TATOEBA --langs tatoeba14 --layers all --out $OUT/$2
+evaluate() {  # model name: Tatoeba-14 and dev retrieval at the last layer with MoCo's pooling
+  local layer
+  layer=$($PY -c "import sys; from polyalign.checkpoint import load_model; \
+print(load_model(sys.argv[1]).model.config.num_layers)" $1)
+  [ -f $W/evals/$2/tatoeba/tatoeba.json ] || $PA evaluate tatoeba --model $1 --data $TATOEBA --langs tatoeba14 \
+    --pooling $POOLING --layer $layer --layers all --out $W/evals/$2/tatoeba --no-progress >/dev/null
+  [ -f $W/evals/$2/dev/tatoeba.json ] || $PA evaluate tatoeba --model $1 --data $PREPARED/dev --langs all \
+    --pooling $POOLING --layer $layer --layers all --out $W/evals/$2/dev --no-progress >/dev/null
 }
 
-evaluate $INIT before
+evaluate $SMALL_BASE start-small-base
+[ -z "$ALIGNED" ] || evaluate $ALIGNED start-aligned
 
-# The paper's recipe (batch 128 pairs, pair filter, MoCo m=0.999 tau=0.05, warmup 10% of the steps), with a
-# peak lr scaled to this model and a queue that fills with real keys in the first quarter of the run (the
-# paper's K=32,000 holds 250 steps of keys; our runs are far shorter). See bench/results/ppa.md.
-QUEUE=$(( 128 * STEPS / 4 ))
-run() {  # name extra-overrides...
-  local name=$1
-  shift
-  [ -d $W/runs/ppa-$name ] || $PA pretrain ppa --data $DATA --init-from $INIT --run-dir $W/runs/ppa-$name --no-progress \
-    --set trainer.max_steps=$STEPS --set trainer.warmup_steps=$(( STEPS / 10 )) --set trainer.lr=$LR \
-    --set objectives.0.config.queue_size=$QUEUE --set trainer.save_every=$STEPS --set trainer.log_every=5 "$@"
-  evaluate $W/runs/ppa-$name $name
-}
-run full
-run no-tlm --set objectives.0.config.tlm=false
-run no-moco --set objectives.0.name=tlm --set 'objectives.0.config={style: ppa}'
+for arm in $ARMS; do
+  init=$SMALL_BASE
+  extra=()
+  case $arm in
+    base) ;;
+    lr) extra=(--set trainer.lr=$HIGH_LR) ;;
+    tau) extra=(--set objectives.0.config.temperature=0.1) ;;
+    aligned) init=${ALIGNED:?the aligned arm needs SENTENCE_MODEL}; ;;
+    *) echo "unknown arm $arm (base, lr, tau, aligned)" >&2; exit 2 ;;
+  esac
+  run=$W/runs/$arm
+  if [ ! -f $run/done ]; then
+    rm -rf $run $W/evals/$arm
+    $PA pretrain ppa --data $PREPARED --init-from $init --run-dir $run --no-progress \
+      --set trainer.max_steps=$STEPS --set trainer.warmup_steps=$(( STEPS / 10 )) --set trainer.lr=$LR \
+      --set trainer.log_every=1 --set trainer.save_every=$STEPS \
+      --set objectives.0.config.queue_size=$QUEUE --set objectives.0.config.momentum=$MOMENTUM \
+      --set objectives.0.config.pooling=$POOLING "${extra[@]}"
+    echo "$init" > $run/done
+  fi
+  evaluate $run $arm
+done
 
-$PY bench/ppa_report.py --steps $STEPS --lr $LR --queue $QUEUE
+$PY bench/ppa_report.py --work $W --arms $ARMS --command "env STEPS=$STEPS LR=$LR HIGH_LR=$HIGH_LR QUEUE=$QUEUE \
+MOMENTUM=$MOMENTUM POOLING=$POOLING ARMS='$ARMS' flock /tmp/polyalign-cpu.lock bench/ppa.sh $PREPARED${ALIGNED:+ $ALIGNED}"

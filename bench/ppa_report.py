@@ -1,170 +1,235 @@
-"""Write bench/results/ppa.md and ppa.json from the runs and evaluations of bench/ppa.sh."""
+"""Write bench/results/ppa.md, ppa.json and ppa/*.png from the runs and evaluations of bench/ppa.sh.
+
+Every number comes from the runs' recipe.yaml and metrics.jsonl and from the evaluations' tatoeba.json; the
+reading is generated from those numbers: what each arm measured, and how it differs from the `base` arm in
+the one setting it changes. It states no cause that an arm did not isolate.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
 import time
 from pathlib import Path
 
-import torch
-from reporting import cpu_name  # bench/ is on sys.path when this script runs
+import yaml
+from reporting import machine, markdown_table, provenance, read_json, records, write_json  # bench/ is on sys.path
 
 from polyalign.evaluate.plots import plot_series
-from polyalign.languages import TATOEBA_14
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-RUNS = ROOT / "bench" / "work" / "runs"
-MODELS = {  # results folder -> (label, run folder or None)
-    "before": ("mlm (before PPA)", None),
-    "full": ("PPA: MoCo + TLM", "ppa-full"),
-    "no-moco": ("- MoCo (TLM only)", "ppa-no-moco"),
-    "no-tlm": ("- TLM (MoCo only)", "ppa-no-tlm"),
+WINDOW = 10  # steps averaged at the start and at the end of a run (the logged values are per step)
+SETTINGS = ("init_from", "steps", "lr", "batch_pairs", "queue_size", "momentum", "temperature", "pooling", "tlm")
+WHAT = {
+    "base": "the calibration settings",
+    "lr": "a higher peak lr",
+    "tau": "temperature 0.1",
+    "aligned": "a sentence-aligned start model",
 }
 
 
-def both(accuracy: dict) -> float:
-    """Mean of the two retrieval directions."""
-    return (accuracy["xx_to_en"] + accuracy["en_to_xx"]) / 2
-
-
-def run_summary(run: str | None) -> dict:
-    if run is None:
-        return {}
-    records = [json.loads(line) for line in (RUNS / run / "metrics.jsonl").read_text().splitlines()]
-    last = records[-1]
-    keep = ("step", "loss", "moco/moco_loss", "moco/moco_accuracy", "moco/tlm_loss", "tlm/loss", "tlm/accuracy")
+def settings(recipe: dict) -> dict:
+    moco = recipe["objectives"][0]["config"]
     return {
-        "first": {k: records[0][k] for k in keep if k in records[0]},
-        "last": {k: last[k] for k in keep if k in last},
-        "minutes": round(last["seconds"] / 60, 1),
-        "seconds_per_step": round(last["seconds"] / last["step"], 2),
+        "init_from": os.path.relpath(recipe["init_from"], ROOT),
+        "steps": recipe["trainer"]["max_steps"],
+        "lr": recipe["trainer"]["lr"],
+        "batch_pairs": recipe["data"]["parallel"]["max_examples"],
+        "queue_size": moco["queue_size"],
+        "momentum": moco["momentum"],
+        "temperature": moco["temperature"],
+        "pooling": moco["pooling"],
+        "tlm": moco.get("tlm", True),
     }
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def training(run: Path) -> dict:
+    """MoCo loss and queue accuracy once the queue holds only real keys, and at the end, against chance.
+
+    The queue starts as random unit vectors (MoCo), which any encoder tells apart from a real key: the loss of
+    the first steps is low for that reason alone, so "start" is the WINDOW steps after the queue has filled."""
+    recs = [r for r in records(run / "metrics.jsonl") if "moco/moco_loss" in r]
+    s = settings(yaml.safe_load((run / "recipe.yaml").read_text()))
+    queue = s["queue_size"]
+    filled = math.ceil(queue / s["batch_pairs"])  # steps until every queue row is a real key
+    after = [r for r in recs if r["step"] > filled][:WINDOW]
+    last = recs[-WINDOW:]
+    out = {
+        "moco_loss_step1": recs[0]["moco/moco_loss"],
+        "queue_filled_at_step": filled,
+        "moco_loss_start": mean([r["moco/moco_loss"] for r in after]),
+        "moco_loss_end": mean([r["moco/moco_loss"] for r in last]),
+        "uniform_loss": math.log(queue + 1),  # ln(K + 1): the loss of a softmax that cannot tell keys apart
+        "queue_accuracy_start": mean([r["moco/moco_accuracy"] for r in after]),
+        "queue_accuracy_end": mean([r["moco/moco_accuracy"] for r in last]),
+        "chance_accuracy": 1 / (queue + 1),
+        "minutes": recs[-1]["seconds"] / 60,
+        "loss_curve": [[r["step"], r["moco/moco_loss"]] for r in recs],
+    }
+    if "moco/tlm_loss" in recs[0]:
+        out |= {
+            "tlm_loss_start": mean([r["moco/tlm_loss"] for r in after]),
+            "tlm_loss_end": mean([r["moco/tlm_loss"] for r in last]),
+        }
+    return out
+
+
+def retrieval(folder: Path) -> dict:
+    """acc@1 (%) at the reported layer, both directions averaged: Tatoeba-14, and the dev pairs' languages."""
+    out = {}
+    for name in ("tatoeba", "dev"):
+        t = read_json(folder / name / "tatoeba.json")
+        r = t["reported"]
+        both = r["tatoeba14"] if name == "tatoeba" else r["average"]
+        out[name] = {
+            "layer": r["layer"],
+            "acc": (both["xx_to_en"] + both["en_to_xx"]) / 2,
+            "per_language": {k: (v["xx_to_en"] + v["en_to_xx"]) / 2 for k, v in r["per_language"].items()},
+            "protocol": t["protocol"],
+            "sizes": t["sizes"],
+        }
+    return out
+
+
+def reading(arms: dict) -> list[str]:
+    out = []
+    for name, a in arms.items():
+        t, s, e = a["training"], a["start"], a["end"]
+        gap = t["uniform_loss"] - t["moco_loss_end"]
+        moved = {k: f"{s[k]['acc']:.1f} -> {e[k]['acc']:.1f} ({e[k]['acc'] - s[k]['acc']:+.1f})" for k in s}
+        out.append(
+            f"- `{name}` ({WHAT.get(name, name)}): MoCo loss {t['moco_loss_start']:.2f} -> {t['moco_loss_end']:.2f} "
+            f"(mean of the {WINDOW} steps after the queue filled at step {t['queue_filled_at_step']} / of the last "
+            f"{WINDOW}; {t['moco_loss_step1']:.2f} at step 1, against a queue of random vectors), "
+            f"{abs(gap):.2f} nats {'below' if gap > 0 else 'above'} "
+            f"ln(K+1) = {t['uniform_loss']:.2f}; queue accuracy {100 * t['queue_accuracy_start']:.1f}% -> "
+            f"{100 * t['queue_accuracy_end']:.1f}% (chance {100 * t['chance_accuracy']:.3f}%). Tatoeba-14 "
+            f"{moved['tatoeba']}, dev retrieval {moved['dev']}."
+        )
+    base = arms.get("base")
+    for name, a in arms.items():
+        if base is None or name == "base":
+            continue
+        changed = {
+            k: (base["settings"][k], a["settings"][k]) for k in SETTINGS if base["settings"][k] != a["settings"][k]
+        }
+        what = ", ".join(f"{k} {b} -> {v}" for k, (b, v) in changed.items()) or "nothing"
+        gains = lambda x, key: x["end"][key]["acc"] - x["start"][key]["acc"]  # noqa: E731
+        out.append(
+            f"- `{name}` differs from `base` in {what}: final MoCo loss {a['training']['moco_loss_end']:.2f} vs "
+            f"{base['training']['moco_loss_end']:.2f}, Tatoeba-14 gain {gains(a, 'tatoeba'):+.1f} vs "
+            f"{gains(base, 'tatoeba'):+.1f}, dev gain {gains(a, 'dev'):+.1f} vs {gains(base, 'dev'):+.1f}"
+            + (
+                f"; trained level Tatoeba-14 {a['end']['tatoeba']['acc']:.1f} vs {base['end']['tatoeba']['acc']:.1f}."
+                if "init_from" in changed
+                else "."
+            )
+        )
+    out.append(
+        "- One seed per arm; no run-to-run spread was measured. Settings not varied here (batch, momentum, queue "
+        "size, steps beyond this length) are not ruled in or out by these rows."
+    )
+    return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--lr", type=float, required=True)
-    parser.add_argument("--queue", type=int, required=True)
-    args = parser.parse_args()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", type=Path, required=True, help="bench/ppa.sh's folder (runs/ and evals/)")
+    ap.add_argument("--arms", nargs="+", required=True)
+    ap.add_argument("--command", required=True, help="the command that ran the bench, for the page")
+    args = ap.parse_args()
 
-    table = {}
-    for name, (label, run) in MODELS.items():
-        result = json.loads((RESULTS / "ppa" / name / "tatoeba.json").read_text())
-        reported = result["reported"]
-        best = max(result["sweep"], key=lambda r: both(r["tatoeba14"]))
-        table[name] = {
-            "label": label,
-            "layer": reported["layer"],
-            "tatoeba14": reported["tatoeba14"],
-            "per_language": reported["per_language"],
-            "best_layer": best["layer"],
-            "best_layer_tatoeba14": best["tatoeba14"],
-            "sweep": [[r["layer"], both(r["tatoeba14"])] for r in result["sweep"]],
-            "run": run_summary(run),
+    starts = {}
+    arms = {}
+    for name in args.arms:
+        run = args.work / "runs" / name
+        s = settings(yaml.safe_load((run / "recipe.yaml").read_text()))
+        start = "start-small-base" if Path(s["init_from"]).name == "small-base" else "start-aligned"
+        starts.setdefault(start, retrieval(args.work / "evals" / start))
+        arms[name] = {
+            "settings": s,
+            "start_model": start,
+            "training": training(run),
+            "start": starts[start],
+            "end": retrieval(args.work / "evals" / name),
         }
-    protocol = json.loads((RESULTS / "ppa" / "before" / "tatoeba.json").read_text())["protocol"]
-    meta = {
+    report = {
+        "provenance": provenance(args.command),
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{cpu_name()}, 2 cores (shared lock), torch {torch.__version__} CPU, bf16 autocast",
-        "steps": args.steps,
-        "peak_lr": args.lr,
-        "queue_size": args.queue,
-        "protocol": protocol,
+        "machine": machine(),
+        "arms": arms,
     }
-    (RESULTS / "ppa.json").write_text(json.dumps({"meta": meta, "models": table}, indent=1) + "\n")
+    write_json(RESULTS / "ppa.json", report)
 
-    plot_series(
-        {t["label"]: tuple(zip(*t["sweep"], strict=True)) for t in table.values()},
-        RESULTS / "ppa" / "tatoeba14_layers.png",
-        "layer",
-        "Tatoeba-14 acc@1 (%), mean of both directions",
-        f"PPA from mlm, {args.steps} steps",
-    )
+    figures = RESULTS / "ppa"
+    curves = {n: tuple(zip(*a["training"]["loss_curve"], strict=True)) for n, a in arms.items()}
+    for n, a in arms.items():
+        steps = curves[n][0]
+        curves[f"ln(K+1), {n}"] = ([steps[0], steps[-1]], [a["training"]["uniform_loss"]] * 2)
+        break  # the same K in every arm unless QUEUE was changed between them
+    loss_png = plot_series(curves, figures / "moco_loss.png", "step", "MoCo loss (InfoNCE)", "MoCo loss per step")
 
-    lines = [
-        "| model | xx→en | en→xx | mean | Δ mean vs before | best layer | mean at best layer | train min "
-        "| last loss (MoCo / TLM) |",
-        "|---|---|---|---|---|---|---|---|---|",
+    any_arm = next(iter(arms.values()))
+    rows = [
+        [start, "-", "-", "-", f"{r['tatoeba']['acc']:.1f}", f"{r['dev']['acc']:.1f}"] for start, r in starts.items()
     ]
-    start = both(table["before"]["tatoeba14"])
-    for t in table.values():
-        s, last = t["tatoeba14"], t["run"].get("last", {})
-        moco = last.get("moco/moco_loss")
-        tlm = last.get("moco/tlm_loss", last.get("tlm/loss"))
-        losses = " / ".join("-" if v is None else f"{v:.3f}" for v in (moco, tlm)) if last else "-"
-        lines.append(
-            f"| {t['label']} | {s['xx_to_en']:.1f} | {s['en_to_xx']:.1f} | {both(s):.1f} | {both(s) - start:+.1f} "
-            f"| {t['best_layer']} | "
-            f"{both(t['best_layer_tatoeba14']):.1f} | {t['run'].get('minutes', '-')} | {losses} |"
+    for n, a in arms.items():
+        t = a["training"]
+        rows.append(
+            [
+                n,
+                f"{t['moco_loss_start']:.2f} -> {t['moco_loss_end']:.2f} (ln(K+1) {t['uniform_loss']:.2f})",
+                f"{100 * t['queue_accuracy_start']:.1f} -> {100 * t['queue_accuracy_end']:.1f}",
+                f"{t['minutes']:.1f}",
+                f"{a['end']['tatoeba']['acc']:.1f} ({a['end']['tatoeba']['acc'] - a['start']['tatoeba']['acc']:+.1f})",
+                f"{a['end']['dev']['acc']:.1f} ({a['end']['dev']['acc'] - a['start']['dev']['acc']:+.1f})",
+            ]
         )
-    per_lang = ["| language | " + " | ".join(t["label"] for t in table.values()) + " |"]
-    per_lang.append("|---" * (len(table) + 1) + "|")
-    for lang in TATOEBA_14:
-        cells = [f"{both(t['per_language'][lang]):.1f}" for t in table.values()]
-        per_lang.append(f"| {lang} | " + " | ".join(cells) + " |")
-    (RESULTS / "ppa.md").write_text(
-        TEMPLATE.format(
-            **meta,
-            layer=table["before"]["layer"],
-            main="\n".join(lines),
-            per_language="\n".join(per_lang),
-            runs=json.dumps({k: t["run"] for k, t in table.items() if t["run"]}, indent=1),
-        )
-    )
-
-
-TEMPLATE = """# PPA: post-pretraining alignment of the foundation's `mlm` model (Tatoeba-14)
-
-Machine: {machine}. Date: {date}. Produced by `bench/ppa.sh` (numbers from `bench/ppa_report.py`):
-
-```bash
-flock /tmp/polyalign-cpu.lock bench/ppa.sh {steps} {peak_lr}
-```
-
-Protocol. Start: the foundation's `mlm` run (6 layers, hidden 384, MLM only; `bench/work/runs/mlm`, final
-checkpoint). Post-pretraining: the `ppa` recipe on the parallel part of `bench/work/prepared-xnli15` (English
-paired with the 14 XNLI languages; Tatoeba sentences excluded), batches of 128 pairs, pairs with a side under
-10 tokens or more than 128 tokens together dropped (PPA §3.1), MoCo momentum 0.999, temperature 0.05,
-projection 300, AdamW (weight decay 0.01), linear schedule with 10% warmup, seed 0, **{steps} steps** for each
-model. Deviations from the paper, all forced by the run length: peak lr **{peak_lr}** instead of 3e-5 (the
-paper post-pretrains mBERT at 0.3x its pre-training peak; 0.3x our `mlm` run's 7e-4 is 2e-4), and queue size
-**{queue_size}** instead of 32,000 (the paper's queue holds 250 steps of keys and fills early in a
-100k-step run; ours is sized to fill within the first quarter of the run). Ablations of Table 5 at equal steps:
--MoCo = PPA-style TLM alone (`--set objectives.0.name=tlm --set 'objectives.0.config={{style: ppa}}'`),
--TLM = MoCo alone (`--set objectives.0.config.tlm=false`).
-Evaluation: {protocol}; "mean" = mean of the two directions, averaged over the 14 languages
-(ara bul cmn deu ell fra hin rus spa swh tha tur urd vie, 1,000 sentences each). Reported layer {layer}
-(the project default: two thirds up); the best layer on this test set is shown for information only.
-
-## Tatoeba-14 acc@1 (%), layer {layer}
-
-{main}
-
-Layer sweep: `bench/results/ppa/tatoeba14_layers.png`; per-model JSON and CSV: `bench/results/ppa/*/`.
-
-## Per language (mean of both directions, layer {layer})
-
-{per_language}
-
-## Runs
-
-```json
-{runs}
-```
-
-## Reading
-
-- At this length nothing moves: every run is within 0.1 point of the starting model's 1.8 (one sentence in a
-  thousand per language). Twelve steps of 128 pairs are ~1,500 pairs, against the paper's 5-10 epochs over
-  250k-2M pairs per language; the bench shows the recipe and its ablations run end to end from a saved model,
-  not PPA's gain.
-- MoCo's loss rises over the run (about 4.8-5.0 -> 5.9-6.0) and its accuracy falls to ~0: the queue fills with
-  real keys during the first quarter, so the task gets harder (more negatives) faster than a barely trained
-  encoder learns it. A longer run (`bench/ppa.sh 200`) is the next measurement to make.
-"""
+    settings_rows = [[n, *(str(a["settings"][k]) for k in SETTINGS)] for n, a in arms.items()]
+    dev_sizes = sorted(set(any_arm["end"]["dev"]["sizes"].values()))
+    lines = [
+        "# PPA from small-base: MoCo + TLM on the representation it trains",
+        "",
+        f"{report['provenance']} Page: `bench/ppa_report.py`, {report['date']}.",
+        "",
+        "Protocol. Each arm continues a start model with the `ppa` recipe (MoCo with PPA-style TLM on the same "
+        "pairs, PPA §2.1-2.2; InfoNCE in fp32; the pair filter of §3.1) for the steps below, linear schedule "
+        "with 10% warmup, seed 0. Every model is measured on the representation MoCo trains "
+        f"({any_arm['settings']['pooling']} pooling over layer {any_arm['end']['tatoeba']['layer']}, the last): "
+        f"Tatoeba-14 ({any_arm['end']['tatoeba']['protocol']}), and retrieval among the dev pairs that "
+        f"`prepare --dev-pairs` held out of the training bitext ({len(any_arm['end']['dev']['sizes'])} languages, "
+        f"{'-'.join(map(str, dev_sizes[:: max(1, len(dev_sizes) - 1)]))} pairs each, same protocol). acc@1 in %, both "
+        f"directions averaged; MoCo loss and queue accuracy: means over the {WINDOW} steps after the queue first "
+        f"holds only real keys (K / pairs per batch steps) and over the last {WINDOW} steps.",
+        "",
+        "## Arms",
+        "",
+        markdown_table(["arm", *SETTINGS], settings_rows),
+        "",
+        "## Results",
+        "",
+        markdown_table(
+            ["model", "MoCo loss", "queue accuracy %", "train min", "Tatoeba-14 (Δ vs start)", "dev (Δ vs start)"],
+            rows,
+        ),
+        "",
+        f"![MoCo loss]({figures.name}/{loss_png.name})",
+        "",
+        "Per-language numbers and the loss curves: `bench/results/ppa.json`.",
+        "",
+        "## Reading",
+        "",
+        *reading(arms),
+        "",
+    ]
+    (RESULTS / "ppa.md").write_text("\n".join(lines))
+    print(f"wrote {RESULTS / 'ppa.md'}")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,15 @@ flops_per_step() {
   $PY -c "import json; r = [json.loads(l) for l in open('$probe/metrics.jsonl')]; print(r[-1]['flops'] / r[-1]['step'])"
 }
 
-# 2) Train: steps = budget / FLOPs per step, warmup 10%, a checkpoint every quarter, all kept.
+# 2) Train: steps = budget / FLOPs per step, warmup 10%, a checkpoint every quarter, all kept. A finished run
+#    is reused only while its model section is still the recipe's (the xlm-e recipes dropped absolute positions).
+same_model() {
+  $PY -c "import sys, yaml; from polyalign.config import load_recipe; \
+sys.exit(yaml.safe_load(open('$RUNS/$1/recipe.yaml'))['model'] != load_recipe('$1').model)"
+}
 for name in xlm xlm-e xlm-e-mono; do
-  [ -f $RUNS/$name/done ] && continue
-  rm -rf $RUNS/$name
+  [ -f $RUNS/$name/done ] && same_model $name && continue
+  rm -rf $RUNS/$name $EVALS/$name
   per_step=$(flops_per_step $name)
   steps=$($PY -c "print(max(8, round($BUDGET / $per_step)))")
   echo "$name: $per_step FLOPs/step -> $steps steps"
@@ -48,7 +53,8 @@ done
 rm -rf $W/xlm-e-probe
 
 # 3) Evaluate every checkpoint (skipping those already evaluated): Tatoeba-14 with the layer sweep (free: all
-#    layers come from one pass), and AER at the evaluator's default layer.
+#    layers come from one pass), and AER at the evaluator's default layer with the pair encoding
+#    (<s> S </s> T </s>) of XLM-Align's evaluation, whose numbers the papers' tables report.
 have_alignment=$($PA evaluate alignment --help >/dev/null 2>&1 && echo 1 || echo 0)
 for name in xlm xlm-e xlm-e-mono; do
   for ckpt in $RUNS/$name/checkpoints/step-*; do
@@ -57,8 +63,8 @@ for name in xlm xlm-e xlm-e-mono; do
       --langs tatoeba14 --layers all --out $out/tatoeba >/dev/null
     if [ "$have_alignment" = 1 ]; then
       for pair in de-en en-fr; do
-        [ -f $out/$pair/alignment.json ] || $PA evaluate alignment --model $ckpt --gold $GOLD/$pair \
-          --method ot --out $out/$pair >/dev/null
+        grep -qs '"encoding": "pair"' $out/$pair/alignment.json || $PA evaluate alignment --model $ckpt \
+          --gold $GOLD/$pair --method ot --encoding pair --out $out/$pair >/dev/null
       done
     fi
   done

@@ -87,6 +87,7 @@ ARCHITECTURE = (
     "num_heads",
     "ffn_size",
     "max_positions",
+    "absolute_positions",
     "position_offset",
     "embedding_size",
     "type_vocab_size",

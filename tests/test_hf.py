@@ -224,6 +224,7 @@ def test_unsupported_configs_are_refused_clearly(hf_xlmr, tmp_path, sp_tokenizer
         load_model(folder)
     for overrides, message in [
         (dict(position_bias="relative"), "position bias"),
+        (dict(absolute_positions=False, position_bias="relative"), "no absolute position embeddings"),
         (dict(norm="pre"), "pre-LN"),
         (dict(cross_attention=True), "--drop-cross-attention"),
         (dict(num_languages=3), "--languages-as-token-types"),

@@ -8,11 +8,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from polyalign.checkpoint import checkpoint_dirs, load_model
+from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
+from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
 from polyalign.flops import replaced_token_detection_flops
-from polyalign.model import Encoder, MaskedLanguageModel
+from polyalign.io import DataError
+from polyalign.model import Encoder, EncoderConfig, MaskedLanguageModel
 from polyalign.model.position_bias import GatedRelativePositionBias, RelativePositionBias
 from polyalign.objectives import OBJECTIVES
 from polyalign.objectives.rtd import corrupt, replaced_token_labels, sample_replacements
@@ -95,6 +97,73 @@ def test_encoder_with_constant_gates_matches_the_encoder_with_plain_relative_bia
         layer.attention.position_bias.w.data.fill_(-2.0)
     ids = torch.randint(5, 99, (2, 10))
     torch.testing.assert_close(gated(ids).last_hidden_state, plain(ids).last_hidden_state)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Absolute positions off (the xlm-e recipes): word order comes from the position bias alone
+
+
+def no_absolute_positions(position_bias="gated_relative"):
+    torch.manual_seed(0)
+    return Encoder(tiny_config(absolute_positions=False, position_bias=position_bias)).eval()
+
+
+def test_without_absolute_positions_there_is_no_table_and_only_relative_positions_matter():
+    enc = no_absolute_positions()
+    assert not any("embeddings.position" in name for name, _ in enc.named_parameters())
+    ids = torch.randint(5, 99, (2, 10))
+    positions = torch.arange(10).expand(2, 10)
+    shifted = enc(ids, position_ids=positions + 7).last_hidden_state  # every j - i unchanged
+    torch.testing.assert_close(shifted, enc(ids, position_ids=positions).last_hidden_state)
+    torch.manual_seed(0)
+    absolute = Encoder(tiny_config(position_bias="gated_relative")).eval()
+    assert not torch.allclose(
+        absolute(ids, position_ids=positions + 7).last_hidden_state, absolute(ids).last_hidden_state
+    )
+
+
+def test_without_absolute_positions_word_order_is_seen_only_through_the_relative_bias():
+    enc = no_absolute_positions("relative")
+    ids = torch.randint(5, 99, (1, 10))
+    order = torch.randperm(10)
+    permuted = lambda: enc(ids[:, order]).last_hidden_state  # noqa: E731
+    assert not torch.allclose(permuted(), enc(ids).last_hidden_state[:, order])  # the bias sees the order
+    for layer in enc.layers:
+        layer.attention.position_bias.table.weight.data.zero_()
+    torch.testing.assert_close(permuted(), enc(ids).last_hidden_state[:, order])  # bias off: a bag of tokens
+
+
+def test_absolute_positions_off_needs_a_position_bias():
+    with pytest.raises(ValueError, match="blind to word order"):
+        tiny_config(absolute_positions=False)
+    with pytest.raises(DataError, match="blind to word order"):
+        load_recipe("xlm-e", ["model.position_bias=none"])
+
+
+def test_xlm_e_recipes_follow_the_paper_and_other_models_keep_absolute_positions():
+    assert load_recipe("xlm-e").model["absolute_positions"] is False
+    assert load_recipe("xlm-e-mono").model["absolute_positions"] is False
+    assert EncoderConfig().absolute_positions and "absolute_positions" not in load_recipe("mlm").model
+
+
+def test_checkpoints_round_trip_with_and_without_absolute_positions(sample_prepared, tmp_path):
+    tokenizer = PreparedData(sample_prepared).tokenizer()
+    ids = torch.randint(5, 99, (2, 9))
+    for absolute in (False, True):
+        torch.manual_seed(0)
+        config = tiny_config(
+            vocab_size=tokenizer.special.vocab_size, absolute_positions=absolute, position_bias="relative"
+        )
+        model = MaskedLanguageModel(config).eval()
+        folder = save_model_folder(tmp_path / f"absolute-{absolute}", model, tokenizer, [])
+        if absolute:  # a folder written before the switch existed has no such key: it loads with the table
+            meta = json.loads((folder / "config.json").read_text())
+            del meta["encoder"]["absolute_positions"]
+            (folder / "config.json").write_text(json.dumps(meta))
+        loaded = load_model(folder).model
+        assert loaded.config.absolute_positions is absolute
+        assert (loaded.encoder.embeddings.position is not None) is absolute
+        torch.testing.assert_close(loaded(ids).last_hidden_state, model(ids).last_hidden_state)
 
 
 def test_gated_bias_keeps_blocked_keys_out_of_reach():
@@ -267,8 +336,10 @@ def test_xlm_e_recipe_trains_exports_the_discriminator_and_resumes_exactly(sampl
     assert flops[0] > 0 and all(b > a for a, b in zip(flops, flops[1:], strict=False))
     loaded = load_model(tmp_path / "straight")
     assert loaded.model.config.position_bias == "gated_relative" and loaded.model.config.num_layers == 3
+    assert not loaded.model.config.absolute_positions  # §3.3: the gated relative bias is the only position signal
     exported = load_file(checkpoint_dirs(tmp_path / "straight")[-1] / "model.safetensors")
     assert not any("generator" in k or "detection" in k for k in exported)  # the discriminator only
+    assert not any("embeddings.position" in k for k in exported)
 
 
 def test_xlm_e_mono_recipe_trains_two_steps(sample_prepared, tmp_path):

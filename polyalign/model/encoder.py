@@ -1,6 +1,7 @@
 """The Transformer encoder every polyalign method trains: embeddings -> attention -> layer -> encoder.
 
 Reads top-down. Features any recipe can switch on through `EncoderConfig`:
+- learned absolute position embeddings (BERT, XLM-R), or none, leaving word order to a position bias;
 - an arbitrary per-example attention mask, (B, T) padding or (B, T, T) "query i may see key j", so
   objectives such as CAMLM and BTMLM are masks, not new models;
 - language embeddings (XLM), token-type embeddings (BERT), factorised embeddings (ELECTRA);
@@ -32,7 +33,10 @@ class EncoderConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.1
     max_positions: int = 512
-    """Positions the learned position table covers (beyond `position_offset`)."""
+    """Longest input, in positions; also the rows the learned position table covers (beyond `position_offset`)."""
+    absolute_positions: bool = True
+    """Add a learned absolute position embedding to each token (BERT, XLM-R). `false` leaves word order to the
+    attention's position bias alone (T5; the `xlm-e` recipe), so it needs a `position_bias`."""
     position_offset: int = 0
     """Row of the position table used for position 0 (XLM-R starts at padding_idx + 1 = 2)."""
     num_languages: int = 0
@@ -58,6 +62,11 @@ class EncoderConfig:
             raise ValueError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm={self.norm!r}: use 'post' or 'pre'")
+        if not self.absolute_positions and self.position_bias == "none":
+            raise ValueError(
+                "absolute_positions=false with position_bias='none' leaves the model blind to word order: "
+                "set position_bias (relative or gated_relative) or keep absolute_positions"
+            )
 
     @property
     def embedding_width(self) -> int:
@@ -136,7 +145,7 @@ class Embeddings(nn.Module):
         super().__init__()
         E = c.embedding_width
         self.word = nn.Embedding(c.vocab_size, E, padding_idx=c.pad_token_id)
-        self.position = nn.Embedding(c.max_positions + c.position_offset, E)
+        self.position = nn.Embedding(c.max_positions + c.position_offset, E) if c.absolute_positions else None
         self.token_type = nn.Embedding(c.type_vocab_size, E) if c.type_vocab_size else None
         self.language = nn.Embedding(c.num_languages, E) if c.num_languages else None
         self.norm = nn.LayerNorm(E, eps=c.layer_norm_eps)
@@ -145,7 +154,9 @@ class Embeddings(nn.Module):
         self.position_offset = c.position_offset
 
     def forward(self, input_ids, position_ids, token_type_ids=None, language_ids=None):
-        x = self.word(input_ids) + self.position(position_ids + self.position_offset)
+        x = self.word(input_ids)
+        if self.position is not None:
+            x = x + self.position(position_ids + self.position_offset)
         if self.token_type is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
             x = x + self.token_type(types)

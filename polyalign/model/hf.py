@@ -259,6 +259,8 @@ def export_problems(config: EncoderConfig, drop_cross_attention: bool, languages
     problems = []
     if config.norm != "post":
         problems.append("pre-LN layers (XLM-R is post-LN)")
+    if not config.absolute_positions:
+        problems.append("no absolute position embeddings (absolute_positions: false; XLM-R always adds them)")
     if config.position_bias != "none":
         problems.append(f"a {config.position_bias} position bias in attention (XLM-R has none)")
     if config.embedding_size and config.embedding_size != config.hidden_size:
