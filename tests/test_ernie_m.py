@@ -217,7 +217,8 @@ def test_pseudo_token_precision_on_held_out_pairs_is_high_only_for_the_trained_m
         result = pseudo_token_precision_on_pairs(loaded, tmp_path, ["deu"], ratio=1.0)
         scores[name] = {r["direction"]: r["precision"] for r in result["directions"]}
         assert result["copy_precision"] == 0  # x and its translation share no token
-    # de->en is the direction CAMLM trained (the synthetic pairs are de source, en target); chance is ~1/40.
+    # de->en is the direction CAMLM trained (the synthetic pairs are de source, en target); an untrained model
+    # scores near chance (a few tokens per sentence out of 20 en tokens).
     assert scores["trained"]["deu->eng"] > 0.9 and scores["untrained"]["deu->eng"] < 0.2
 
 

@@ -324,7 +324,7 @@ def test_seq2seq_decoder_is_causal_and_decodes_greedily():
 
 def test_veco_recipe_has_the_paper_defaults():
     recipe = load_recipe("veco")
-    masking = {spec.name: spec.config["mask_prob"] for spec in recipe.objectives}
+    masking = {spec.name: spec.config.get("mask_prob") for spec in recipe.objectives}
     assert masking == {"ca_mlm_adjacent": 0.15, "ca_mlm": 0.25, "tlm": 0.25}  # Table 8: 15% mono / 25% bilingual
     model_config = tiny_config(cross_attention=True)
     objectives = {s.name: build_objective(s.name, s.config, special_tokens(), model_config) for s in recipe.objectives}
