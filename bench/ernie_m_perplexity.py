@@ -63,6 +63,8 @@ def main() -> None:
         loaded = load_model(path)
         texts, languages = [], []
         for language in loaded.languages:
+            if not (args.xnli / f"dev-{language}.tsv.gz").is_file():
+                continue  # not an XNLI language
             premises = heldout_premises(args.xnli, language, args.per_language)
             texts += premises
             languages += [loaded.language_id(language)] * len(premises)

@@ -1,7 +1,7 @@
 """Write bench/results/ernie-m.md (+ ernie-m.json, figures) from what bench/ernie-m.sh measured.
 
-Reads the runs' recipes and metrics, their Tatoeba and word-alignment results, and the held-out perplexity
-file. Every number in the report comes from those files; NOTES holds the reading of them.
+Reads the runs' recipes and metrics, their Tatoeba and word-alignment results, the pseudo-token file and the
+held-out perplexity file. Every number in the report comes from those files; NOTES holds the reading of them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import yaml
-from reporting import cpu_name, records  # bench/ is on sys.path when this script runs
+from reporting import cpu_name, provenance, records  # bench/ is on sys.path when this script runs
 
 from polyalign.evaluate.plots import plot_series
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "work" / "runs"
 RESULTS = ROOT / "bench" / "results" / "ernie-m"
 EXPERIMENTS = {
-    "start": "warm start: foundation `mlm` checkpoint (no further training)",
+    "start": "warm start: small-base (no further training)",
     "exp1": "MLM",
     "exp2": "MLM + TLM",
     "exp3": "MLM + CAMLM",
@@ -30,21 +30,12 @@ EXPERIMENTS = {
 PAIRS = ("de-en", "en-fr")
 RATIOS = ("0.05", "0.10", "0.15", "0.20")
 NOTES = """\
-- Scale first: 40 steps of 2,048-token batches (~80k tokens per objective) on top of a foundation `mlm` model
-  that itself saw 4.2M tokens. The starting point retrieves at 1-2% acc@1 on Tatoeba-14 (chance is 0.1%), and
-  none of the four continuations moves that by more than a few sentences per language: at this scale Table 6's
-  Tatoeba column cannot be reproduced, and the differences between runs (0.2-0.7 points) are noise.
-- Word alignment is where an effect shows: the two runs with CAMLM (exp3, exp4) lower AER at the default layer
-  by about 2 points on both gold sets (de-en 78.1 -> 76.3 / 75.9, en-fr 63.2 -> 61.3 / 61.1), while MLM alone
-  and MLM + TLM leave it where it was. That is the direction of the paper (CAMLM learns cross-lingual
-  correspondences from parallel text), measured once, with one seed.
-- Figure 5: within every model, scoring with more pseudo-tokens lowers the held-out BTMLM perplexity (exp3:
-  1099 without pseudo-tokens -> 1066 at 15-20%), the paper's observation that richer cross-lingual context
-  helps. Across the four continued runs (20 steps each) the training ratio itself makes little difference
-  (held-out 897-905, last training window 701-709), with 5-10% slightly ahead; the paper's curves separate
-  over far longer training.
-- The "train min" column is wall-clock: exp1-exp3 ran while other jobs shared the 2 cores, exp4 ran alone
-  under the CPU lock; compare runs by their TFLOPs, not their minutes."""
+- Scale first: a few dozen steps of small batches on top of small-base, whose own retrieval is near chance.
+  At this scale Table 6's Tatoeba column cannot be reproduced; differences of a few tenths of a point are
+  noise (one seed each).
+- The pseudo-token precision asks whether BTMLM's stage 1 writes the translation: compare the CAMLM-trained
+  runs with the start model and with the copy baseline (the sentence's own first tokens), which measures what
+  shared pieces (names, numbers, punctuation) give without any translation."""
 
 
 def read(path: Path) -> dict | None:
@@ -100,9 +91,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=Path, default=RUNS, help="folder holding the ernie-m-* runs")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder bench/ernie-m.sh evaluated into")
+    parser.add_argument("--command", default="flock /tmp/polyalign-cpu.lock bench/ernie-m.sh", help="for the page")
     args = parser.parse_args()
     runs, results = args.runs, args.results
     report: dict = {
+        "provenance": provenance(args.command),
         "date": str(date.today()),
         "machine": f"{cpu_name()}, {torch.get_num_threads()} threads",
         "torch": torch.__version__,
@@ -126,6 +119,7 @@ def main() -> None:
         curves[r] = ([x["step"] for x in recs], [x["btmlm/perplexity"] for x in recs])
         report["ratios"][r] = {"run": run_summary(run), "training_perplexity": curves[r][1]}
     report["heldout_perplexity"] = perplexity
+    report["pseudo_tokens"] = read(results / "pseudo_tokens.json")
     (results.parent / f"{results.name}.json").write_text(json.dumps(report, indent=2) + "\n")
 
     plot_series(
@@ -162,37 +156,37 @@ def fmt(x, spec=".1f") -> str:
 def write_markdown(report: dict, heldout: dict, results: Path) -> None:
     ex = report["experiments"]
     run1 = ex["exp1"]["run"]
+    start = json.loads((Path(run1["init_from"]) / "config.json").read_text())
+    size = start["encoder"]
     lines = [
-        "# ERNIE-M at our scale: Table 6 ablation and Figure 5",
+        "# ERNIE-M at our scale: Table 6 ablation, BTMLM pseudo-tokens and Figure 5",
         "",
-        f"Measured {report['date']} on {report['machine']}, torch {report['torch']}, by `bench/ernie-m.sh` "
-        "(tables and figures written by `bench/ernie_m_report.py`).",
-        "",
-        "```bash",
-        "# defaults: STEPS=40 TOKENS=2048 PPL_STEPS=20; PY is the Python that has polyalign's dependencies",
-        "PY=/work/main/.venv/bin/python flock /tmp/polyalign-cpu.lock bench/ernie-m.sh",
-        "```",
+        f"{report['provenance']} Measured {report['date']}; tables and figures written by "
+        "`bench/ernie_m_report.py` from the files the bench wrote (`bench/results/ernie-m.json` holds them all).",
         "",
         "## Protocol",
         "",
-        f"- Warm start: every run continues `{run1['init_from']}` (the foundation MLM model: 6 layers, hidden 384, "
-        "32k SentencePiece vocabulary, English + 14 XNLI languages), as the paper continues XLM-R. The runs add "
-        "language embeddings (`num_languages: auto`), initialised to zero so the warm start is undisturbed.",
+        f"- Warm start: every run continues `{run1['init_from']}` ({size['num_layers']} layers, hidden "
+        f"{size['hidden_size']}, {size['vocab_size']:,}-piece SentencePiece vocabulary, {len(start['languages'])} "
+        "languages, MLM + TLM), as the paper continues XLM-R. The runs add language embeddings (`num_languages: "
+        "auto`), initialised to zero so the warm start is undisturbed.",
         f"- Training: {run1['steps']} steps each, token budget {run1['max_tokens']['mono']} per monolingual and "
         f"{run1['max_tokens']['parallel']} per parallel batch, lr {run1['trainer']['lr']} with "
         f"{run1['trainer']['warmup_steps']} warm-up steps and linear decay, bf16, seed {run1['trainer']['seed']}; "
         "the same MLM batches in all four runs and the same translation pairs for TLM and CAMLM. CAMLM uses "
         "its defaults (two views per pair, MASKs see their own side's MASK symbols). exp4 adds BTMLM (15% "
-        "pseudo-tokens, greedy, target language drawn among the other 14) at half way, ERNIE-M §3.2's stage 2.",
+        "pseudo-tokens, greedy, placed in CAMLM's target-side layout; English sentences generate into another "
+        "language, the others into English, the directions CAMLM learns from en-xx pairs) at half way, ERNIE-M "
+        "§3.2's stage 2.",
         "- Tatoeba-14: mean-pooled hidden states, cosine nearest neighbour, acc@1 averaged over the 14 "
-        "non-English XNLI languages; reported at the default layer (4 of 6) and at the best layer of the sweep.",
+        "non-English XNLI languages; reported at the default layer and at the best layer of the sweep.",
         "- Word alignment: `polyalign evaluate alignment` (method and layer as reported), AER in % on the "
         "de-en (508 sentences) and en-fr (447) gold sets; lower is better.",
         "",
         "## Table 6 at our scale",
         "",
-        "| run | objectives | train min | TFLOPs | Tatoeba-14 xx→en / en→xx (layer 4) | best layer: xx→en / en→xx "
-        "| AER de-en | AER en-fr |",
+        "| run | objectives | train min | TFLOPs | Tatoeba-14 xx→en / en→xx (default layer) "
+        "| best layer: xx→en / en→xx | AER de-en | AER en-fr |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, e in ex.items():
@@ -224,6 +218,7 @@ def write_markdown(report: dict, heldout: dict, results: Path) -> None:
                 + " | ".join(fmt(losses.get(f"{k}/loss"), ".3f") for k in ("mlm", "tlm", "camlm", "btmlm"))
                 + " |"
             )
+    lines += pseudo_token_lines(report["pseudo_tokens"])
     steps = report["ratios"][RATIOS[0]]["run"]["steps"]
     lines += [
         "",
@@ -258,6 +253,35 @@ def write_markdown(report: dict, heldout: dict, results: Path) -> None:
         "",
     ]
     (results.parent / f"{results.name}.md").write_text("\n".join(lines))
+
+
+def pseudo_token_lines(measured: dict | None) -> list[str]:
+    """The BTMLM pseudo-token table: pooled precision, each kind of direction, and the copy baseline."""
+    lines = ["", "## BTMLM pseudo-tokens: do they occur in the true translation?", ""]
+    if measured is None:
+        return lines + ["Not measured.", ""]
+    first = next(iter(measured["results"].values()))
+    lines += [
+        f"{first['protocol']}. Held-out pairs: the first {first['max_pairs']} of each of the "
+        f"{len(first['languages'])} languages of `{measured['data']}` (the dev split of `polyalign prepare "
+        "--dev-pairs`, never trained on), both directions. `copy`: the source's own first tokens, as many as the "
+        "model generates.",
+        "",
+        "| model | precision (%) | xx→en | en→xx | copy baseline | pseudo-tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in measured["results"].items():
+        by_kind = {}
+        for row in r["directions"]:
+            kind = "en_to_xx" if row["direction"].startswith("eng->") else "xx_to_en"
+            hits, total = by_kind.get(kind, (0, 0))
+            by_kind[kind] = (hits + row["hits"], total + row["pseudo_tokens"])
+        kinds = [100 * h / t for h, t in (by_kind["xx_to_en"], by_kind["en_to_xx"])]
+        lines.append(
+            f"| {name} | {100 * r['precision']:.1f} | {kinds[0]:.1f} | {kinds[1]:.1f} | "
+            f"{100 * r['copy_precision']:.1f} | {r['pooled']['model']['pseudo_tokens']:,} |"
+        )
+    return lines + [""]
 
 
 def heldout_protocol(report: dict) -> str:

@@ -1,41 +1,38 @@
 """Write bench/results/veco.md (+ veco.json, figures) from what bench/veco.sh measured.
 
 Every number comes from the run folders (metrics.jsonl, recipe.yaml) and the result files the script wrote:
-bench/results/veco/{start,xlm,veco}/tatoeba.json, .../alignment-{pair}/alignment.json and
-bench/results/veco/translation/*.json.
+bench/results/veco/{start,xlm,veco}/tatoeba.json, .../alignment-{pair}/alignment.json,
+bench/results/veco/translation/*.json and bench/results/veco/plug-in/finetune.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import date
 from pathlib import Path
 
 import torch
 import yaml
-from reporting import cpu_name, records  # bench/ is on sys.path when this script runs
+from reporting import cpu_name, provenance, records  # bench/ is on sys.path when this script runs
 
 from polyalign.evaluate.plots import plot_series
+from polyalign.finetune.results import task_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "bench" / "work"
 OUT = ROOT / "bench" / "results" / "veco"
-ARMS = {"start": "runs/mlm", "xlm": "runs/veco-bench-xlm", "veco": "runs/veco-bench-veco"}
+ARMS = {"start": "../shared/models/small-base", "xlm": "runs/veco-bench-xlm", "veco": "runs/veco-bench-veco"}
 PAIRS = ("de-en", "en-fr")
 TRANSLATION = ("veco", "xlm", "random")
 
 
 READING = """\
-- Smoke scale: 30 continued steps per arm (0.2-0.3M tokens) on a 6-layer model whose own retrieval is 1-2%.
-  What the run can show is which continuation disturbs the starting model less, not VECO's gains.
-- At equal steps the `xlm` arm loses retrieval and alignment quality at the default layer (Tatoeba-14 mean 1.7
-  -> 0.7, AER de-en 78.1 -> 81.1, en-fr 63.2 -> 66.2), the VECO arm much less (1.4; 77.7; 63.5). A plausible
-  reason, not tested: its first 6 steps train only the new cross-attention, and it saw fewer tokens
-  (0.23M vs 0.34M). One seed each.
-- Translation after 40 fine-tuning steps: no model translates yet (BLEU ~0, chrF 4-5). Both pre-trained
-  initialisations start the decoder from a lower held-out loss than random weights (6.50-6.52 vs 6.93); VECO's
-  full initialisation (cross-attention as encoder-decoder attention) and the xlm arm's are indistinguishable at
-  this length. VECO §3.2's comparison needs thousands of steps."""
+- Smoke scale: a few dozen continued steps per arm on small-base, whose own retrieval is near chance (1-2%
+  Tatoeba-14). What such a run can show is which continuation disturbs the start less, not VECO's gains; the
+  tables above are one seed each.
+- The plug-in fine-tuning row shows that `polyalign finetune xnli --plug-in` runs end to end on a VECO model
+  (one epoch on a subsample); its accuracy is not a measurement of the plug-in effect."""
 
 
 def read(path: Path) -> dict | None:
@@ -59,6 +56,9 @@ def training(name: str) -> dict:
         "steps": last["step"],
         "train_only": recipe["trainer"]["train_only"],
         "train_only_until": recipe["trainer"]["train_only_until"],
+        "trainer": {k: recipe["trainer"][k] for k in ("lr", "warmup_steps", "seed")},
+        "max_tokens": recipe["data"]["mono"]["max_tokens"],
+        "mask_prob": {o["name"]: o["config"].get("mask_prob", 0.15) for o in recipe["objectives"]},
         "minutes": last["seconds"] / 60,
         "tokens": last["tokens"],
         "train_flops": last["flops"],
@@ -71,7 +71,11 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--command", default="flock /tmp/polyalign-cpu.lock bench/veco.sh", help="for the page")
+    args = parser.parse_args()
     report: dict = {
+        "provenance": provenance(args.command),
         "date": str(date.today()),
         "machine": f"{cpu_name()}, {torch.get_num_threads()} threads",
         "torch": torch.__version__,
@@ -81,6 +85,7 @@ def main() -> None:
             name: {p: read(OUT / name / f"alignment-{p}" / "alignment.json") for p in PAIRS} for name in ARMS
         },
         "translation": {name: read(OUT / "translation" / f"{name}.json") for name in TRANSLATION},
+        "plug_in": read(OUT / "plug-in" / "finetune.json"),
     }
     (OUT.parent / "veco.json").write_text(json.dumps(report, indent=2) + "\n")
 
@@ -112,26 +117,30 @@ def main() -> None:
 
     tr = report["training"]
     K = tr["veco"]["steps"]
+    veco, trainer = tr["veco"], tr["veco"]["trainer"]
+    masks = ", ".join(f"{k} {v:.0%}" for k, v in veco["mask_prob"].items())
     lines = [
-        "# VECO vs XLM at equal steps, and VECO-initialised translation",
+        "# VECO vs XLM at equal steps, VECO-initialised translation, plug-in fine-tuning",
         "",
-        f"Measured {report['date']} on {report['machine']}, torch {report['torch']}. Produced by "
-        "`K=30 CHUNK=30 MT_STEPS=40 flock /tmp/polyalign-cpu.lock bench/veco.sh` (run by `bench/all.sh`; it ends with "
-        "`bench/veco_report.py`); every number below is read from the files those commands wrote "
-        "(`bench/results/veco.json` holds them all, per language and per layer).",
+        f"{report['provenance']} Measured {report['date']}; every number below is read from the files those "
+        "commands wrote (`bench/results/veco.json` holds them all, per language and per layer; page written by "
+        "`bench/veco_report.py`).",
         "",
         "## Protocol",
         "",
-        "- Data: `bench/work/prepared-xnli15` (English + the 14 XNLI languages from `../shared/data/train`, "
-        "SentencePiece 32k, Tatoeba sentences excluded), the same for both arms.",
-        "- Start (`start` below): the foundation `mlm` run (MLM only, no language embeddings, 620 steps; VECO "
-        f"starts from XLM-R, an MLM model). Both arms continue from it for {K} steps with the same schedule (lr "
-        f"5e-4, warmup {K // 10}, linear decay, AdamW, bf16, batches of 8192 padded tokens per objective, seed 0) "
-        "and get new language embeddings (`num_languages: auto` in both recipes):",
+        "- Data: `bench/work/prepared-all24` (every language of `../shared/data/train`, small-base's SentencePiece "
+        "32k, Tatoeba sentences excluded), the same for both arms.",
+        f"- Start (`start` below): `{veco['init_from']}` (MLM + TLM, no language embeddings, no cross-attention; "
+        f"VECO starts from XLM-R). Both arms continue from it for {K} steps with the same schedule (lr "
+        f"{trainer['lr']}, warmup {trainer['warmup_steps']}, linear decay, AdamW, bf16, batches of "
+        f"{veco['max_tokens']} padded tokens per objective, seed {trainer['seed']}) and get new language "
+        "embeddings, initialised at zero (`num_languages: auto` in both recipes):",
         "  - `xlm`: recipe `xlm`, MLM + TLM on every step.",
         "  - `veco`: recipe `veco`: CA-MLM on two adjacent monolingual segments on even steps, CA-MLM on "
-        "translation pairs + TLM on odd steps; cross-attention added (newly initialised) to every layer; "
-        f"only the cross-attention trained for the first {tr['veco']['train_only_until']} steps (VECO §4).",
+        f"translation pairs + TLM on odd steps (masked: {masks}; Table 8); cross-attention added (newly "
+        "initialised) to every layer, reading the partner's last layer (§2.2); only the cross-attention trained "
+        f"for the first {veco['train_only_until']} steps, then every weight, the released ones warming up again "
+        "(§4).",
         "- Evaluation of `veco` uses its plugged-out encoder (`polyalign plug-out`: no cross-attention), so all "
         "three are plain encoders. Tatoeba protocol: "
         + next((t["protocol"] for t in report["tatoeba"].values() if t), "n/a")
@@ -195,8 +204,9 @@ def main() -> None:
         lines += [
             f"Sequence-to-sequence Transformer (`polyalign/model/seq2seq.py`, {t0['layers']} + {t0['layers']} "
             f"layers, hidden {t0['hidden_size']}, "
-            f"{t0['parameters'] / 1e6:.1f}M parameters, shared embeddings, decoder layer l attends to encoder "
-            f"layer l), fine-tuned {t0['steps']} steps on {t0['train_pairs']:,} en-de pairs of "
+            f"{t0['parameters'] / 1e6:.1f}M parameters, shared embeddings, every decoder layer attends to the "
+            "final encoder output through VECO's cross-attention weights), "
+            f"fine-tuned {t0['steps']} steps on {t0['train_pairs']:,} en-de pairs of "
             f"`../shared/data/train/parallel` (batches of {t0['batch_tokens']} padded tokens, lr {t0['lr']}, "
             "warmup 10%, linear decay, bf16), greedy decoding. Test sets: `heldout` = the first "
             f"{t0['heldout']['sentences']} pairs with at most 62 tokens per side among the last 1,000 lines of the "
@@ -218,6 +228,17 @@ def main() -> None:
                 f"{t['tatoeba']['bleu']:.2f} | {t['tatoeba']['chrf']:.1f} | {t['heldout_loss']:.3f} | "
                 f"{t['train_curve'][-1]['loss']:.3f} | {t['seconds'] / 60:.1f} |"
             )
+    lines += ["", "## Plug-in fine-tuning, XNLI translate-train-all (VECO §3.1), smoke scale", ""]
+    if report["plug_in"]:
+        result = report["plug_in"]["results"][0]
+        lines += [
+            "`polyalign finetune xnli --plug-in --setting translate-train-all` on the `veco` run (cross-attention "
+            "plugged in: each input is read with its translation, the classifier takes [H^L : S^L]).",
+            "",
+            task_markdown(result, "xnli (translate-train-all, plug-in)"),
+        ]
+    else:
+        lines.append("Not run.")
     lines += ["", "Figures: `veco/tatoeba14_layers.png`, `veco/translation_loss.png`.", ""]
     lines += ["## Reading", "", READING, ""]
     (OUT.parent / "veco.md").write_text("\n".join(lines))

@@ -140,6 +140,11 @@ def check_warm_start(recipe: Recipe) -> None:
     trained, so it needs `init_from` (XLM-Align §3.3 cold start) unless the recipe sets the flag."""
     if recipe.init_from is not None:
         return
+    if recipe.trainer.train_only:
+        raise DataError(
+            f"trainer.train_only={recipe.trainer.train_only} trains only those parameters of a pretrained start at "
+            "first (VECO §4), but there is none: pass --init-from MODEL, or --set 'trainer.train_only=[]'"
+        )
     for i, spec in enumerate(recipe.objectives):
         config = OBJECTIVES[spec.name].Config(**spec.config) if spec.name in OBJECTIVES else None
         if getattr(config, "allow_cold_start", True) is False:
@@ -175,13 +180,37 @@ def parameter_groups(module: nn.Module, config: TrainerConfig) -> list[dict]:
     ]
 
 
+def holding(step: int, config: TrainerConfig) -> bool:
+    """Whether `train_only` still holds the other parameters at (0-based) `step`."""
+    return bool(config.train_only) and (config.train_only_until == 0 or step < config.train_only_until)
+
+
 def learning_rate_factor(step: int, config: TrainerConfig, held: bool = False) -> float:
-    """1) linear warmup to the peak, 2) linear decay to zero at max_steps; 0 for held parameters."""
-    if held and (config.train_only_until == 0 or step < config.train_only_until):
+    """1) linear warmup to the peak, 2) linear decay to zero at max_steps. Held parameters: 0 while held, then
+    3) the same schedule times a fresh linear warmup over warmup_steps from their release (train_only_until),
+    so that parameters joining a run at full learning rate are warmed up like new ones."""
+    if held and holding(step, config):
         return 0.0
     if step < config.warmup_steps:
-        return (step + 1) / max(1, config.warmup_steps)
-    return max(0.0, (config.max_steps - step) / max(1, config.max_steps - config.warmup_steps))
+        factor = (step + 1) / max(1, config.warmup_steps)
+    else:
+        factor = max(0.0, (config.max_steps - step) / max(1, config.max_steps - config.warmup_steps))
+    if held:  # released at train_only_until
+        factor *= min(1.0, (step - config.train_only_until + 1) / max(1, config.warmup_steps))
+    return factor
+
+
+def drop_held_gradients(optimizer: torch.optim.Optimizer, step: int, config: TrainerConfig) -> None:
+    """While held, drop the held groups' gradients: AdamW skips a parameter without one, so its moments do not
+    accumulate (a zero learning rate alone would still update exp_avg and exp_avg_sq). Called after backward
+    (DDP has reduced the gradients; every rank drops the same ones) and before clipping, so that the clipping
+    norm is that of the parameters being trained."""
+    if not holding(step, config):
+        return
+    for group in optimizer.param_groups:
+        if group["held"]:
+            for p in group["params"]:
+                p.grad = None
 
 
 def rng_tensors() -> dict[str, torch.Tensor]:
@@ -416,6 +445,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             step_flops += flops
             for k, v in metrics.items():
                 step_metrics[k] = step_metrics.get(k, 0.0) + float(v) / A
+        drop_held_gradients(optimizer, step, cfg)
         grad_norm = torch.nn.utils.clip_grad_norm_(module.parameters(), cfg.clip_norm) if cfg.clip_norm else None
         optimizer.step()
         scheduler.step()

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from polyalign.checkpoint import save_model_folder
+from polyalign.checkpoint import LoadedModel, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
+from polyalign.evaluate.pseudo_tokens import pseudo_token_precision_on_pairs
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives.base import model_inputs
@@ -153,43 +154,81 @@ def test_btmlm_placeholders_are_camlms_masked_target_side(see_own_masks):
     assert torch.equal(generate_pseudo_tokens(model, batch, SP, see_own_masks), logits.argmax(-1))
 
 
-def test_btmlm_generates_the_translation_camlm_learnt():
-    # A synthetic "translation" y_i = x_i + 20 (de tokens 5..24 -> en tokens 25..44). A tiny model trained
-    # with CAMLM until it translates masked targets almost perfectly must, through BTMLM's stage 1, write
-    # the translation of a monolingual sentence. Chance is 1/20 per token.
-    sp = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=45, first_normal=5)
+TRANSLATION_SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=45, first_normal=5)
+
+
+def synthetic_sentences(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    """de sentences of tokens 5..24; their "translation" is y_i = x_i + 20 (en tokens 25..44)."""
+    return [rng.integers(5, 25, rng.integers(3, 7)) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def camlm_translator() -> MaskedLanguageModel:
+    """A tiny model trained with CAMLM until it translates masked targets of the synthetic pairs almost perfectly."""
     torch.manual_seed(0)
     # hidden 64: the tiny default (32) does not learn the position-to-position copy in 300 steps
     model = MaskedLanguageModel(tiny_config(vocab_size=45, num_languages=2, hidden_size=64, ffn_size=128))
-    camlm = CAMLM(CAMLMConfig(mask_prob=0.5), sp, model.config)
+    camlm = CAMLM(CAMLMConfig(mask_prob=0.5), TRANSLATION_SP, model.config)
     rng = np.random.default_rng(0)
-
-    def sentences(n):
-        return [rng.integers(5, 25, rng.integers(3, 7)) for _ in range(n)]
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(STEPS):
-        x = sentences(32)
+        x = synthetic_sentences(rng, 32)
         batch = camlm.make_batch(ParallelBatch(x, [s + 20 for s in x], np.zeros(32, int), np.ones(32, int)), rng)
         out = camlm(model, batch)
         optimizer.zero_grad()
         out.loss.backward()
         optimizer.step()
     assert out.metrics["accuracy"] > 0.95  # CAMLM has learnt the translation
+    return model.eval()
 
-    btmlm = BTMLM(BTMLMConfig(pseudo_ratio=1.0), sp, model.config, ["de", "en"])
-    x = sentences(64)
+
+def test_btmlm_generates_the_translation_camlm_learnt(camlm_translator):
+    # Through BTMLM's stage 1, the CAMLM-trained model must write the translation of a monolingual sentence.
+    # Chance is 1/20 per token.
+    sp, rng = TRANSLATION_SP, np.random.default_rng(1)
+    btmlm = BTMLM(BTMLMConfig(pseudo_ratio=1.0), sp, camlm_translator.config, ["de", "en"])
+    x = synthetic_sentences(rng, 64)
     batch = btmlm.make_batch(MonoBatch(x, np.zeros(64, int)), rng)
-    pseudo = generate_pseudo_tokens(model, batch, sp).split(batch["placeholder"].sum(1).tolist())
+    pseudo = generate_pseudo_tokens(camlm_translator, batch, sp).split(batch["placeholder"].sum(1).tolist())
     truth = torch.cat([torch.from_numpy(s + 20) for s in x])
     assert (torch.cat(pseudo) == truth).float().mean() > 0.9  # token i of the translation, in place
     assert pseudo_token_precision([p.numpy() for p in pseudo], [s + 20 for s in x]) > 0.9
+
+
+class NumberTokenizer:
+    """Text "7 8 9" is the ids [7, 8, 9]: enough tokenizer for held-out pairs written as numbers."""
+
+    special = TRANSLATION_SP
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [[int(t) for t in text.split()] for text in texts]
+
+
+def test_pseudo_token_precision_on_held_out_pairs_is_high_only_for_the_trained_model(camlm_translator, tmp_path):
+    # Held-out pairs in the Tatoeba layout of `prepare --dev-pairs`, scored through the bench's function.
+    x = synthetic_sentences(np.random.default_rng(2), 40)
+    (tmp_path / "tatoeba.deu-eng.deu").write_text("".join(" ".join(map(str, s)) + "\n" for s in x))
+    (tmp_path / "tatoeba.deu-eng.eng").write_text("".join(" ".join(map(str, s + 20)) + "\n" for s in x))
+    torch.manual_seed(0)
+    untrained = MaskedLanguageModel(camlm_translator.config).eval()
+    scores = {}
+    for name, model in (("trained", camlm_translator), ("untrained", untrained)):
+        loaded = LoadedModel(model, NumberTokenizer(), ["de", "en"], tmp_path)
+        result = pseudo_token_precision_on_pairs(loaded, tmp_path, ["deu"], ratio=1.0)
+        scores[name] = {r["direction"]: r["precision"] for r in result["directions"]}
+        assert result["copy_precision"] == 0  # x and its translation share no token
+    # de->en is the direction CAMLM trained (the synthetic pairs are de source, en target); an untrained model
+    # scores near chance (a few tokens per sentence out of 20 en tokens).
+    assert scores["trained"]["deu->eng"] > 0.9 and scores["untrained"]["deu->eng"] < 0.2
 
 
 def test_pseudo_token_precision_counts_tokens_found_in_the_translation():
     pseudo = [np.array([7, 8, 9]), np.array([5])]
     references = [np.array([9, 7, 7]), np.array([6, 6])]
     assert pseudo_token_precision(pseudo, references) == pytest.approx(2 / 4)  # pooled over rows, order-free
+    # Clipped: a reference token matches at most as many pseudo-tokens as it occurs, so repeating a frequent
+    # piece does not score.
+    assert pseudo_token_precision([np.array([7, 7, 7, 9])], [np.array([7, 9, 9])]) == pytest.approx(2 / 4)
     assert np.isnan(pseudo_token_precision([np.array([], int)], [np.array([1])]))
 
 

@@ -5,11 +5,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from polyalign.checkpoint import checkpoint_dirs, load_model
 from polyalign.config import load_recipe
 from polyalign.io import DataError
-from polyalign.train import learning_rate_factor, load_run_recipe, pretrain
+from polyalign.train import drop_held_gradients, learning_rate_factor, load_run_recipe, parameter_groups, pretrain
 from tests.conftest import tiny_recipe_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,8 +78,47 @@ def test_learning_rate_schedule_warms_up_then_decays():
         0.25,
         0.125,
     ]
-    held = TrainerConfig(max_steps=10, warmup_steps=2, train_only=["cross"], train_only_until=5)
-    assert learning_rate_factor(3, held, held=True) == 0 and learning_rate_factor(5, held, held=True) == 0.625
+
+
+def test_released_parameters_warm_up_again_from_their_release_step():
+    from polyalign.config import TrainerConfig
+
+    cfg = TrainerConfig(max_steps=20, warmup_steps=4, train_only=["cross"], train_only_until=8)
+    trained = [learning_rate_factor(s, cfg) for s in range(20)]
+    released = [learning_rate_factor(s, cfg, held=True) for s in range(20)]
+    assert released[:8] == [0.0] * 8  # held
+    # VECO §4 releases the whole model at step 8: its learning rate ramps up over warmup_steps again, to the
+    # schedule every other parameter follows, then decays with it.
+    assert released[8:12] == pytest.approx([trained[s] * (s - 7) / 4 for s in range(8, 12)])
+    assert released[8] < 0.3 * trained[8] and released[12:] == trained[12:]
+
+
+def test_held_parameters_get_no_optimizer_moments_until_released():
+    from polyalign.config import TrainerConfig
+
+    cfg = TrainerConfig(max_steps=10, warmup_steps=2, train_only=["cross"], train_only_until=3)
+    torch.manual_seed(0)
+    module = torch.nn.ModuleDict({"cross": torch.nn.Linear(4, 4), "self": torch.nn.Linear(4, 4)})
+    groups = parameter_groups(module, cfg)
+    optimizer = torch.optim.AdamW(groups, lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, [lambda s, h=g["held"]: learning_rate_factor(s, cfg, h) for g in groups]
+    )
+    held = list(module["self"].parameters())
+    frozen = [p.detach().clone() for p in held]
+    for step in range(5):
+        module["self"](module["cross"](torch.randn(8, 4))).pow(2).mean().backward()
+        drop_held_gradients(optimizer, step, cfg)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step < 3:  # held: no moments at all, and the weights (no decay either) untouched
+            assert all(p not in optimizer.state for p in held)
+            assert all(torch.equal(p, f) for p, f in zip(held, frozen, strict=True))
+            assert all("exp_avg" in optimizer.state[p] for p in module["cross"].parameters())
+    # released at step 3: the moments start then (AdamW's step count 2, not 5), and the weights move
+    assert all(int(optimizer.state[p]["step"]) == 2 for p in held)
+    assert not torch.equal(held[0], frozen[0])
 
 
 def test_bad_recipe_values_name_the_key():

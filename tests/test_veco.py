@@ -7,11 +7,13 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from polyalign.checkpoint import latest_checkpoint, load_model, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import AdjacentStream, ParallelBatch, StreamConfig
+from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from polyalign.model.seq2seq import Seq2SeqTransformer
 from polyalign.model.veco import PlugInClassifier, plug_in_features, plug_out, swap_halves, two_streams
@@ -320,9 +322,22 @@ def test_seq2seq_decoder_is_causal_and_decodes_greedily():
     assert len(hypotheses) == B and all(len(h) <= 6 and 2 not in h for h in hypotheses)
 
 
+def test_veco_recipe_has_the_paper_defaults():
+    recipe = load_recipe("veco")
+    masking = {spec.name: spec.config.get("mask_prob") for spec in recipe.objectives}
+    assert masking == {"ca_mlm_adjacent": 0.15, "ca_mlm": 0.25, "tlm": 0.25}  # Table 8: 15% mono / 25% bilingual
+    model_config = tiny_config(cross_attention=True)
+    objectives = {s.name: build_objective(s.name, s.config, special_tokens(), model_config) for s in recipe.objectives}
+    assert {name: o.config.mask_prob for name, o in objectives.items()} == masking  # reaches the objectives
+    t = recipe.trainer
+    assert t.train_only == ["cross_attention"] and 0 < t.train_only_until < t.max_steps  # §4: first stage
+
+
 def test_veco_recipe_trains_and_train_only_holds_all_but_cross_attention(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2)
-    pretrain(load_recipe("veco", overrides), tmp_path / "veco", progress=False)
+    with pytest.raises(DataError, match=r"train_only.*pass --init-from"):  # the recipe's first stage needs a start
+        pretrain(load_recipe("veco", overrides), tmp_path / "veco", progress=False)
+    pretrain(load_recipe("veco", overrides + ["trainer.train_only=[]"]), tmp_path / "veco", progress=False)
     records = [json.loads(line) for line in (tmp_path / "veco" / "metrics.jsonl").read_text().splitlines()]
     assert "ca_mlm_adjacent/loss" in records[0] and "ca_mlm/loss" not in records[0]  # step 1: monolingual pairs
     assert "ca_mlm/loss" in records[1] and "tlm/loss" in records[1]  # step 2: translation pairs + TLM
@@ -331,7 +346,12 @@ def test_veco_recipe_trains_and_train_only_holds_all_but_cross_attention(sample_
     start = latest_checkpoint(tmp_path / "veco")
     held = ["trainer.train_only=[cross_attention]", "trainer.train_only_until=10", f"init_from={start}"]
     pretrain(load_recipe("veco", overrides + held), tmp_path / "cross-only", progress=False)
-    before, after = load_model(start).model.state_dict(), load_model(tmp_path / "cross-only").model.state_dict()
+    held_model = load_model(tmp_path / "cross-only").model
+    before, after = load_model(start).model.state_dict(), held_model.state_dict()
+    # The held parameters have no optimizer moments in the checkpoint: the trainer dropped their gradients.
+    moments = load_file(latest_checkpoint(tmp_path / "cross-only") / "trainer_state.safetensors")
+    with_moments = {k.split(".")[1] for k in moments if k.endswith(".exp_avg")}
+    assert len(with_moments) == sum("cross_attention" in n for n, _ in held_model.named_parameters())
     for name, value in before.items():
         if "cross_attention" in name and name.endswith("weight") and "norm" not in name:
             assert not torch.equal(value, after[name]), name

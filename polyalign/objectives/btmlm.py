@@ -94,9 +94,17 @@ def generation_attention_mask(segment: torch.Tensor, placeholder: torch.Tensor, 
     return camlm_attention_mask(segment, placeholder, see_own_masks)
 
 
+def pseudo_token_hits(pseudo: np.ndarray, reference: np.ndarray) -> int:
+    """Pseudo-tokens found in the true translation, each reference token matched at most as often as it occurs
+    there (BLEU's clipped unigram count), so repeating one frequent piece does not score."""
+    tokens, counts = np.unique(pseudo, return_counts=True)
+    return int(sum(min(int(c), int((reference == t).sum())) for t, c in zip(tokens, counts, strict=True)))
+
+
 def pseudo_token_precision(pseudo: list[np.ndarray], references: list[np.ndarray]) -> float:
-    """Share of generated pseudo-tokens that occur in their sentence's true translation (pooled over rows)."""
-    hits = sum(int(np.isin(p, r).sum()) for p, r in zip(pseudo, references, strict=True))
+    """Share of generated pseudo-tokens that occur in their sentence's true translation (clipped, pooled over
+    rows)."""
+    hits = sum(pseudo_token_hits(p, r) for p, r in zip(pseudo, references, strict=True))
     total = sum(len(p) for p in pseudo)
     return hits / total if total else float("nan")
 
