@@ -112,6 +112,9 @@ def prepare(
         int, typer.Option(help="Hold out this many pairs of every en-xx file as a dev split (dev/, Tatoeba layout).")
     ] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    workers: Annotated[
+        int, typer.Option(help="Processes that count and tokenize lines (0 = every core); same output for any.")
+    ] = 0,
     progress: Progress = True,
 ) -> None:
     """Train or load a tokenizer and tokenize a corpus into memory-mapped shards."""
@@ -130,6 +133,7 @@ def prepare(
         policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines.value),
         dev_pairs=dev_pairs,
         overwrite=overwrite,
+        workers=workers,
         progress=progress,
     )
     meta = run_prepare(corpus, config)
