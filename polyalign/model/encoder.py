@@ -118,12 +118,10 @@ def attend(q, k, v, mask: torch.Tensor, dropout: Dropout) -> torch.Tensor:
 
     On a CPU, for pre-training lengths, three plain ops (bf16 matmuls under autocast, fp32 softmax, as
     transformers' eager attention) run forward + backward ~2.5x faster than SDPA's fused kernel and allow
-    attention dropout. They keep (B, H, T, S) weights for backward, so long inputs, GPUs and inference (no
-    gradient, no dropout: the aligner, retrieval) use SDPA, whose fused CPU kernel runs a forward ~1.7x faster.
+    attention dropout. They keep (B, H, T, S) weights for backward, so long inputs and GPUs use SDPA.
     """
     T, S = q.shape[-2], k.shape[-2]
-    inference = not torch.is_grad_enabled() and not dropout.training  # no weights kept for backward
-    if q.device.type != "cpu" or T * S > EXPLICIT_ATTENTION_MAX or inference:
+    if q.device.type != "cpu" or T * S > EXPLICIT_ATTENTION_MAX:
         p = dropout.p if dropout.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
     if mask.dtype == torch.bool:  # additive fp32 form, so that one add both masks and upcasts the scores
