@@ -410,7 +410,7 @@ def align(
     from polyalign.progress import tqdm
 
     with open_binary(src) as f:  # also: a missing --src is one line (exit 2) before the model loads
-        total = sum(1 for _ in f)
+        total = sum(1 for _ in f) if progress else None  # the bar's total; not worth a second read otherwise
     open_binary(tgt).close()
     encoding = encoding.value if encoding else default_encoding(method.value)
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
