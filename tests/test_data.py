@@ -1,10 +1,19 @@
 import gzip
+import multiprocessing
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus, prepare, sample_counts
+from polyalign.data.prepare import (
+    PrepareConfig,
+    PreparedData,
+    discover_corpus,
+    ordered_map,
+    prepare,
+    sample_counts,
+)
 from polyalign.data.sampling import language_probabilities
 from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import MonoStream, ParallelStream, StreamConfig
@@ -217,3 +226,25 @@ def test_prepare_output_does_not_depend_on_the_number_of_workers(tmp_path):
         outputs.append(files)
     assert outputs[0].keys() == outputs[1].keys() and len(outputs[0]) > 8
     assert outputs[0] == outputs[1]
+
+
+def _slow_first(i: int) -> int:
+    time.sleep(0.5 if i == 0 else 0.0)
+    return i * i
+
+
+def test_ordered_map_keeps_input_order_and_reads_a_bounded_window():
+    # The first item finishes last on a 2-process pool: results must still come in input order, and the
+    # input must be read at most `ahead` items before the first result (Pool.imap would read it all).
+    read = []
+
+    def items():
+        for i in range(8):
+            read.append(i)
+            yield i
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        results = ordered_map(pool, _slow_first, items(), ahead=3)
+        assert next(results) == 0 and len(read) <= 3
+        assert [0, *results] == [i * i for i in range(8)]
+    assert list(ordered_map(None, _slow_first, range(3), ahead=3)) == [0, 1, 4]
