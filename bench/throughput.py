@@ -35,6 +35,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cpu_speed import cpu_speed_section  # noqa: E402  (bench/ is this script's folder)
+
 from polyalign.config import TrainerConfig  # noqa: E402
 from polyalign.data.layout import sentence_layout  # noqa: E402
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops  # noqa: E402
@@ -202,7 +204,12 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="profile our bf16 step instead of benchmarking")
     ap.add_argument("--only-polyalign", action="store_true", help="skip transformers (before/after comparisons)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--report-only", action="store_true", help="rewrite throughput.md from the JSON files in --out")
     args = ap.parse_args()
+    if args.report_only:
+        result = json.loads((args.out / "throughput.json").read_text())
+        (args.out / "throughput.md").write_text(report(result, "", args.out))
+        return
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     batch = synthetic_batch(args.batch, args.length)
@@ -256,17 +263,18 @@ def main() -> None:
         "ratios": ratios,
     }
     (args.out / "throughput.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "throughput.md").write_text(report(result, " ".join(sys.argv[1:])))
+    (args.out / "throughput.md").write_text(report(result, " ".join(sys.argv[1:]), args.out))
     print(json.dumps(ratios, indent=2))
 
 
-def report(r: dict, argv: str) -> str:
+def report(r: dict, argv: str, results: Path = RESULTS) -> str:
+    """throughput.md: the training-step tables, then bench/cpu_speed.py's section when it has been measured."""
     peak_bf16, peak_fp32 = max(r["matmul_gflops"]["bf16"].values()), max(r["matmul_gflops"]["fp32"].values())
     lines = [
         "# Training throughput: polyalign vs transformers (MLM step, `mlm` recipe size)",
         "",
         f"Machine: {r['cpu']}, {r['machine']}; torch {r['torch']}, transformers {r['transformers']}; {r['date']}; "
-        f"1-minute load average {r['load_average_1min'][0]:.1f} before, {r['load_average_1min'][1]:.1f} after.",
+        "1-minute load average {:.1f} before, {:.1f} after.".format(*r.get("load_average_1min", [float("nan")] * 2)),
         f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python bench/throughput.py {argv}`",
         "",
         f"Protocol: batch {r['batch']} x {r['length']} tokens (no padding), 15% masked (80/10/10), "
@@ -308,6 +316,7 @@ def report(r: dict, argv: str) -> str:
         f"| polyalign bf16 MFU | {100 * r['runs']['polyalign/bf16']['mfu_vs_bf16_peak']:.1f}% | >= 35% |",
         "",
     ]
+    lines += cpu_speed_section(results / "cpu_speed.json")  # aligner vs eflomal, Tatoeba-14, prepare
     return "\n".join(lines)
 
 

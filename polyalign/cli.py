@@ -112,6 +112,9 @@ def prepare(
         int, typer.Option(help="Hold out this many pairs of every en-xx file as a dev split (dev/, Tatoeba layout).")
     ] = 0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    workers: Annotated[
+        int, typer.Option(help="Processes that count and tokenize lines (0 = every core); same output for any.")
+    ] = 0,
     progress: Progress = True,
 ) -> None:
     """Train or load a tokenizer and tokenize a corpus into memory-mapped shards."""
@@ -130,6 +133,7 @@ def prepare(
         policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines.value),
         dev_pairs=dev_pairs,
         overwrite=overwrite,
+        workers=workers,
         progress=progress,
     )
     meta = run_prepare(corpus, config)
@@ -406,7 +410,7 @@ def align(
     from polyalign.progress import tqdm
 
     with open_binary(src) as f:  # also: a missing --src is one line (exit 2) before the model loads
-        total = sum(1 for _ in f)
+        total = sum(1 for _ in f) if progress else None  # the bar's total; not worth a second read otherwise
     open_binary(tgt).close()
     encoding = encoding.value if encoding else default_encoding(method.value)
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))

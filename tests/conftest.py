@@ -37,7 +37,7 @@ def sample_prepared(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("prepared") / "sample"
     corpus = discover_corpus(SAMPLE / "mono", SAMPLE / "parallel")
-    prepare(corpus, PrepareConfig(out=out, vocab_size=2000, exclude=[SAMPLE / "tatoeba"]))
+    prepare(corpus, PrepareConfig(out=out, vocab_size=2000, exclude=[SAMPLE / "tatoeba"], workers=1))
     return out
 
 

@@ -1,10 +1,19 @@
 import gzip
+import multiprocessing
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus, prepare
+from polyalign.data.prepare import (
+    PrepareConfig,
+    PreparedData,
+    discover_corpus,
+    ordered_map,
+    prepare,
+    sample_counts,
+)
 from polyalign.data.sampling import language_probabilities
 from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import MonoStream, ParallelStream, StreamConfig
@@ -162,3 +171,80 @@ def test_prepare_never_overwrites(tmp_path):
     with pytest.raises(DataError, match="already exists"):
         _prepare(tmp_path, en_de_en=GOOD, en_de_de=GOOD)
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep me"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parallel prepare with bounded memory.
+
+
+@pytest.mark.parametrize("want", [0, 7, 40, 41, 100])
+def test_streaming_sample_picks_the_requested_lines_block_by_block(want):
+    # 41 lines in blocks of 8: every block at most 8 long, `want` picks in all; distinct lines when the
+    # corpus has enough (want <= 41), draws with replacement when upsampling.
+    blocks = list(sample_counts(41, want, np.random.default_rng(0), block=8))
+    assert [len(b) for b in blocks] == [8, 8, 8, 8, 8, 1]
+    counts = np.concatenate(blocks)
+    assert counts.sum() == want
+    if want <= 41:
+        assert counts.max(initial=0) <= 1
+    again = np.concatenate(list(sample_counts(41, want, np.random.default_rng(0), block=8)))
+    assert np.array_equal(counts, again)
+
+
+def test_streaming_sample_is_uniform_over_blocks():
+    # Without replacement each line is picked with probability want/total, whichever block it falls in.
+    rng = np.random.default_rng(1)
+    hits = sum(np.concatenate(list(sample_counts(40, 10, rng, block=16))) for _ in range(2000))
+    assert np.allclose(hits / 2000, 0.25, atol=0.05)
+
+
+def test_prepare_output_does_not_depend_on_the_number_of_workers(tmp_path):
+    _write(tmp_path / "mono" / "en.txt", b"".join(b"english line %d with words\n" % i for i in range(300)))
+    _write(tmp_path / "mono" / "de.txt", b"".join(b"deutsche zeile %d mit worten\n" % i for i in range(120)))
+    _write(tmp_path / "par" / "de-en.de", b"".join(b"zeile %d hier\n" % i for i in range(90)))
+    _write(tmp_path / "par" / "de-en.en", b"".join(b"line %d here\n" % i for i in range(90)))
+    _write(tmp_path / "eval" / "test.txt", b"english line 7 with words\nzeile 3 hier\n")
+    corpus = discover_corpus(tmp_path / "mono", tmp_path / "par")
+    outputs = []
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        config = PrepareConfig(
+            out=out,
+            vocab_size=80,
+            tokenizer_sample_lines=150,
+            chunk_lines=16,
+            workers=workers,
+            exclude=[tmp_path / "eval"],
+        )
+        meta = prepare(corpus, config)
+        assert meta["excluded_as_eval_overlap"] == 2 and meta["mono"]["en"]["lines"] == 299
+        files = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        # SentencePiece's model file records the paths it was trained from and into: compare its pieces.
+        tokenizer = PreparedData(out).tokenizer()
+        files[Path("pieces")] = [tokenizer.id_to_piece(i) for i in range(tokenizer.special.vocab_size)]
+        del files[Path("tokenizer/sentencepiece.model")]
+        outputs.append(files)
+    assert outputs[0].keys() == outputs[1].keys() and len(outputs[0]) > 8
+    assert outputs[0] == outputs[1]
+
+
+def _slow_first(i: int) -> int:
+    time.sleep(0.5 if i == 0 else 0.0)
+    return i * i
+
+
+def test_ordered_map_keeps_input_order_and_reads_a_bounded_window():
+    # The first item finishes last on a 2-process pool: results must still come in input order, and the
+    # input must be read at most `ahead` items before the first result (Pool.imap would read it all).
+    read = []
+
+    def items():
+        for i in range(8):
+            read.append(i)
+            yield i
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        results = ordered_map(pool, _slow_first, items(), ahead=3)
+        assert next(results) == 0 and len(read) <= 3
+        assert [0, *results] == [i * i for i in range(8)]
+    assert list(ordered_map(None, _slow_first, range(3), ahead=3)) == [0, 1, 4]

@@ -4,7 +4,7 @@ import torch
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.prepare import PreparedData
-from polyalign.evaluate.embed import default_layer, length_batches, pool, sentence_layer
+from polyalign.evaluate.embed import default_layer, embed_sentences, length_batches, pool, sentence_layer
 from polyalign.evaluate.margin import margin_matrix
 from polyalign.evaluate.tatoeba import evaluate_tatoeba, read_tatoeba, resolve_languages, retrieval_accuracy
 from polyalign.io import DataError
@@ -103,3 +103,34 @@ def test_tatoeba_options_reach_the_result_and_its_protocol(sample_prepared):
     assert not np.array_equal(mean.xx_to_en, first.xx_to_en)
     with pytest.raises(DataError, match="--pooling max: use one of mean, first"):
         evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, pooling="max")
+
+
+def test_tatoeba_embeds_each_sentence_once_and_keeps_the_per_language_accuracies(sample_prepared, monkeypatch):
+    # The reference is the per-language path: embed xx and its English side, then search each direction on
+    # its own. Embedding distinct sentences once (English shared by all files) and reading en->xx from the
+    # columns of the xx->en matrix must change no accuracy at any layer.
+    import polyalign.evaluate.tatoeba as tatoeba
+
+    data = PreparedData(sample_prepared)
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(vocab_size=data.meta["vocab_size"], num_languages=6)).eval()
+    loaded = LoadedModel(model, data.tokenizer(), data.languages, sample_prepared)
+    langs = resolve_languages("all", SAMPLE / "tatoeba")
+    calls = []
+    for score in ("cosine", "margin"):
+        expected = np.zeros((3, len(langs), 2))
+        for j, lang in enumerate(langs):
+            xx, en = read_tatoeba(SAMPLE / "tatoeba", lang)
+            ex, ee = embed_sentences(loaded, xx, lang), embed_sentences(loaded, en, "en")
+            for i in range(3):
+                expected[i, j] = (
+                    100 * retrieval_accuracy(ex[i], ee[i], score),
+                    100 * retrieval_accuracy(ee[i], ex[i], score),
+                )
+        calls.clear()
+        monkeypatch.setattr(tatoeba, "embed_sentences", lambda *a, **k: calls.append(a[1]) or embed_sentences(*a, **k))
+        result = evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, score=score)
+        monkeypatch.undo()
+        assert np.array_equal(result.xx_to_en, expected[..., 0]) and np.array_equal(result.en_to_xx, expected[..., 1])
+        assert len(calls) == len(langs) + 1  # one pass over all English sentences, one per language
+        assert all(len(set(sentences)) == len(sentences) for sentences in calls)

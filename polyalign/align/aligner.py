@@ -102,7 +102,7 @@ class Aligner:
         ids = self.loaded.language_id(languages[0]), self.loaded.language_id(languages[1])
         return None if None in ids else ids
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _side_states(self, batch: list[EncodedPair], layers: list[int], lang: tuple[int, int] | None):
         """Run the encoder once, up to the deepest layer asked for; returns source and target token states
         (Ly, B, n|m, C) and their masks."""

@@ -25,7 +25,11 @@ FILTERINGS = ("iterative", "disable")
 def mutual_argmax(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """XLM-Align Eq. (7): forward links (i, argmax_k A_ik) and backward links (argmax_k A_kj, j), as (..., n, m)
     booleans restricted to the mask. Ties go to the lowest index."""
-    s = scores.masked_fill(~mask, float("-inf"))
+    return _mutual_argmax(scores.masked_fill(~mask, float("-inf")), mask)
+
+
+def _mutual_argmax(s: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`mutual_argmax` of scores already -inf outside the mask."""
     n, m = s.shape[-2:]
     forward = torch.arange(m, device=s.device) == s.argmax(-1, keepdim=True)  # (..., n, m)
     backward = torch.arange(n, device=s.device)[:, None] == s.argmax(-2, keepdim=True)  # (..., n, m)
@@ -48,7 +52,7 @@ def filter_alignments(
     scores = at_least_fp32(log_scores).masked_fill(~mask, float("-inf"))
     links = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
     for _ in range(iterations):
-        forward, backward = mutual_argmax(scores, mask)
+        forward, backward = _mutual_argmax(scores, mask)  # scores stay -inf outside the mask
         links |= forward & backward & torch.isfinite(scores)  # Eq. (8): A <- A ∪ (fwd ∩ bwd)
         touched = links.any(-1, keepdim=True) | links.any(-2, keepdim=True)  # (..., n, m): row or column aligned
         # Eq. (9): 0 at links, alpha · A* beside them, unchanged elsewhere (log space: -inf, + log alpha).

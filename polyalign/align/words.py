@@ -8,6 +8,8 @@ vocabulary lacks is <unk> inside its word).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -32,10 +34,10 @@ def gather_side(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def pad_word_ids(word_ids: list[list[int]], length: int) -> torch.Tensor:
     """Word index of each token, padded with -1 to `length`: (B, length)."""
-    out = torch.full((len(word_ids), length), -1, dtype=torch.long)
-    for b, w in enumerate(word_ids):
-        out[b, : len(w)] = torch.as_tensor(w, dtype=torch.long)
-    return out
+    lengths = np.fromiter(map(len, word_ids), dtype=np.int64, count=len(word_ids))
+    out = np.full((len(word_ids), length), -1, dtype=np.int64)
+    out[np.arange(length) < lengths[:, None]] = np.fromiter(itertools.chain.from_iterable(word_ids), np.int64)
+    return torch.from_numpy(out)  # row-major filling of the True entries keeps each row's order
 
 
 def lift_to_words(

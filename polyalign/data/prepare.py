@@ -1,16 +1,22 @@
 """`polyalign prepare`: raw text in, tokenizer plus memory-mapped token shards out.
 
 1) find the corpus files; 2) count lines; 3) sample tokenizer training text across languages with
-p_j ∝ m_j^alpha and train a SentencePiece unigram model (or take a given tokenizer); 4) tokenize every file
-into shards, streaming in chunks, dropping lines that occur in evaluation sets; 5) write meta.json.
+p_j ∝ m_j^alpha (streaming, block by block) and train a SentencePiece unigram model (or take a given
+tokenizer); 4) tokenize every file into shards, streaming in chunks spread over worker processes and written
+in order, dropping lines that occur in evaluation sets; 5) write meta.json. Memory does not grow with the
+number of lines, and the output does not depend on the number of workers.
 Everything is written under a temporary name and renamed into place at the end.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 import tempfile
 import unicodedata
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +152,9 @@ class PrepareConfig:
     dev_pairs: int = 0
     """Pairs per en-xx parallel file held out of training and written to dev/ in the Tatoeba layout."""
     chunk_lines: int = 8192
+    workers: int = 0
+    """Processes that count and tokenize lines (0 = every core this process may use); the output does not
+    depend on it."""
     seed: int = 0
     overwrite: bool = False
     progress: bool = True
@@ -176,11 +185,38 @@ def _language_files(corpus: Corpus) -> dict[str, list[tuple[Path, int | None]]]:
     return files
 
 
-def sample_tokenizer_text(corpus: Corpus, config: PrepareConfig, out_file: Path) -> dict[str, int]:
+SAMPLE_BLOCK = 1 << 20
+"""Lines per block of streaming sampling: memory for the sample's line choice is O(block), not O(corpus)."""
+
+
+def sample_counts(total: int, want: int, rng: np.random.Generator, block: int = SAMPLE_BLOCK):
+    """Yield, block by block over `total` lines, how often each line is picked: `want` distinct lines
+    uniformly (without replacement) when want <= total, else `want` draws with replacement (upsampling).
+
+    Each block's share of the picks is drawn first (hypergeometric without replacement, binomial with), then
+    the picks within the block, so no array is longer than a block and the result depends only on the seed.
+    """
+    replace, left = want > total, want
+    for start in range(0, total, block):
+        size, rest = min(block, total - start), total - start
+        if replace:
+            k = int(rng.binomial(left, size / rest)) if rest > size else left
+            counts = np.bincount(rng.integers(0, size, k), minlength=size)
+        else:
+            k = int(rng.hypergeometric(size, rest - size, left)) if rest > size else left
+            counts = np.zeros(size, dtype=np.int64)
+            counts[rng.choice(size, k, replace=False)] = 1
+        left -= k
+        yield counts
+
+
+def sample_tokenizer_text(corpus: Corpus, config: PrepareConfig, out_file: Path, pool=None) -> dict[str, int]:
     """Write language-sampled training text for the tokenizer; returns lines written per language."""
     files = _language_files(corpus)
-    counts = {lang: [count_lines(f) for f, _ in fs] for lang, fs in files.items()}
     langs = sorted(files)
+    every = sorted({f for fs in files.values() for f, _ in fs})
+    lines = dict(zip(every, (pool.map(count_lines, every) if pool else map(count_lines, every)), strict=True))
+    counts = {lang: [lines[f] for f, _ in fs] for lang, fs in files.items()}
     probs = language_probabilities([sum(counts[lang]) for lang in langs], config.alpha)
     rng = np.random.default_rng(config.seed)
     # Never more lines than the corpus has: alpha redistributes the sample across languages (upsampling the
@@ -189,26 +225,25 @@ def sample_tokenizer_text(corpus: Corpus, config: PrepareConfig, out_file: Path)
     written = {}
     with open(out_file, "w", encoding="utf-8") as out:
         for lang, p in zip(langs, probs, strict=True):
-            total = sum(counts[lang])
-            want = int(round(p * sample_size))
-            # Sample line numbers across the language's files; with replacement only when upsampling.
-            picks = np.sort(rng.choice(total, size=want, replace=want > total)) if total else np.array([], int)
-            per_line = np.bincount(picks, minlength=total)
-            start, n = 0, 0
+            picks = sample_counts(sum(counts[lang]), int(round(p * sample_size)), rng)
+            block, at, n = np.zeros(0, dtype=np.int64), 0, 0  # the current block of pick counts, position in it
             for (f, column), c in zip(files[lang], counts[lang], strict=True):
-                reps = per_line[start : start + c]
-                start += c
                 with open_binary(f) as fh:
                     for i, raw in enumerate(fh):
-                        if i < c and reps[i]:
+                        if i >= c:
+                            break
+                        if at == len(block):
+                            block, at = next(picks), 0
+                        reps, at = int(block[at]), at + 1
+                        if reps:
                             text = raw.decode("utf-8", errors="ignore").rstrip("\r\n")
                             if column is not None:
                                 cols = text.split("\t")
                                 text = cols[column] if len(cols) == 2 else ""
                             text = text.strip()
                             if text and len(text) <= config.policy.max_chars:
-                                out.write((text + "\n") * int(reps[i]))
-                                n += int(reps[i])
+                                out.write((text + "\n") * reps)
+                                n += reps
             written[lang] = n
     return written
 
@@ -232,33 +267,107 @@ def tokenizer_folder(path: Path) -> Path:
     return path / "tokenizer" if (path / "tokenizer").is_dir() else path
 
 
+def worker_count(workers: int) -> int:
+    """`workers`, or with 0 every core this process may use."""
+    if workers < 0:
+        raise DataError(f"--workers {workers}: give a positive number of processes, or 0 for every core")
+    return workers or len(os.sched_getaffinity(0))
+
+
 def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
     """Build the prepared folder `config.out`; returns its meta dictionary."""
+    workers = worker_count(config.workers)
     check_parallel_lengths(corpus)
     source = load_tokenizer(tokenizer_folder(Path(config.tokenizer_from))) if config.tokenizer_from else None
-    with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
-        tok_dir = tmp / "tokenizer"
-        if source is not None:
-            source.save(tok_dir)
-            tokenizer = load_tokenizer(tok_dir)
-            sampled = {}
-        else:
-            with tempfile.TemporaryDirectory() as scratch:
-                text = Path(scratch) / "tokenizer_text.txt"
-                with ticking("sample tokenizer text", config.progress):
-                    sampled = sample_tokenizer_text(corpus, config, text)
-                with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
-                    tokenizer = train_sentencepiece(text, tok_dir, config.vocab_size)
-        meta = tokenize_corpus(corpus, tokenizer, config, tmp)
-        meta["tokenizer_sample_lines"] = sampled
-        meta["alpha"] = config.alpha
-        write_json(tmp / META, meta)
+    exclusions = load_exclusions(config.exclude) if config.exclude else set()
+    pool = None
+    if workers > 1:
+        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=start_worker, initargs=(exclusions,))
+    else:
+        start_worker(exclusions)
+    try:
+        with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
+            tok_dir = tmp / "tokenizer"
+            if source is not None:
+                source.save(tok_dir)
+                sampled = {}
+            else:
+                with tempfile.TemporaryDirectory() as scratch:
+                    text = Path(scratch) / "tokenizer_text.txt"
+                    with ticking("sample tokenizer text", config.progress):
+                        sampled = sample_tokenizer_text(corpus, config, text, pool)
+                    with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
+                        train_sentencepiece(text, tok_dir, config.vocab_size)  # threads fixed: same pieces
+            meta = tokenize_corpus(corpus, load_tokenizer(tok_dir), config, tmp, pool, 2 * workers)
+            meta["tokenizer_sample_lines"] = sampled
+            meta["alpha"] = config.alpha
+            write_json(tmp / META, meta)
+    finally:
+        if pool is not None:
+            pool.terminate()
     return meta
 
 
-def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig, out: Path) -> dict:
+# Each worker process (or the main one, with one worker) keeps the exclusion keys and a loaded tokenizer.
+_WORKER: dict = {}
+
+
+def start_worker(exclusions: set[str]) -> None:
+    _WORKER.clear()
+    _WORKER["exclusions"] = exclusions
+
+
+def encode_chunk(task: tuple[Path, tuple[list[str], ...]]) -> tuple[np.ndarray, list[list[list[int]]]]:
+    """(tokenizer folder, rows as columns: 1 for monolingual, 2 for parallel) -> whether each row occurs in
+    the evaluation sets (any column), and the token ids of every column of the rows kept."""
+    tokenizer_dir, columns = task
+    if _WORKER.get("tokenizer_dir") != tokenizer_dir:  # loaded once per worker
+        _WORKER["tokenizer"], _WORKER["tokenizer_dir"] = load_tokenizer(tokenizer_dir), tokenizer_dir
+    tokenizer, exclusions = _WORKER["tokenizer"], _WORKER["exclusions"]
+    leaked = np.array(
+        [
+            bool(exclusions) and any(normalise_for_matching(t) in exclusions for t in row)
+            for row in zip(*columns, strict=True)
+        ],
+        dtype=bool,
+    )
+    return leaked, [tokenizer.encode_batch([t for t, bad in zip(c, leaked, strict=True) if not bad]) for c in columns]
+
+
+def ordered_map(pool, fn, items: Iterable, ahead: int) -> Iterator:
+    """fn over items, in order, on the pool with at most `ahead` items in flight (bounded memory; Pool.imap
+    would read the whole input ahead); in this process without a pool."""
+    if pool is None:
+        yield from map(fn, items)
+        return
+    pending: deque = deque()
+    for item in items:
+        pending.append(pool.apply_async(fn, (item,)))
+        if len(pending) >= ahead:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+def chunked_rows(rows: Iterable[tuple[str, ...]], size: int) -> Iterator[tuple[list[str], ...]]:
+    """Rows of texts regrouped as columns of at most `size` rows."""
+    chunk: list[tuple[str, ...]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield tuple(map(list, zip(*chunk, strict=True)))
+            chunk = []
+    if chunk:
+        yield tuple(map(list, zip(*chunk, strict=True)))
+
+
+def tokenize_corpus(
+    corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig, out: Path, pool=None, ahead: int = 2
+) -> dict:
+    """Tokenize every file into shards: chunks encoded on the pool's workers (see `start_worker`), written in
+    order. `tokenizer` is the one saved under out/tokenizer."""
+    tok_dir = out / "tokenizer"
     dtype = ids_dtype(tokenizer.special.vocab_size)
-    exclusions = load_exclusions(config.exclude) if config.exclude else set()
     bad = BadLineCounter()
     excluded = 0
     meta: dict = {
@@ -270,29 +379,18 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig,
         "parallel": {},
     }
 
-    def leaked(*texts: str) -> bool:
-        return bool(exclusions) and any(normalise_for_matching(t) in exclusions for t in texts)
+    def bar(rows, desc: str, unit: str):
+        return tqdm(rows, desc=desc, unit=unit, leave=False, mininterval=1.0, disable=not config.progress)
 
     for lang, files in corpus.mono.items():
         writer = ShardWriter(out / "mono" / lang, dtype)
         for f in files:
-            chunk: list[str] = []
-            for _, text in tqdm(
-                read_lines(f, config.policy, bad),
-                desc=f"tokenize {f.name}",
-                unit=" lines",
-                leave=False,
-                mininterval=1.0,
-                disable=not config.progress,
+            rows = ((text,) for _, text in bar(read_lines(f, config.policy, bad), f"tokenize {f.name}", " lines"))
+            for leaked, (ids,) in ordered_map(
+                pool, encode_chunk, ((tok_dir, c) for c in chunked_rows(rows, config.chunk_lines)), ahead
             ):
-                if leaked(text):
-                    excluded += 1
-                    continue
-                chunk.append(text)
-                if len(chunk) >= config.chunk_lines:
-                    writer.add(tokenizer.encode_batch(chunk))
-                    chunk = []
-            writer.add(tokenizer.encode_batch(chunk))
+                excluded += int(leaked.sum())
+                writer.add(ids)
         meta["mono"][lang] = writer.close()
 
     for p in corpus.parallel:
@@ -303,29 +401,24 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig,
             if p.tgt is None
             else read_parallel(p.src, p.tgt, config.policy, bad)
         )
-        chunk_a: list[str] = []
-        chunk_b: list[str] = []
         held_out = (
             dev_line_numbers(count_lines(p.src), config.dev_pairs, p.name, config.seed) if config.dev_pairs else set()
         )
         dev: list[tuple[str, str]] = []
-        for lineno, a, b in tqdm(
-            rows, desc=f"tokenize {p.name}", unit=" pairs", leave=False, mininterval=1.0, disable=not config.progress
-        ):
-            if lineno in held_out:
-                dev.append((a, b))
-                continue
-            if leaked(a, b):
-                excluded += 1
-                continue
-            chunk_a.append(a)
-            chunk_b.append(b)
-            if len(chunk_a) >= config.chunk_lines:
-                wa.add(tokenizer.encode_batch(chunk_a))
-                wb.add(tokenizer.encode_batch(chunk_b))
-                chunk_a, chunk_b = [], []
-        wa.add(tokenizer.encode_batch(chunk_a))
-        wb.add(tokenizer.encode_batch(chunk_b))
+
+        def training_rows(rows=rows, held_out=held_out, dev=dev):
+            for lineno, a, b in rows:
+                if lineno in held_out:
+                    dev.append((a, b))
+                else:
+                    yield a, b
+
+        chunks = chunked_rows(training_rows(bar(rows, f"tokenize {p.name}", " pairs")), config.chunk_lines)
+        chunks = ((tok_dir, c) for c in chunks)
+        for leaked, (ids_a, ids_b) in ordered_map(pool, encode_chunk, chunks, ahead):
+            excluded += int(leaked.sum())
+            wa.add(ids_a)
+            wb.add(ids_b)
         sa, sb = wa.close(), wb.close()
         if dev and write_dev_pairs(out, p.src_lang, p.tgt_lang, dev):
             meta.setdefault("dev_pairs", {})[p.name] = len(dev)

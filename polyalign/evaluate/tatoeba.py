@@ -3,7 +3,8 @@
 Protocol: mean-pooled hidden states of one layer (XTREME's layer 7 of 12, scaled to the depth), cosine
 similarity, nearest neighbour; acc@1 from xx to English and from English to xx, per language and averaged.
 `score="margin"` ranks by the ratio margin (Artetxe and Schwenk 2019) instead, which discounts hub sentences.
-All layers are computed in one pass, so a layer sweep costs nothing extra.
+All layers are computed in one pass, so a layer sweep costs nothing extra; every distinct sentence is encoded
+once (English ones recur across languages), and one score matrix per layer serves both directions.
 """
 
 from __future__ import annotations
@@ -59,21 +60,41 @@ def resolve_languages(spec: str, data_dir: str | Path, loaded: LoadedModel | Non
     return wanted
 
 
-def retrieval_hits(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> np.ndarray:
-    """Per query, whether nearest-neighbour search (by cosine or ratio margin) finds key i for query i."""
+def similarity_scores(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> np.ndarray:
+    """(Nq, Nk) cosines, or ratio margins, of every query against every key (one matmul)."""
     q = torch.nn.functional.normalize(torch.from_numpy(queries), dim=-1)
     k = torch.nn.functional.normalize(torch.from_numpy(keys), dim=-1)
     similarity = (q @ k.T).numpy()  # (Nq, Nk) cosines
     if score == "margin":
-        similarity = margin_matrix(similarity)
-    elif score != "cosine":
+        return margin_matrix(similarity)
+    if score != "cosine":
         raise ValueError(f"score={score!r}: use one of {SCORES}")
-    return similarity.argmax(1) == np.arange(len(queries))
+    return similarity
+
+
+def retrieval_hits(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> np.ndarray:
+    """Per query, whether nearest-neighbour search (by cosine or ratio margin) finds key i for query i."""
+    return similarity_scores(queries, keys, score).argmax(1) == np.arange(len(queries))
 
 
 def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> float:
-    """acc@1 of nearest-neighbour search where query i's correct key is key i."""
+    """acc@1 of nearest-neighbour search (by cosine or ratio margin) where query i's correct key is key i."""
     return float(retrieval_hits(queries, keys, score).mean())
+
+
+def retrieval_accuracies(xx: np.ndarray, en: np.ndarray, score: str = "cosine") -> tuple[float, float]:
+    """acc@1 xx->en and en->xx from one score matrix: both scores are symmetric (the ratio margin of (x, y)
+    uses both neighbourhoods), so en->xx reads the columns of the xx->en matrix."""
+    similarity = similarity_scores(xx, en, score)  # (N, N): rows xx, columns en
+    truth = np.arange(len(xx))
+    return float((similarity.argmax(1) == truth).mean()), float((similarity.argmax(0) == truth).mean())
+
+
+def embed_unique(loaded: LoadedModel, sentences: list[str], language: str, **options) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct sentence embedded once: returns the (L + 1, U, C) embeddings and, per input sentence, its
+    row among them (a sentence's embedding does not depend on the others in its length-sorted batch)."""
+    unique, index = np.unique(np.array(sentences, dtype=object), return_inverse=True)
+    return embed_sentences(loaded, list(unique), language, **options), index.reshape(-1)
 
 
 @dataclass
@@ -164,13 +185,18 @@ def evaluate_tatoeba(
     layers = list(range(L + 1))
     x2e = np.zeros((L + 1, len(languages)))
     e2x = np.zeros((L + 1, len(languages)))
-    sizes = {}
+    texts = {lang: read_tatoeba(data_dir, lang) for lang in languages}
+    sizes = {lang: len(xx) for lang, (xx, _) in texts.items()}
+    options = {"batch_tokens": batch_tokens, "progress": progress, "pooling": pooling}
+    # English sentences recur across the 14 files: all of them are embedded once, in one length-sorted pass.
+    english = [sentence for _, en in texts.values() for sentence in en]
+    ee, english_row = embed_unique(loaded, english, "en", **options)  # (L + 1, U, C), (sum of sizes,)
+    start = 0
     for j, lang in enumerate(languages):
-        xx, en = read_tatoeba(data_dir, lang)
-        sizes[lang] = len(xx)
-        ex = embed_sentences(loaded, xx, lang, batch_tokens=batch_tokens, progress=progress, pooling=pooling)
-        ee = embed_sentences(loaded, en, "en", batch_tokens=batch_tokens, progress=progress, pooling=pooling)
+        xx, en = texts[lang]
+        ex, xx_row = embed_unique(loaded, xx, lang, **options)
+        own = english_row[start : start + len(en)]
+        start += len(en)
         for i in layers:
-            x2e[i, j] = 100 * retrieval_accuracy(ex[i], ee[i], score)
-            e2x[i, j] = 100 * retrieval_accuracy(ee[i], ex[i], score)
+            x2e[i, j], e2x[i, j] = (100 * a for a in retrieval_accuracies(ex[i][xx_row], ee[i][own], score))
     return TatoebaResult(layers, languages, x2e, e2x, layer, sizes, pooling, score)
