@@ -80,6 +80,14 @@ class TrainerConfig:
     """Parameter-name substrings: when set, only matching parameters are trained (until `train_only_until`)."""
     train_only_until: int = 0
     """Step at which `train_only` stops applying (VECO §4 trains only cross-attention at first); 0 = always."""
+    loader_workers: int = 2
+    """Processes that build batches ahead of the step (at most one per accumulation slot); 0 builds them in the
+    training process. The batches are the same for any number."""
+    activation_checkpointing: bool = False
+    """Recompute each encoder layer in backward instead of storing its activations (less memory, ~1/3 more
+    compute): for long sequences or large batches on a GPU."""
+    compile: bool = False
+    """torch.compile the model (CUDA: fuses elementwise ops; the first steps are slow while it compiles)."""
 
     def __post_init__(self) -> None:
         if self.precision not in ("bf16", "fp32"):
