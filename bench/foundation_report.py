@@ -7,13 +7,12 @@ report comes from those files.
 from __future__ import annotations
 
 import json
-import platform
-import subprocess
 from datetime import date
 from pathlib import Path
 
 import torch
 import yaml
+from reporting import cpu_name, records  # bench/ is on sys.path when this script runs
 
 from polyalign.evaluate.plots import plot_series
 
@@ -34,24 +33,12 @@ READING = """\
 - bf16 autocast trains 2.9-3.0x faster than fp32 on this CPU (AMX), which is what made these runs affordable."""
 
 
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 def throughput(name: str, precision: str) -> float | None:
     path = WORK / f"throughput-{name}-{precision}" / "metrics.jsonl"
     if not path.is_file():
         return None
     recs = [r for r in records(path) if r["step"] > 5]  # the first logging window includes warm-up
     return sum(r["tokens_per_s"] for r in recs) / len(recs)
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def main() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
 import torch
+from reporting import cpu_name  # bench/ is on sys.path when this script runs
 
 from polyalign.evaluate.plots import plot_series
 from polyalign.languages import TATOEBA_14
@@ -22,13 +22,6 @@ MODELS = {  # results folder -> (label, run folder or None)
     "no-moco": ("- MoCo (TLM only)", "ppa-no-moco"),
     "no-tlm": ("- TLM (MoCo only)", "ppa-no-tlm"),
 }
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def both(accuracy: dict) -> float:
@@ -75,7 +68,7 @@ def main() -> None:
     protocol = json.loads((RESULTS / "ppa" / "before" / "tatoeba.json").read_text())["protocol"]
     meta = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{cpu_model()}, 2 cores (shared lock), torch {torch.__version__} CPU, bf16 autocast",
+        "machine": f"{cpu_name()}, 2 cores (shared lock), torch {torch.__version__} CPU, bf16 autocast",
         "steps": args.steps,
         "peak_lr": args.lr,
         "queue_size": args.queue,

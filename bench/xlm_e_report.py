@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 import yaml
-from foundation_report import cpu_name, records  # bench/ is on sys.path when this script runs
+from reporting import cpu_name, records  # bench/ is on sys.path when this script runs
 
 from polyalign.checkpoint import checkpoint_dirs
 from polyalign.evaluate.plots import plot_series

@@ -13,17 +13,20 @@ Loading never unpickles anything: safetensors holds raw tensors, JSON holds the 
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file, save_model
 from safetensors.torch import load_model as load_safetensors_into
 from torch import nn
 
 from polyalign import __version__
-from polyalign.io import DataError, atomic_dir, read_json, write_json
+from polyalign.io import DataError, atomic_dir, read_json, recover_atomic_leftovers, write_json
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.tokenizer import Tokenizer, load_tokenizer
 
@@ -211,7 +214,50 @@ def _remove_checkpoint(folder: Path) -> None:
 
 
 def load_checkpoint_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    for f in (STATE_JSON, STATE_TENSORS, MODEL_FILE, OBJECTIVES_FILE):
+    check_checkpoint(folder)
+    try:
+        return read_json(folder / STATE_JSON), load_file(str(folder / STATE_TENSORS))
+    except Exception as err:  # safetensors raises several types for a damaged file
+        raise DataError(f"{folder / STATE_TENSORS}: cannot load ({str(err).splitlines()[0]})") from None
+
+
+def check_checkpoint(folder: Path) -> None:
+    """Raise a one-line DataError unless every file a resume reads is present and structurally whole."""
+    for f in (CONFIG_FILE, STATE_JSON, STATE_TENSORS, MODEL_FILE, OBJECTIVES_FILE):
         if not (folder / f).is_file():
             raise DataError(f"{folder / f}: checkpoint file missing; the checkpoint is incomplete")
-    return read_json(folder / STATE_JSON), load_file(str(folder / STATE_TENSORS))
+    for f in (CONFIG_FILE, STATE_JSON):
+        read_json(folder / f)
+    for f in (STATE_TENSORS, MODEL_FILE, OBJECTIVES_FILE):
+        try:  # reads the header and checks it against the file's size: a truncated file fails here
+            with safe_open(str(folder / f), framework="pt") as handle:
+                handle.keys()
+        except Exception as err:
+            raise DataError(f"{folder / f}: damaged ({str(err).splitlines()[0]})") from None
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint to resume from: the newest one whose files load, skipping (and naming) damaged newer ones.
+
+    None when the run has no checkpoint yet (stopped before its first save): it then starts again at step 0.
+    Leftovers of a save that was killed midway are cleaned up first."""
+    folder = Path(run_dir) / "checkpoints"
+    if folder.is_dir() and os.environ.get("RANK", "0") == "0":
+        for note in recover_atomic_leftovers(folder):
+            print(f"note: {note}", file=sys.stderr)
+    damaged = []
+    for candidate in reversed(checkpoint_dirs(run_dir)):
+        try:
+            check_checkpoint(candidate)
+        except DataError as err:
+            damaged.append(str(err))
+            continue
+        for problem in damaged:
+            print(f"note: skipping a damaged checkpoint: {problem}", file=sys.stderr)
+        if damaged:
+            print(f"note: resuming from the previous kept checkpoint, {candidate.name}", file=sys.stderr)
+        return candidate
+    if damaged:
+        raise DataError(f"no loadable checkpoint left; newest problem: {damaged[0]}")
+    print(f"note: {run_dir} has no checkpoint yet; starting it again from step 0", file=sys.stderr)
+    return None

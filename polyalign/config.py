@@ -34,6 +34,16 @@ class ObjectiveSpec:
     offset: int = 0
     config: dict = field(default_factory=dict)
     """Settings for the objective's own Config dataclass."""
+    stream: dict = field(default_factory=dict)
+    """Overrides of data.mono / data.parallel for this objective's own stream (e.g. `max_examples: 64` for a
+    smaller TLM batch beside a large contrastive one)."""
+
+    def __post_init__(self) -> None:
+        if self.start_step < 0 or self.every < 1 or not 0 <= self.offset < self.every:
+            raise ValueError(
+                f"start_step={self.start_step}, every={self.every}, offset={self.offset}: "
+                "need start_step >= 0, every >= 1, 0 <= offset < every"
+            )
 
     def active(self, step: int) -> bool:
         return step >= self.start_step and step % self.every == self.offset
@@ -47,6 +57,20 @@ class DataConfig:
     """Train on these languages only (default: all in the prepared folder)."""
     mono: StreamConfig = field(default_factory=StreamConfig)
     parallel: StreamConfig = field(default_factory=StreamConfig)
+
+    def for_objective(self, spec: ObjectiveSpec) -> DataConfig:
+        """This data config with the objective's own stream overrides applied to both stream kinds."""
+        if not spec.stream:
+            return self
+        where = f"objectives.{spec.name}.stream"
+        try:
+            return dataclasses.replace(
+                self,
+                mono=dataclasses.replace(self.mono, **spec.stream),
+                parallel=dataclasses.replace(self.parallel, **spec.stream),
+            )
+        except (TypeError, ValueError) as err:
+            raise DataError(f"{where}: {err}") from None
 
 
 @dataclass
@@ -91,9 +115,18 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         if self.precision not in ("bf16", "fp32"):
-            raise ValueError(f"trainer.precision={self.precision!r}: use 'bf16' or 'fp32'")
-        if self.grad_accumulation < 1:
-            raise ValueError(f"trainer.grad_accumulation={self.grad_accumulation}: must be >= 1")
+            raise ValueError(f"precision={self.precision!r}: use 'bf16' or 'fp32'")
+        at_least = {"max_steps": 1, "grad_accumulation": 1, "log_every": 1, "save_every": 1, "warmup_steps": 0}
+        at_least |= dict.fromkeys(("keep_checkpoints", "stop_at", "threads", "train_only_until"), 0)
+        at_least |= dict.fromkeys(("weight_decay", "clip_norm", "max_minutes"), 0)
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}={getattr(self, name)}: must be at least {low}")
+        # lr 0 is allowed: a run that must leave the weights as they are (checking a continuation)
+        if not (self.lr >= 0 and self.eps > 0 and all(0 <= b < 1 for b in self.betas)):
+            raise ValueError(
+                f"lr={self.lr}, eps={self.eps}, betas={list(self.betas)}: need lr >= 0, eps > 0, 0 <= betas < 1"
+            )
 
 
 @dataclass
@@ -112,54 +145,147 @@ class Recipe:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The schema: every value of a recipe is checked against the dataclass field it fills, before anything runs.
 
 
-def _build(cls, value, where: str):
-    """Build dataclass `cls` (or a typed container) from plain YAML data, rejecting unknown keys."""
-    origin = typing.get_origin(cls)
-    if dataclasses.is_dataclass(cls):
-        if not isinstance(value, dict):
-            raise DataError(f"{where}: expected a mapping, got {value!r}")
-        hints = typing.get_type_hints(cls)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(value) - names
-        if unknown:
-            raise DataError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(names)}")
-        kwargs = {k: _build(hints[k], v, f"{where}.{k}") for k, v in value.items()}
-        try:
-            return cls(**kwargs)
-        except (TypeError, ValueError) as err:
-            raise DataError(f"{where}: {err}") from None
+class RecipeError(DataError):
+    """A recipe value that does not fit the schema; `key` is its dotted path (e.g. `trainer.lr`)."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"{key}: {problem}" if key else problem)
+        self.key = key
+        self.problem = problem
+
+
+_KIND = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def check_value(hint, value, key: str):
+    """`value` (plain YAML data) as type `hint`, or a RecipeError naming the key, the value and what is allowed."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build_dataclass(hint, value, key)
     if origin in (typing.Union, types.UnionType):
-        if value is None:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None and len(inner) < len(typing.get_args(hint)):
             return None
-        inner = [a for a in typing.get_args(cls) if a is not type(None)]
-        return _build(inner[0], value, where)
+        return check_value(inner[0], value, key)
     if origin is list:
-        (item,) = typing.get_args(cls)
-        return [_build(item, v, f"{where}.{i}") for i, v in enumerate(value or [])]
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise RecipeError(key, f"{value!r} is not a list")
+        return [check_value(item, v, f"{key}.{i}") for i, v in enumerate(value)]
     if origin is tuple:
-        return tuple(value)
-    if cls is float and isinstance(value, int | float | str):
+        items = typing.get_args(hint)
+        if not isinstance(value, list | tuple) or len(value) != len(items):
+            raise RecipeError(key, f"{value!r} is not a list of {len(items)} values")
+        return tuple(check_value(t, v, f"{key}.{i}") for i, (t, v) in enumerate(zip(items, value, strict=True)))
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise RecipeError(key, f"{value!r} is not a mapping")
+        return value
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    ok = isinstance(value, hint) and not (hint is not bool and isinstance(value, bool))
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if not ok:
+        raise RecipeError(key, f"{value!r} is not {_KIND.get(hint, hint.__name__)}")
     return value
 
 
-def apply_override(tree: dict, override: str) -> None:
-    """Set `a.b.0.c=value` in a nested dict/list tree."""
+def _build_dataclass(cls, value, key: str):
+    if not isinstance(value, dict):
+        raise RecipeError(key, f"{value!r} is not a mapping (expected keys: {', '.join(_names(cls))})")
+    hints = typing.get_type_hints(cls)
+    for k in value:
+        if k not in hints or k not in _names(cls):
+            raise RecipeError(_join(key, str(k)), f"unknown key; known: {', '.join(_names(cls))}")
+    kwargs = {k: check_value(hints[k], v, _join(key, k)) for k, v in value.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:  # __post_init__ range checks
+        raise RecipeError(key, str(err).splitlines()[0]) from None
+
+
+def _names(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _join(key: str, part: str) -> str:
+    return f"{key}.{part}" if key else part
+
+
+def check_model(model: dict) -> None:
+    """`model:` holds EncoderConfig fields (with `num_languages: auto`); check names, types and ranges."""
+    from polyalign.model import EncoderConfig
+
+    fixed = {k: v for k, v in model.items() if not (k == "num_languages" and v == "auto")}
+    _build_dataclass(EncoderConfig, fixed, "model")
+
+
+def check_objective(index: int, spec: ObjectiveSpec) -> None:
+    """An objective's name is registered and its `config:` fits the objective's Config dataclass."""
+    from polyalign.objectives import OBJECTIVES
+
+    if spec.name not in OBJECTIVES:
+        raise RecipeError(
+            f"objectives.{index}.name", f"{spec.name!r} is not an objective; known: {', '.join(OBJECTIVES)}"
+        )
+    _build_dataclass(OBJECTIVES[spec.name].Config, spec.config, f"objectives.{index}.config")
+
+
+def recipe_from_dict(tree, where: str = "recipe") -> Recipe:
+    """Check a whole recipe tree against the schema; errors are RecipeErrors keyed by dotted path."""
+    recipe = _build_dataclass(Recipe, tree, "")
+    check_model(recipe.model)
+    for i, spec in enumerate(recipe.objectives):
+        check_objective(i, spec)
+    # Absolute paths: the saved recipe must work when a run is resumed from another working directory.
+    if recipe.data.prepared is not None:
+        recipe.data.prepared = str(Path(recipe.data.prepared).absolute())
+    if recipe.init_from is not None:
+        recipe.init_from = str(Path(recipe.init_from).absolute())
+    return recipe
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Overrides and files
+
+
+def apply_override(tree: dict, override: str) -> str:
+    """Set `a.b.0.c=value` (value parsed as YAML) in a nested dict/list tree; returns the dotted key."""
     if "=" not in override:
-        raise DataError(f"override {override!r}: expected key.path=value")
+        raise DataError(f"--set {override}: expected key.path=value, e.g. trainer.max_steps=100")
     path, raw = override.split("=", 1)
-    keys = path.split(".")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise DataError(f"--set {override}: the value is not valid YAML") from None
+    keys = path.strip().split(".")
     node = tree
-    for k in keys[:-1]:
-        node = node[int(k)] if isinstance(node, list) else node.setdefault(k, {})
-    value = yaml.safe_load(raw)
-    last = keys[-1]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
+    for depth, k in enumerate(keys):
+        here = ".".join(keys[: depth + 1])
+        last = depth == len(keys) - 1
+        if isinstance(node, list):
+            if not k.isdigit() or int(k) >= len(node):
+                raise DataError(
+                    f"--set {override}: {here}: no such item; the list has {len(node)} (0..{len(node) - 1})"
+                )
+            if last:
+                node[int(k)] = value
+            node = node[int(k)]
+        elif isinstance(node, dict):
+            if last:
+                node[k] = value
+            node = node.setdefault(k, {})
+        else:
+            above = ".".join(keys[:depth])
+            raise DataError(f"--set {override}: {above} is {node!r}, which has no key {k!r}")
+    return path.strip()
 
 
 def resolve_recipe_path(name_or_path: str) -> Path:
@@ -175,18 +301,51 @@ def resolve_recipe_path(name_or_path: str) -> Path:
     return builtin
 
 
-def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe:
-    path = resolve_recipe_path(name_or_path)
+def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read, override and check a recipe; a bad value is reported at its file:line or at its --set."""
+    path = resolve_recipe_path(str(name_or_path))
+    text = path.read_text(encoding="utf-8")
     try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        tree = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         raise DataError(f"{path}:{mark.line + 1 if mark else '?'}: invalid YAML") from None
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise DataError(f"{path}:1: a recipe is a mapping (model:, objectives:, data:, trainer:), not {tree!r}")
     tree.setdefault("name", path.stem)
-    for o in overrides or []:
-        apply_override(tree, o)
-    return recipe_from_dict(tree, str(path))
+    set_by = {apply_override(tree, o): o for o in overrides or []}
+    try:
+        return recipe_from_dict(tree, str(path))
+    except RecipeError as err:
+        raise DataError(_locate(err, path, lines, set_by)) from None
 
 
-def recipe_from_dict(tree: dict, where: str = "recipe") -> Recipe:
-    return _build(Recipe, tree, where)
+def _locate(err: RecipeError, path: Path, lines: dict[str, int], set_by: dict[str, str]) -> str:
+    """Prefix an error with the --set that caused it, or with the file:line of its key."""
+    for key, override in set_by.items():
+        if err.key == key or err.key.startswith(key + ".") or key.startswith(err.key + "."):
+            return f"--set {override}: {err}"
+    parts = err.key.split(".")
+    while parts and ".".join(parts) not in lines:
+        parts.pop()
+    line = lines.get(".".join(parts), 1)
+    return f"{path}:{line}: {err}"
+
+
+def _key_lines(node, prefix: str = "") -> dict[str, int]:
+    """Dotted key path -> 1-based line, for every key and list item of a composed YAML document."""
+    out: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = _join(prefix, str(k.value))
+            out[key] = k.start_mark.line + 1
+            out |= _key_lines(v, key)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            key = _join(prefix, str(i))
+            out[key] = v.start_mark.line + 1
+            out |= _key_lines(v, key)
+    return out

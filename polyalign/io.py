@@ -42,6 +42,8 @@ class LinePolicy:
     """Lines longer than this many characters are bad (over-long)."""
     on_bad: str = "skip"
     """`error`: stop at the first bad line; `skip`: drop it and count it."""
+    fix: str = "fix the line or pass --bad-lines skip"
+    """What the error for a bad line tells the user to do (a command without --bad-lines says otherwise)."""
 
     def __post_init__(self) -> None:
         if self.on_bad not in ("error", "skip"):
@@ -93,7 +95,7 @@ def read_lines(path: str | Path, policy: LinePolicy, bad: BadLineCounter | None 
                 yield lineno, text
                 continue
             if policy.on_bad == "error":
-                raise DataError(f"{where(path, lineno)}: {reason}; fix the line or pass --bad-lines skip")
+                raise DataError(f"{where(path, lineno)}: {reason}; {policy.fix}")
             if bad is not None:
                 bad.add(_reason_kind(reason), where(path, lineno))
 
@@ -144,7 +146,7 @@ def _pair_or_bad(lineno, src_side, tgt_side, policy, bad):
         text, reason = check_line(raw, policy)
         if reason is not None:
             if policy.on_bad == "error":
-                raise DataError(f"{where(path, lineno)}: {reason}; fix the line or pass --bad-lines skip")
+                raise DataError(f"{where(path, lineno)}: {reason}; {policy.fix}")
             if bad is not None:
                 bad.add(_reason_kind(reason), where(path, lineno))
             return
@@ -154,18 +156,50 @@ def _pair_or_bad(lineno, src_side, tgt_side, policy, bad):
 
 # ---------------------------------------------------------------------------------------------------------
 # Atomic writes: a reader never sees a half-written file or folder, and nothing existing is clobbered.
+# Durable too: file contents, then their folder, reach the disk before the rename that publishes them, so
+# a crash (or kill -9) leaves either the old state or the complete new one. Permissions follow the umask.
+
+
+def current_umask() -> int:
+    try:  # Linux: read it without changing it
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def fsync_path(path: str | Path) -> None:
+    """Flush a file's or a folder's entry to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: Path) -> None:
+    for root, _, files in os.walk(folder):
+        for f in files:
+            fsync_path(Path(root) / f)
+        fsync_path(root)
 
 
 @contextmanager
 def atomic_dir(final: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Build a folder under a temporary name beside `final`, then rename it into place."""
+    """Build a folder under a temporary name beside `final`, then fsync it and rename it into place."""
     final = Path(final)
     if final.exists() and not overwrite:
         raise DataError(f"{final}: already exists; choose another path or remove it yourself")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it owner-only
     try:
         yield tmp
+        fsync_tree(tmp)
         if final.exists():  # overwrite: move the old one aside first so a crash never loses both
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
             os.replace(final, old)
@@ -173,6 +207,7 @@ def atomic_dir(final: str | Path, overwrite: bool = False) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+        fsync_path(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -186,11 +221,29 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())  # mkstemp makes it owner-only
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_path(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def recover_atomic_leftovers(parent: Path) -> list[str]:
+    """After a crash inside atomic_dir: delete half-built `.NAME.tmp-*` folders, and put back a `.NAME.old-*`
+    folder whose replacement never arrived. Only safe when no writer is running. Returns what was done."""
+    done = []
+    for p in sorted(Path(parent).glob(".*.tmp-*")) + sorted(Path(parent).glob(".*.old-*")):
+        name, kind = p.name[1:].rsplit(".", 1)
+        final = p.with_name(name)
+        if kind.startswith("old-") and not final.exists():
+            os.replace(p, final)
+            done.append(f"restored {final.name} from an interrupted replacement")
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+            done.append(f"removed the half-written {p.name}")
+    return done
 
 
 def write_json(path: str | Path, obj) -> None:

@@ -24,20 +24,20 @@ import yaml
 from torch import nn
 
 from polyalign.checkpoint import (
-    latest_checkpoint,
     load_checkpoint_state,
     load_model,
     load_model_weights,
     optimizer_from_files,
+    resume_checkpoint,
     save_checkpoint,
 )
-from polyalign.config import Recipe, TrainerConfig, recipe_from_dict
+from polyalign.config import Recipe, TrainerConfig, load_recipe
 from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError, atomic_write_text
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.objectives import build_objective
+from polyalign.objectives import OBJECTIVES, build_objective
 from polyalign.tokenizer import Tokenizer
 
 RECIPE_FILE = "recipe.yaml"
@@ -138,6 +138,20 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
     return MaskedLanguageModel(config), languages
 
 
+def check_warm_start(recipe: Recipe) -> None:
+    """An objective whose Config has `allow_cold_start` (DWA) labels its own targets with the model being
+    trained, so it needs `init_from` (XLM-Align §3.3 cold start) unless the recipe sets the flag."""
+    if recipe.init_from is not None:
+        return
+    for i, spec in enumerate(recipe.objectives):
+        config = OBJECTIVES[spec.name].Config(**spec.config) if spec.name in OBJECTIVES else None
+        if getattr(config, "allow_cold_start", True) is False:
+            raise DataError(
+                f"objectives.{i} ({spec.name}) needs a pretrained start (XLM-Align §3.3: from scratch its self-labels "
+                f"are poor): pass --init-from MODEL, or set objectives.{i}.config.allow_cold_start=true"
+            )
+
+
 def _copy_weights(source: nn.Module, target: nn.Module) -> tuple[list[str], list[str]]:
     result = target.load_state_dict(source.state_dict(), strict=False)
     return list(result.missing_keys), list(result.unexpected_keys)
@@ -208,6 +222,14 @@ class Slot:
         self.rng.bit_generator.state = state["rng"]
 
 
+def _logged_step(line: str) -> float:
+    """The step of a metrics line; infinity for a line that a kill cut short (so it is dropped)."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
+
+
 class MetricsLog:
     """JSONL and TensorBoard, written by rank 0 only."""
 
@@ -215,7 +237,8 @@ class MetricsLog:
         self.path = run_dir / METRICS_FILE
         if resume_step is not None and self.path.exists():
             # Drop lines past the checkpoint: the resumed run writes them again.
-            kept = [ln for ln in self.path.read_text().splitlines() if json.loads(ln)["step"] <= resume_step]
+            # A line cut short by a kill is dropped too.
+            kept = [ln for ln in self.path.read_text().splitlines() if _logged_step(ln) <= resume_step]
             atomic_write_text(self.path, "".join(ln + "\n" for ln in kept))
         self.file = open(self.path, "a", encoding="utf-8")
         try:
@@ -315,9 +338,11 @@ def bookkeeping_group(world: int):
     return None
 
 
-def reduce_window(window: Window, world: int) -> torch.Tensor:
-    """[tokens, flops, loss sum, metric sums in sorted name order], summed over processes, on the device."""
-    host = torch.tensor([window.tokens, window.flops], dtype=torch.float64).to(window.device, non_blocking=True)
+def reduce_window(window: Window, world: int, elapsed: float = 0.0) -> torch.Tensor:
+    """[tokens, flops, seconds, loss sum, metric sums in sorted name order], summed over processes, on the
+    device. The seconds are summed too, so every process adds the same (mean) time to its counters."""
+    host = torch.tensor([window.tokens, window.flops, elapsed], dtype=torch.float64)
+    host = host.to(window.device, non_blocking=True)
     sums = [window.loss, *(window.metrics[k] for k in sorted(window.metrics))]
     packed = torch.cat([host, torch.stack([v.to(torch.float64) for v in sums])])
     if world > 1:
@@ -346,6 +371,7 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
         torch.set_num_threads(cfg.threads)
     if recipe.data.prepared is None:
         raise DataError("no prepared data: set data.prepared in the recipe or pass --data")
+    check_warm_start(recipe)
     prepared = PreparedData(recipe.data.prepared)
     tokenizer = prepared.tokenizer()
     data_languages = [
@@ -387,7 +413,7 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
                     prepared,
                     data_languages,
                     lang_index,
-                    recipe.data,
+                    recipe.data.for_objective(o),
                     seed=cfg.seed,
                     slot=rank * A + a,
                     salt=i,
@@ -463,25 +489,34 @@ def train_step(run: Run, item: StepBatches) -> None:
     run.window.end_step(item.tokens, sorted(names))
 
 
+def fold_counters(run: Run) -> list[float]:
+    """Reduce the window over processes (a host sync) and add its tokens, FLOPs and (mean) seconds to the
+    counters, which are then the same on every process; returns the reduced window (see `reduce_window`).
+    Loss and metric sums stay in the window for the next log line."""
+    window = run.window
+    values = reduce_window(window, run.world, time.perf_counter() - window.started).tolist()
+    values[2] /= run.world
+    run.counters["tokens"] += int(values[0])
+    run.counters["flops"] += values[1]
+    run.counters["seconds"] += values[2]
+    window.tokens, window.flops, window.started = 0, 0.0, time.perf_counter()
+    return values
+
+
 def log_window(run: Run, log: MetricsLog | None) -> dict | None:
     """Reduce the window over processes (the one host sync, every log_every steps), add it to the counters,
     write a line (rank 0); every process raises together on a non-finite loss."""
     window = run.window
     if not window.steps:
         return None
-    values = reduce_window(window, run.world).tolist()
+    values = fold_counters(run)
     names = sorted(window.metrics)
-    elapsed = time.perf_counter() - window.started
-    tokens, flops = int(values[0]), values[1]
-    run.counters["tokens"] += tokens
-    run.counters["flops"] += flops
-    run.counters["seconds"] += elapsed
     record = {
         "step": run.step,
-        "loss": values[2] / run.world / window.steps,
-        **{k: v / run.world / window.counts[k] for k, v in zip(names, values[3:], strict=True)},
+        "loss": values[3] / run.world / window.steps,
+        **{k: v / run.world / window.counts[k] for k, v in zip(names, values[4:], strict=True)},
         "lr": run.scheduler.get_last_lr()[0],
-        "tokens_per_s": tokens / max(elapsed, 1e-9),
+        "tokens_per_s": values[0] / max(values[2], 1e-9),
         **run.counters,
     }
     if run.grad_norm is not None:
@@ -545,9 +580,7 @@ def stop_step(run: Run) -> int:
 def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True) -> dict:
     """Train according to `recipe` into `run_dir`; returns a summary of the run."""
     run_dir = Path(run_dir)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None:
-        raise DataError(f"{run_dir}: nothing to resume (no checkpoints)")
+    checkpoint = resume_checkpoint(run_dir) if resume else None
     if not resume and (run_dir / RECIPE_FILE).exists():
         raise DataError(
             f"{run_dir}: a run already exists here; pass --resume to continue it or choose another --run-dir"
@@ -558,10 +591,10 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     elif run.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    log = MetricsLog(run_dir, run.step if checkpoint else None) if run.rank == 0 else None
+    log = MetricsLog(run_dir, run.step if resume else None) if run.rank == 0 else None
     bar = None
     if progress and run.rank == 0:
-        from tqdm import tqdm
+        from polyalign.progress import tqdm
 
         bar = tqdm(
             total=run.cfg.max_steps,
@@ -576,15 +609,16 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     try:
         while run.step < stop:
             train_step(run, next(loader))
-            if run.step % run.cfg.log_every == 0 or run.step == stop:
+            if run.step % run.cfg.log_every == 0 or run.step == run.cfg.max_steps:
                 record = log_window(run, log)
-                stop = stop_step(run)
+                stop = stop_step(run)  # max_minutes is read here, with the window
                 if bar is not None and record is not None:
                     bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if bar is not None:
                 bar.update(1)
             if run.step % run.cfg.save_every == 0 or run.step == stop:
-                log_window(run, log)  # counters must be totals over processes when saved
+                if run.window.steps:
+                    fold_counters(run)  # counters must be totals over processes when saved
                 save_run(run)
                 run.window.started = time.perf_counter()  # saving is not training time
     finally:
@@ -596,14 +630,16 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     return {"run": str(run_dir), "step": run.step, **run.counters}
 
 
+def run_started_before_saving_its_recipe(run_dir: str | Path) -> bool:
+    """A run folder killed before it wrote its recipe (it cannot have a checkpoint either): `--resume` with the
+    recipe named again starts it from step 0, so that the same command works after a kill at any moment."""
+    run_dir = Path(run_dir)
+    return not (run_dir / RECIPE_FILE).exists() and not (run_dir / "checkpoints").exists()
+
+
 def load_run_recipe(run_dir: str | Path, overrides: list[str] | None = None) -> Recipe:
     """The recipe a run was started with (for --resume), with optional overrides (e.g. a longer max_steps)."""
-    from polyalign.config import apply_override
-
     path = Path(run_dir) / RECIPE_FILE
     if not path.is_file():
         raise DataError(f"{path}: not found; is {run_dir} a polyalign run folder?")
-    tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for o in overrides or []:
-        apply_override(tree, o)
-    return recipe_from_dict(tree, str(path))
+    return load_recipe(path, overrides)

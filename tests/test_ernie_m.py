@@ -8,7 +8,6 @@ import torch
 
 from polyalign.checkpoint import save_model_folder
 from polyalign.config import load_recipe
-from polyalign.data.layout import sentence_layout
 from polyalign.data.masking import IGNORE
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
@@ -17,11 +16,11 @@ from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives.base import model_inputs
 from polyalign.objectives.btmlm import (
     BTMLM,
-    PLACEHOLDER,
     BTMLMConfig,
-    append_placeholders,
+    generate_pseudo_tokens,
     generation_attention_mask,
     placeholder_counts,
+    pseudo_token_precision,
 )
 from polyalign.objectives.camlm import CAMLM, CAMLMConfig, camlm_attention_mask
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_loss
@@ -30,6 +29,8 @@ from polyalign.train import build_model, pretrain
 from tests.conftest import tiny_config, tiny_recipe_overrides
 
 SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
+STEPS = 300  # CAMLM steps of the synthetic-translation test
+LANGUAGES = ["de", "en", "fr"]
 
 
 def visible(mask: torch.Tensor, names: list[str]) -> dict[str, set[str]]:
@@ -111,46 +112,100 @@ def test_camlm_two_views_mask_one_side_each_and_the_loss_trains_the_encoder():
 # BTMLM
 
 
-def test_placeholders_continue_positions_with_the_target_language():
-    base = sentence_layout([np.array([10, 11, 12]), np.array([20])], np.array([0, 1]), SP)
-    out = append_placeholders(base, np.array([2, 3]), np.array([2, 1]), SP)
-    assert out.input_ids.tolist() == [[0, 10, 11, 12, 2, 4, 4], [0, 20, 2, 4, 1, 1, 1]]
-    assert out.position_ids[0].tolist() == list(range(7)) and out.position_ids[1, :4].tolist() == [0, 1, 2, 3]
-    assert out.language_ids[0].tolist() == [0] * 5 + [2] * 2 and out.language_ids[1, :4].tolist() == [1, 1, 1, 3]
-    assert out.segment[1].tolist() == [0, 0, 0, PLACEHOLDER, -1, -1, -1]
-    assert not out.maskable[out.segment == PLACEHOLDER].any()  # placeholders are never MLM targets
+def _btmlm_and_camlm_views(see_own_masks: bool = True):
+    """A BTMLM batch of three sentences and CAMLM's target view of pairs whose targets have the placeholder
+    counts and languages BTMLM chose, every target token masked."""
+    config = tiny_config(num_languages=3)
+    btmlm = BTMLM(BTMLMConfig(pseudo_ratio=0.5, see_own_masks=see_own_masks), SP, config, ["de", "en", "fr"])
+    rng = np.random.default_rng(0)
+    raw = MonoBatch([rng.integers(5, 99, n) for n in (8, 5, 11)], np.array([0, 1, 2]))
+    batch = btmlm.make_batch(raw, rng)
+    counts = batch["placeholder"].sum(1)
+    targets = batch["language_ids"][batch["placeholder"]][torch.cumsum(counts, 0) - 1].numpy()  # one per row
+    pairs = ParallelBatch(raw.sentences, [rng.integers(5, 99, int(n)) for n in counts], raw.languages, targets)
+    camlm = CAMLM(CAMLMConfig(mask_prob=0.999, see_own_masks=see_own_masks), SP, config)
+    view = {k: v[3:] for k, v in camlm.make_batch(pairs, rng).items()}  # rows [B, 2B): the target side masked
+    return btmlm, batch, view, targets
+
+
+@pytest.mark.parametrize("see_own_masks", [True, False])
+def test_btmlm_placeholders_are_camlms_masked_target_side(see_own_masks):
+    # ERNIE-M §3.1: the placeholders carry "the language embedding and position embedding to indicate the
+    # language and position we want to predict", so they must sit exactly where CAMLM predicted a target.
+    btmlm, batch, view, targets = _btmlm_and_camlm_views(see_own_masks)
+    predicted = view["labels"] != IGNORE
+    assert torch.equal(
+        predicted, (view["segment"] == 1) & (view["input_ids"] != SP.cls) & (view["input_ids"] != SP.sep)
+    )
+    assert targets.tolist() == [1, 0, 1] or targets.tolist() == [1, 2, 1]  # de->en, en->xx, fr->en (pivot en)
+    assert torch.equal(batch["placeholder"], predicted)
+    for key in ("position_ids", "language_ids", "segment", "attention_mask"):
+        assert torch.equal(batch[key], view[key]), key
+    assert torch.equal(batch["generation_ids"], view["input_ids"])  # `<s> x </s> <s> M .. M </s>`
+    camlm_mask = camlm_attention_mask(view["segment"], predicted, see_own_masks)
+    stage1_mask = generation_attention_mask(batch["segment"], batch["placeholder"], see_own_masks)
+    assert torch.equal(stage1_mask, camlm_mask)
+    # And functionally: stage 1's pseudo-tokens are CAMLM's predictions for a fully masked target side.
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(num_languages=3)).eval()
+    logits = _camlm_logits(model, view, view["input_ids"], see_own_masks)[predicted]
+    logits[:, : SP.first_normal] = float("-inf")
+    assert torch.equal(generate_pseudo_tokens(model, batch, SP, see_own_masks), logits.argmax(-1))
+
+
+def test_btmlm_generates_the_translation_camlm_learnt():
+    # A synthetic "translation" y_i = x_i + 20 (de tokens 5..24 -> en tokens 25..44). A tiny model trained
+    # with CAMLM until it translates masked targets almost perfectly must, through BTMLM's stage 1, write
+    # the translation of a monolingual sentence. Chance is 1/20 per token.
+    sp = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=45, first_normal=5)
+    torch.manual_seed(0)
+    # hidden 64: the tiny default (32) does not learn the position-to-position copy in 300 steps
+    model = MaskedLanguageModel(tiny_config(vocab_size=45, num_languages=2, hidden_size=64, ffn_size=128))
+    camlm = CAMLM(CAMLMConfig(mask_prob=0.5), sp, model.config)
+    rng = np.random.default_rng(0)
+
+    def sentences(n):
+        return [rng.integers(5, 25, rng.integers(3, 7)) for _ in range(n)]
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(STEPS):
+        x = sentences(32)
+        batch = camlm.make_batch(ParallelBatch(x, [s + 20 for s in x], np.zeros(32, int), np.ones(32, int)), rng)
+        out = camlm(model, batch)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+    assert out.metrics["accuracy"] > 0.95  # CAMLM has learnt the translation
+
+    btmlm = BTMLM(BTMLMConfig(pseudo_ratio=1.0), sp, model.config, ["de", "en"])
+    x = sentences(64)
+    batch = btmlm.make_batch(MonoBatch(x, np.zeros(64, int)), rng)
+    pseudo = generate_pseudo_tokens(model, batch, sp).split(batch["placeholder"].sum(1).tolist())
+    truth = torch.cat([torch.from_numpy(s + 20) for s in x])
+    assert (torch.cat(pseudo) == truth).float().mean() > 0.9  # token i of the translation, in place
+    assert pseudo_token_precision([p.numpy() for p in pseudo], [s + 20 for s in x]) > 0.9
+
+
+def test_pseudo_token_precision_counts_tokens_found_in_the_translation():
+    pseudo = [np.array([7, 8, 9]), np.array([5])]
+    references = [np.array([9, 7, 7]), np.array([6, 6])]
+    assert pseudo_token_precision(pseudo, references) == pytest.approx(2 / 4)  # pooled over rows, order-free
+    assert np.isnan(pseudo_token_precision([np.array([], int)], [np.array([1])]))
+
+
+def test_placeholder_counts_follow_the_ratio():
     assert placeholder_counts(np.array([3, 10, 40]), 0.15).tolist() == [1, 2, 6]
     assert placeholder_counts(np.array([3, 10]), 0.0).tolist() == [0, 0]
 
 
-def test_a_placeholder_sees_only_the_sentence_and_itself():
-    torch.manual_seed(0)
-    model = MaskedLanguageModel(tiny_config(num_languages=4)).eval()
-    base = sentence_layout([np.arange(10, 17), np.arange(30, 34)], np.array([0, 1]), SP)
-    layout = append_placeholders(base, np.array([2, 3]), np.array([4, 2]), SP)
-    batch = layout.tensors()
-    mask = generation_attention_mask(batch["segment"])
-    placeholder = batch["segment"] == PLACEHOLDER
-
-    def hidden(ids, languages):
-        return model(
-            ids, attention_mask=mask, position_ids=batch["position_ids"], language_ids=languages
-        ).last_hidden_state
-
-    before = hidden(batch["input_ids"], batch["language_ids"])
-    sentence = batch["segment"] == 0
-    for b, k in ((0, 7), (0, 10), (1, 6)):  # each placeholder in turn keeps its MASK; the others change
-        others = placeholder.clone()
-        others[b, k] = False
-        ids, languages = batch["input_ids"].clone(), batch["language_ids"].clone()
-        ids[others] = torch.randint(5, 99, (int(others.sum()),))
-        languages[others] = 0
-        after = hidden(ids, languages)
-        torch.testing.assert_close(after[b, k], before[b, k], rtol=0, atol=1e-6)
-        torch.testing.assert_close(after[sentence], before[sentence], rtol=0, atol=1e-6)  # sentence ignores them
-    ids = batch["input_ids"].clone()
-    ids[0, 2] = 50  # a sentence token does reach the placeholders
-    assert not torch.allclose(hidden(ids, batch["language_ids"])[0, 7], before[0, 7], atol=1e-3)
+def test_btmlm_generates_only_in_camlms_directions():
+    btmlm = BTMLM(BTMLMConfig(), SP, tiny_config(num_languages=3), ["de", "en", "fr"])
+    targets = btmlm.draw_targets(np.array([0, 2, 1, 1, 1, 1, 1, 1]), np.random.default_rng(0))
+    assert targets[:2].tolist() == [1, 1] and set(targets[2:].tolist()) == {0, 2}  # xx->en, en->xx
+    anywhere = BTMLM(BTMLMConfig(pivot=None), SP, tiny_config(num_languages=3), ["de", "en", "fr"])
+    assert set(anywhere.draw_targets(np.zeros(20, int), np.random.default_rng(0)).tolist()) == {1, 2}
+    with pytest.raises(DataError, match="pivot 'en'"):
+        BTMLM(BTMLMConfig(), SP, tiny_config(num_languages=2), ["de", "fr"]).setup(None)
 
 
 def test_stage_two_reads_the_pseudo_tokens_and_no_gradient_reaches_stage_one():
@@ -160,7 +215,7 @@ def test_stage_two_reads_the_pseudo_tokens_and_no_gradient_reaches_stage_one():
     rng = np.random.default_rng(0)
     raw = MonoBatch([rng.integers(5, 99, n) for n in (8, 5, 11)], np.array([0, 1, 2]))
     batch = btmlm.make_batch(raw, rng)
-    placeholder = batch["segment"] == PLACEHOLDER
+    placeholder = batch["placeholder"]
     own_language = batch["language_ids"][:, :1].expand_as(placeholder)  # column 0 is the sentence's <s>
     assert (batch["language_ids"][placeholder] != own_language[placeholder]).all()  # another language
 
@@ -203,7 +258,9 @@ def test_btmlm_stage_two_masks_like_mlm_and_without_placeholders_is_mlm():
     raw = MonoBatch([rng.integers(5, 99, n) for n in (8, 5, 11)], np.array([0, 1, 2]))
     mlm_batch = MLM(MLMConfig(), SP, model.config).make_batch(raw, np.random.default_rng(1))
     for ratio in (0.0, 0.2):
-        batch = BTMLM(BTMLMConfig(pseudo_ratio=ratio), SP, model.config).make_batch(raw, np.random.default_rng(1))
+        batch = BTMLM(BTMLMConfig(pseudo_ratio=ratio), SP, model.config, LANGUAGES).make_batch(
+            raw, np.random.default_rng(1)
+        )
         T0 = mlm_batch["labels"].shape[1]
         assert torch.equal(batch["labels"][:, :T0], mlm_batch["labels"])  # the same targets at every ratio
         assert (batch["labels"][:, T0:] == IGNORE).all()

@@ -1,9 +1,11 @@
 import numpy as np
 import pytest
+import torch
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.prepare import PreparedData
-from polyalign.evaluate.embed import default_layer, length_batches
+from polyalign.evaluate.embed import default_layer, length_batches, pool, sentence_layer
+from polyalign.evaluate.margin import margin_matrix
 from polyalign.evaluate.tatoeba import evaluate_tatoeba, read_tatoeba, resolve_languages, retrieval_accuracy
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
@@ -26,13 +28,53 @@ def test_default_layer_and_length_batches():
     assert all(len(b) * max([5, 1, 9, 3, 7, 2][i] for i in b) <= 10 for b in batches)
 
 
+def test_sentence_evaluations_default_to_xtremes_layer_7_of_12_scaled_to_depth():
+    # XTREME reports BUCC and Tatoeba with layer 7 of XLM-R base's 12 (hidden_states[7]).
+    assert sentence_layer(12) == 7
+    assert (sentence_layer(24), sentence_layer(6), sentence_layer(4), sentence_layer(2)) == (14, 4, 2, 1)
+
+
+def test_pooling_means_over_real_tokens_or_takes_the_first():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]], [[5.0, 6.0], [7.0, 8.0], [9.0, 10.0]]])
+    mask = torch.tensor([[True, True, False], [True, True, True]])  # the first sentence's third token is padding
+    assert torch.equal(pool(hidden, mask, "mean"), torch.tensor([[2.0, 3.0], [7.0, 8.0]]))
+    assert torch.equal(pool(hidden, mask, "first"), torch.tensor([[1.0, 2.0], [5.0, 6.0]]))
+    layers = torch.stack([hidden, 2 * hidden])  # (L+1, B, T, C): every layer pooled alike
+    assert torch.equal(pool(layers, mask, "mean")[1], torch.tensor([[4.0, 6.0], [14.0, 16.0]]))
+
+
+def test_ratio_margin_equals_a_hand_computation():
+    cos = np.array([[0.9, 0.5, 0.1], [0.8, 0.7, 0.2], [0.3, 0.6, 0.4]])
+    # k = 2. Rows (x): mean of the two largest: 0.7, 0.75, 0.5. Columns (y): 0.85, 0.65, 0.3.
+    # margin(x, y) = cos(x, y) / ((row mean + column mean) / 2).
+    expected = np.array(
+        [
+            [0.9 / 0.775, 0.5 / 0.675, 0.1 / 0.5],
+            [0.8 / 0.8, 0.7 / 0.7, 0.2 / 0.525],
+            [0.3 / 0.675, 0.6 / 0.575, 0.4 / 0.4],
+        ]
+    )
+    np.testing.assert_allclose(margin_matrix(cos, k=2), expected, rtol=1e-12)
+
+
+def test_margin_retrieval_discounts_a_hub_that_cosine_retrieval_falls_for():
+    rng = np.random.default_rng(0)
+    base, hub = rng.normal(size=(8, 16)), rng.normal(size=16)
+    queries = (base + 0.5 * rng.normal(size=(8, 16)) + hub).astype(np.float32)
+    keys = base.copy()
+    keys[0] += hub  # key 0 is close to every query
+    keys = keys.astype(np.float32)
+    assert retrieval_accuracy(queries, keys, "cosine") == pytest.approx(5 / 8)
+    assert retrieval_accuracy(queries, keys, "margin") == 1.0
+
+
 def test_tatoeba_on_the_sample_writes_a_layer_sweep(sample_prepared, tmp_path):
     data = PreparedData(sample_prepared)
     model = MaskedLanguageModel(tiny_config(vocab_size=data.meta["vocab_size"], num_languages=6)).eval()
     loaded = LoadedModel(model, data.tokenizer(), data.languages, sample_prepared)
     langs = resolve_languages("deu,cmn", SAMPLE / "tatoeba")
     result = evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs)
-    assert result.layer == 2 and result.layers == [0, 1, 2] and result.xx_to_en.shape == (3, 2)
+    assert result.layer == 1 and result.layers == [0, 1, 2] and result.xx_to_en.shape == (3, 2)
     assert ((result.xx_to_en >= 0) & (result.xx_to_en <= 100)).all()
     d = result.to_dict()
     assert set(d["reported"]["per_language"]) == {"deu", "cmn"} and len(d["sweep"]) == 3
@@ -47,3 +89,17 @@ def test_tatoeba_reader_errors(tmp_path):
         read_tatoeba(tmp_path, "de")
     with pytest.raises(DataError, match=r"no Tatoeba files for \['fra'\]"):
         resolve_languages("fr", tmp_path)
+
+
+def test_tatoeba_options_reach_the_result_and_its_protocol(sample_prepared):
+    data = PreparedData(sample_prepared)
+    model = MaskedLanguageModel(tiny_config(vocab_size=data.meta["vocab_size"])).eval()
+    loaded = LoadedModel(model, data.tokenizer(), data.languages, sample_prepared)
+    langs = resolve_languages("deu", SAMPLE / "tatoeba")
+    mean = evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, layer=2)
+    first = evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, layer=2, pooling="first", score="margin")
+    assert "mean-pooled hidden states of layer 2" in mean.to_dict()["protocol"]
+    assert "first-pooled" in first.to_dict()["protocol"] and "ratio-margin (k = 4" in first.to_dict()["protocol"]
+    assert not np.array_equal(mean.xx_to_en, first.xx_to_en)
+    with pytest.raises(DataError, match="--pooling max: use one of mean, first"):
+        evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, pooling="max")

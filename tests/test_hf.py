@@ -256,6 +256,8 @@ def test_veco_plug_out_and_language_folding_export_exactly(sp_tokenizer, tmp_pat
         transformers_outputs(tmp_path / "xlm", ids, mask, token_type_ids=langs),
         mask,
     )
+    readme = (tmp_path / "xlm" / "README.md").read_text()  # the index a transformers user must pass, per language
+    assert all(f"| {lang} | {i} |" in readme for i, lang in enumerate(["de", "en", "fr"]))
 
 
 def test_a_recipe_continues_from_a_hugging_face_folder(hf_xlmr, sample_prepared, tmp_path, capsys):

@@ -16,7 +16,7 @@ from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import ParallelBatch, ParallelStream, StreamConfig
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.objectives.moco import MoCo, MoCoConfig, enqueue, info_nce, queue_in_order
+from polyalign.objectives.moco import MoCo, MoCoConfig, enqueue, info_nce, queue_in_order, sentence_vectors
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
 from tests.conftest import tiny_config, tiny_recipe_overrides
@@ -171,6 +171,7 @@ def test_ppa_recipe_has_the_paper_defaults():
         "temperature": 0.05,
         "projection_size": 300,
         "tlm": True,
+        "pooling": "mean",  # the paper's footnote-1 variant: our start models never trained the first token
     }
     p = recipe.data.parallel
     assert (p.max_examples, p.min_length, p.max_pair_length) == (128, 10, 128)
@@ -240,3 +241,65 @@ def test_ddp_gathers_keys_from_every_process_before_enqueueing(sample_prepared, 
     a, b = (load_file(str(checkpoint_dirs(tmp_path / r)[-1] / "objectives.safetensors")) for r in ("ddp", "single"))
     assert int(a["moco.queue_pointer"]) == int(b["moco.queue_pointer"]) == 2 * 4  # both processes' keys
     torch.testing.assert_close(a["moco.queue"][:8], b["moco.queue"][:8])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pooling, precision, and a toy task MoCo must learn
+
+
+def test_sentence_vectors_pool_the_first_token_or_the_real_tokens_only():
+    hidden = torch.tensor([[[3.0, 4.0], [1.0, 0.0], [9.0, 9.0]], [[0.0, 2.0], [2.0, 0.0], [4.0, 4.0]]])
+    mask = torch.tensor([[True, True, False], [True, True, True]])  # row 0: the last position is padding
+    first = sentence_vectors(hidden, mask, "first")
+    torch.testing.assert_close(first, torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
+    mean = sentence_vectors(hidden, mask, "mean")  # row 0: mean of (3, 4), (1, 0) = (2, 2); row 1: (2, 2)
+    torch.testing.assert_close(mean, torch.full((2, 2), 2**-0.5))
+    with pytest.raises(ValueError, match="pooling='cls'"):
+        MoCoConfig(pooling="cls")
+
+
+def test_info_nce_runs_in_fp32_outside_autocast(monkeypatch):
+    import polyalign.objectives.moco as moco_module
+
+    seen = []
+
+    def spy(queries, keys, negatives, temperature):
+        seen.append((queries.dtype, keys.dtype, negatives.dtype, torch.is_autocast_enabled("cpu")))
+        return info_nce(queries, keys, negatives, temperature)
+
+    monkeypatch.setattr(moco_module, "info_nce", spy)
+    model, objective = moco()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        objective(model, objective.make_batch(pairs(4), np.random.default_rng(0)))
+    assert seen == [(torch.float32, torch.float32, torch.float32, False)]
+
+
+def translation_pairs(n: int, rng: np.random.Generator) -> ParallelBatch:
+    """A toy bitext: the 'translation' of token t (10-49) is t + 49, in reverse order; lengths 3-6."""
+    source = [rng.integers(10, 50, rng.integers(3, 7)) for _ in range(n)]
+    return ParallelBatch(
+        source, [s[::-1] + 49 for s in source], np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    )
+
+
+def test_moco_learns_to_pick_the_translation_out_of_the_queue():
+    # The defining property: the query ranks its own translation's key above K queued keys of other
+    # sentences. Chance is loss ln(K + 1) and accuracy 1 / (K + 1); a dead signal (a pooled vector that does
+    # not depend on the sentence, no gradient into the query side, keys not the queries' translations)
+    # stays there.
+    K, B = 64, 32
+    model, objective = moco(queue_size=K, momentum=0.9, tlm=False, projection_size=16)
+    trainable = [p for p in [*model.parameters(), *objective.parameters()] if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=3e-3)
+    rng = np.random.default_rng(0)
+    losses, accuracies = [], []
+    for _ in range(50):
+        out = objective(model, objective.make_batch(translation_pairs(B, rng), rng))
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        losses.append(float(out.metrics["moco_loss"]))
+        accuracies.append(float(out.metrics["moco_accuracy"]))
+    chance = math.log(K + 1)
+    assert np.mean(losses[-10:]) < 0.5 * chance
+    assert np.mean(accuracies[-10:]) > 0.5  # chance: 1 / 65

@@ -60,17 +60,74 @@ def test_own_stream_of_x_ignores_y_and_paired_stream_uses_it():
     torch.testing.assert_close(before.own[:B], alone)
 
 
-def test_paired_stream_layer_l_attends_to_the_partners_layer_l():
-    model = veco_model()
+def cross_attention_memories(encoder, run) -> list[torch.Tensor]:
+    """The memory each layer's cross-attention sublayer received while `run()` ran, in layer order."""
+    seen, hooks = [], []
+    for layer in encoder.layers:
+        hooks.append(
+            layer.cross_attention.register_forward_pre_hook(
+                lambda module, args, kwargs: seen.append(kwargs["memory"]), with_kwargs=True
+            )
+        )
+    try:
+        run()
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_every_layer_cross_attends_to_the_partners_last_layer_detached(norm):
+    """VECO §2.2: "the keys and values come from the last layer's representations of paired input", under a
+    stop-gradient. The old wiring (layer l reads the partner's H^l) fails at layer 1."""
+    model = veco_model(norm=norm).train()
     inputs = pair_inputs()
+    out = {}
+    seen = cross_attention_memories(model.encoder, lambda: out.update(streams=two_streams(model, inputs)))
+    partner_last = swap_halves(out["streams"].own)
+    assert len(seen) == model.config.num_layers
+    for memory in seen:
+        torch.testing.assert_close(memory, partner_last, rtol=0, atol=0)
+        assert not memory.requires_grad  # stop-gradient: nothing flows back into the partner's own pass
+
+
+class Tampered:
+    """The model, except that its own-stream outputs pass through `tamper` (as if the partner's pass had
+    produced other states) before two_streams reads them."""
+
+    def __init__(self, model, tamper):
+        self.model, self.config, self.tamper = model, model.config, tamper
+
+    def __call__(self, *args, **kwargs):
+        out = self.model(*args, **kwargs)
+        return self.tamper(out) if kwargs.get("output_hidden_states") else out
+
+
+def test_paired_stream_reads_the_partner_only_through_its_last_layer():
+    """Replace the partner's H^L and nothing else: S changes; replace only H^0 .. H^(L-1): S does not."""
+    from polyalign.model.encoder import EncoderOutput
+
+    model = veco_model(num_layers=3)
+    inputs = pair_inputs()
+
+    def noise_like(h):
+        return torch.randn(h.shape, generator=torch.Generator().manual_seed(7))
+
+    def replace_lower(out):
+        lower = tuple(noise_like(h) for h in out.hidden_states[:-1])
+        return EncoderOutput(out.last_hidden_state, lower + out.hidden_states[-1:])
+
+    def replace_last(out):
+        last = noise_like(out.last_hidden_state)
+        return EncoderOutput(last, out.hidden_states[:-1] + (last,))
+
     with torch.no_grad():
-        streams = two_streams(model, inputs)
-        partner = [swap_halves(h) for h in streams.own_states[1:]]  # VECO Eqs. 7-8: K, V = H^l of the partner
-        direct = model(**inputs, memory=partner, memory_mask=swap_halves(inputs["attention_mask"]))
-        shifted = [swap_halves(h) for h in streams.own_states[:-1]]  # H^(l-1) would be a different model
-        wrong = model(**inputs, memory=shifted, memory_mask=swap_halves(inputs["attention_mask"]))
-    torch.testing.assert_close(streams.paired, direct.last_hidden_state)
-    assert (streams.paired - wrong.last_hidden_state).abs().amax() > 1e-3
+        paired = two_streams(model, inputs).paired
+        lower_replaced = two_streams(Tampered(model, replace_lower), inputs).paired
+        last_replaced = two_streams(Tampered(model, replace_last), inputs).paired
+    torch.testing.assert_close(lower_replaced, paired, rtol=0, atol=0)
+    assert (last_replaced - paired).abs().amax() > 1e-3
 
 
 @pytest.mark.parametrize("stop_gradient", [True, False])
@@ -117,6 +174,20 @@ def test_ca_mlm_stacks_the_pair_and_sums_own_and_paired_terms():
     assert model.encoder.layers[1].cross_attention.query.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="cross_attention: true"):
         objective.setup(MaskedLanguageModel(tiny_config()))
+
+
+def test_ca_mlm_own_term_reads_only_h_and_paired_term_reads_the_partner():
+    """Eq. (1): -log P(x | x̂) comes from H (perturbing the partner y leaves it unchanged), -log P(x | ŷ, x̂) from S."""
+    objective = build_objective("ca_mlm", {}, special_tokens(), tiny_config(cross_attention=True))
+    model = veco_model()
+    inputs = pair_inputs()
+    labels = torch.full((2 * B, T), -100)
+    labels[:B, 2] = inputs["input_ids"][:B, 2]  # masked tokens in x only
+    batch = {**inputs, "labels": labels}
+    with torch.no_grad():
+        before, after = objective(model, batch), objective(model, {**with_new_y(inputs), "labels": labels})
+    torch.testing.assert_close(after.metrics["own_loss"], before.metrics["own_loss"], rtol=0, atol=0)
+    assert abs(after.metrics["paired_loss"] - before.metrics["paired_loss"]) > 1e-4
 
 
 def test_adjacent_stream_pairs_a_segment_with_the_one_that_follows(tmp_path):
@@ -167,7 +238,7 @@ def test_plug_in_features_concatenate_own_and_paired_representations():
         features_x, features_y = plug_in_features(model, x, y)
         own_x = model(**x).last_hidden_state
         own_y = model(**y, output_hidden_states=True).hidden_states[1:]
-        paired_x = model(**x, memory=list(own_y), memory_mask=y["attention_mask"]).last_hidden_state
+        paired_x = model(**x, memory=own_y[-1], memory_mask=y["attention_mask"]).last_hidden_state
     C = model.config.hidden_size
     assert features_x.shape == (2, 5, 2 * C) and features_y.shape == (2, 8, 2 * C)
     torch.testing.assert_close(features_x[..., :C], own_x)  # [H^L_x : S^L_x], computed unpadded
@@ -201,7 +272,7 @@ def test_seq2seq_takes_every_weight_from_the_veco_layers():
     x = {k: v[:B] for k, v in inputs.items()}
     y = {k: v[B:] for k, v in inputs.items()}
     with torch.no_grad():
-        torch.testing.assert_close(seq2seq.encode(x)[-1], plug_out(model)(**x).last_hidden_state)
+        torch.testing.assert_close(seq2seq.encode(x), plug_out(model)(**x).last_hidden_state)
         streams = two_streams(model, inputs)
         unmasked = seq2seq.decoder(**y, memory=seq2seq.encode(x), memory_mask=x["attention_mask"])
     torch.testing.assert_close(unmasked.last_hidden_state, streams.paired[B:])
@@ -213,6 +284,25 @@ def test_seq2seq_takes_every_weight_from_the_veco_layers():
         from_xlm.decoder.layers[1].attention.qkv.weight, xlm.encoder.layers[1].attention.qkv.weight
     )
     assert from_xlm.decoder.layers[1].cross_attention is not None
+
+
+def test_seq2seq_every_decoder_layer_attends_to_the_final_encoder_output():
+    """A standard encoder-decoder (VECO §3.2): every decoder layer's encoder-decoder attention reads the encoder's
+    final output, with VECO's cross-attention weights; not layer l reading encoder layer l."""
+    model = veco_model(num_layers=3)
+    seq2seq = Seq2SeqTransformer.from_encoder(model).eval()
+    inputs = pair_inputs()
+    source = {k: v[:B] for k, v in inputs.items()}
+    target = {k: v[B:] for k, v in inputs.items()}
+    with torch.no_grad():
+        seen = cross_attention_memories(seq2seq.decoder, lambda: seq2seq(source, target))
+        final = plug_out(model)(**source).last_hidden_state
+    assert len(seen) == 3
+    for memory in seen:
+        torch.testing.assert_close(memory, final)
+    for veco_layer, decoder_layer in zip(model.encoder.layers, seq2seq.decoder.layers, strict=True):
+        for name, p in veco_layer.cross_attention.named_parameters():
+            torch.testing.assert_close(dict(decoder_layer.cross_attention.named_parameters())[name], p, rtol=0, atol=0)
 
 
 def test_seq2seq_decoder_is_causal_and_decodes_greedily():
@@ -247,3 +337,114 @@ def test_veco_recipe_trains_and_train_only_holds_all_but_cross_attention(sample_
             assert not torch.equal(value, after[name]), name
         elif "cross_attention" not in name:
             torch.testing.assert_close(value, after[name], rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plug-in fine-tuning as a task: `polyalign finetune xnli|pawsx --plug-in` (VECO §3.1)
+
+
+def save_tiny(folder, sample_prepared, cross_attention: bool):
+    from polyalign.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(sample_prepared / "tokenizer")
+    config = tiny_config(
+        vocab_size=tok.special.vocab_size,
+        pad_token_id=tok.special.pad,
+        num_languages=3,
+        max_positions=128,
+        cross_attention=cross_attention,
+        initializer_range=0.2,
+    )
+    torch.manual_seed(0)
+    save_model_folder(folder, MaskedLanguageModel(config), tok, ["en", "de", "zh"])
+    return folder
+
+
+def plug_in_task(name: str):
+    from polyalign.finetune import build_task
+    from polyalign.finetune.pairs import PairOptions
+
+    return build_task(name, options=PairOptions(plug_in=True))
+
+
+def test_plug_in_pairs_every_input_with_its_translation(tmp_path):
+    from polyalign.finetune import Subsample
+    from polyalign.io import DataError
+    from tests.test_finetune_loop import write_pack
+
+    pack = write_pack(tmp_path)
+    data = plug_in_task("xnli").load(pack, "translate-train-all", Subsample())
+    # Training: every translated pair with its English original (VECO §5, footnote 6), 14 languages x 12 rows.
+    assert len(data.train) == 14 * 12
+    assert all(e.language != "en" and (e.partner.language, e.partner.pair_id) == ("en", e.pair_id) for e in data.train)
+    for lang, examples in [*data.select.items(), *data.test.items()]:
+        for e in examples:
+            assert (e.partner.language, e.partner.pair_id) == ("ar" if lang == "en" else "en", e.pair_id)
+    paws = plug_in_task("pawsx").load(pack, "translate-train-all", Subsample())
+    partner_language = {lang: {e.partner.language for e in examples} for lang, examples in paws.test.items()}
+    expected = {"en": {"es"}, "de": {"zh"}, "zh": {"de"}} | {k: {"en"} for k in ("es", "fr", "ja", "ko")}
+    assert partner_language == expected  # PAWS-X: en is scored on dev rows, de and zh on their test sets
+    assert all(e.partner.pair_id == e.pair_id for examples in paws.test.values() for e in examples)
+    with pytest.raises(DataError, match="needs --setting translate-train-all"):
+        plug_in_task("xnli").load(pack, "transfer", Subsample())
+
+
+def test_plug_in_task_model_classifies_from_own_and_paired_streams(tmp_path, sample_prepared):
+    """Each row's features are [H^L_x : S^L_x] with S reading its translation's last layer, as computed for the
+    pair alone; the loss covers both sides, the outputs only the inputs."""
+    from polyalign.finetune import Subsample, build_task
+    from polyalign.finetune.base import Feature
+    from polyalign.finetune.loop import FinetuneConfig, build_task_model
+    from tests.test_finetune_loop import write_pack
+
+    loaded = load_model(save_tiny(tmp_path / "veco", sample_prepared, cross_attention=True))
+    task = plug_in_task("xnli")
+    data = task.load(write_pack(tmp_path / "pack"), "translate-train-all", Subsample(max_train=3))
+    features = task.features(data.train, loaded, 64, True)
+    special = loaded.tokenizer.special
+    batch = task.collate(features, special)
+    assert batch["input_ids"].shape[0] == 6
+    assert batch["labels"].tolist() == [e.label for e in data.train] + [e.partner.label for e in data.train]
+    model = build_task_model(task, loaded, FinetuneConfig()).eval()
+    with torch.no_grad():
+        hidden = model.encoder(batch)  # (6, T, 2C)
+        plain = build_task("xnli")  # the same rows, one pair at a time and unstacked
+        for i, f in enumerate(features):
+            x = plain.collate([f], special)
+            y = plain.collate([Feature([], extra=f.extra["partner"])], special)
+            x_in = {k: x[k] for k in ("input_ids", "attention_mask", "position_ids", "language_ids")}
+            y_in = {k: y[k] for k in ("input_ids", "attention_mask", "position_ids", "language_ids")}
+            own = loaded.model(**x_in).last_hidden_state
+            partner_last = loaded.model(**y_in).last_hidden_state
+            paired = loaded.model(**x_in, memory=partner_last, memory_mask=y["attention_mask"]).last_hidden_state
+            Tx = x["input_ids"].shape[1]
+            torch.testing.assert_close(hidden[i, :Tx], torch.cat([own, paired], -1)[0], rtol=1e-4, atol=1e-5)
+        logits = model(batch)
+    assert logits.shape == (6, 3) and len(task.outputs(logits, batch)) == 3
+
+
+def test_cli_finetune_plug_in_end_to_end_and_refuses_a_model_without_cross_attention(tmp_path, sample_prepared, capsys):
+    from typer.testing import CliRunner
+
+    from polyalign.cli import app, main
+    from tests.test_finetune_loop import write_pack
+
+    veco = save_tiny(tmp_path / "veco", sample_prepared, cross_attention=True)
+    pack = write_pack(tmp_path / "pack")
+    common = ["--data", str(pack), "--seeds", "1", "--max-train", "4", "--max-select", "2", "--max-eval", "2"]
+    common += ["--set", "epochs=1", "--set", "batch_size=2", "--set", "max_length=64", "--no-progress"]
+    args = ["finetune", "xnli", "--plug-in", "--setting", "translate-train-all", *common]
+    result = CliRunner().invoke(app, [*args, "--model", str(veco), "--out", str(tmp_path / "ft")])
+    assert result.exit_code == 0, result.output
+    table = json.loads((tmp_path / "ft" / "finetune.json").read_text())["results"][0]
+    assert table["config"]["task_options"]["plug_in"] is True and table["runs"][0]["steps"] == 2
+    assert "Plug-in fine-tuning (VECO §3.1)" in table["protocol"]
+    assert all(0 <= table["per_language"][lang]["mean"] <= 100 for lang in table["languages"])
+
+    plain = save_tiny(tmp_path / "plain", sample_prepared, cross_attention=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--model", str(plain)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "has no cross-attention" in errors[0] and "Traceback" not in err

@@ -1,6 +1,7 @@
 """XLM-E: gated relative position bias, replaced token detection (MRTD, TRTD), FLOPs accounting, recipes."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from polyalign.flops import replaced_token_detection_flops
 from polyalign.model import Encoder, MaskedLanguageModel
 from polyalign.model.position_bias import GatedRelativePositionBias, RelativePositionBias
 from polyalign.objectives import OBJECTIVES
-from polyalign.objectives.rtd import corrupt, replaced_token_labels
+from polyalign.objectives.rtd import corrupt, replaced_token_labels, sample_replacements
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
 from tests.conftest import tiny_config, tiny_recipe_overrides
@@ -57,6 +58,29 @@ def test_gated_bias_equals_the_plain_relative_bias_when_its_gates_are_held_const
         torch.testing.assert_close(gated(q, relative), 1.75 * plain(q, relative))
         gated.gates.weight.normal_()  # gates that read q: the bias now depends on the content
         assert not torch.allclose(gated(q, relative), gated(torch.randn_like(q), relative))
+
+
+def test_gated_bias_for_one_query_and_key_matches_a_hand_computation():
+    # XLM-E §3.3: g_update, g_reset = σ(q_i·u), σ(q_i·v), r = d + g_update·d + (1 - g_update)·w·g_reset·d,
+    # the gates read from the query i only. Random u, v, w and queries make every gate differ.
+    torch.manual_seed(0)
+    H, hs, T = 2, 4, 6
+    gated = GatedRelativePositionBias(H, hs)
+    with torch.no_grad():
+        gated.gates.weight.normal_()
+        gated.w.copy_(torch.tensor([0.7, -1.3]))
+    q = torch.randn(1, H, T, hs)
+    relative = (torch.arange(T)[None, :] - torch.arange(T)[:, None])[None]  # (1, T, T): pos_j - pos_i
+    bias = gated(q, relative)
+    i, j = 1, 4  # j - i = 3 < 8: its own bucket, 16 + 3 (the positive direction's half)
+    u, v = gated.gates.weight.tolist()
+    for h in range(H):
+        d = gated.relative.table.weight[16 + 3, h].item()
+        q_i = q[0, h, i].tolist()
+        update = 1 / (1 + math.exp(-sum(a * b for a, b in zip(q_i, u, strict=True))))
+        reset = 1 / (1 + math.exp(-sum(a * b for a, b in zip(q_i, v, strict=True))))
+        r = d + update * d + (1 - update) * gated.w[h].item() * reset * d
+        assert abs(update - reset) > 0.05 and abs(bias[0, h, i, j].item() - r) < 1e-5
 
 
 def test_encoder_with_constant_gates_matches_the_encoder_with_plain_relative_bias():
@@ -112,6 +136,29 @@ def test_replaced_labels_in_a_training_step_are_exactly_the_changed_positions():
     assert sampled_back.sum() > 10 and not d.replaced[sampled_back].any()
     assert (masked & (d.corrupted != d.original)).sum() > 10
     assert torch.equal(d.original[real], torch.where(masked, batch["labels"], batch["input_ids"])[real])
+
+
+def test_discriminator_reads_the_generator_samples_at_masked_positions_and_the_originals_elsewhere(monkeypatch):
+    model, objective = build("mrtd")
+    batch = mono_batch(objective, n=8, length=20)
+    samples, seen = [], []
+
+    def recorded_samples(logits):
+        samples.append(sample_replacements(logits))
+        return samples[-1]
+
+    monkeypatch.setattr("polyalign.objectives.rtd.sample_replacements", recorded_samples)
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs.get("input_ids", args[0] if args else None)), with_kwargs=True
+    )
+    objective.detect(model, batch)
+    masked = batch["labels"] != -100
+    original = torch.where(masked, batch["labels"], batch["input_ids"])
+    expected = original.clone()
+    expected[masked] = samples[0]  # Eqs. (2), (4): x^corrupt, the samples in row-major order of the masked positions
+    assert len(samples) == 1 and len(seen) == 1  # one draw, one discriminator pass
+    assert torch.equal(seen[0], expected)
+    assert (expected != original).sum() > 5 and not torch.equal(expected, batch["input_ids"])
 
 
 def test_discriminator_loss_sends_no_gradient_to_the_generator():

@@ -1,13 +1,14 @@
 """Word alignments for pre-tokenised sentence pairs from the hidden states of any polyalign model.
 
-One encoder call per batch of pairs gives every layer at once, so a layer sweep and several methods cost one
-encoding pass. Two ways to encode a pair:
-- `separate` (default; SimAlign and the usual evaluation practice): `<s> x </s>` and `<s> y </s>` as two rows
-  of the same batch, each with its own language embedding;
-- `pair` (XLM-Align §3.1 self-labeling, and XLM-Align's released aligner): the concatenated pair, laid out
-  as TLM sees it (`xlm` style with language embeddings when the model has them, else `<s> x </s> y </s>`
-  with positions running on, the layout of XLM-Align's released aligner).
-Alignment math (align/extract.py) runs on the padded batch with masks; only output formatting loops.
+One encoder call per batch of pairs gives every layer up to the deepest one asked for, so a layer sweep and
+several methods cost one encoding pass. Two ways to encode a pair:
+- `pair` (default for `ot`: XLM-Align §3.1 and §4.3, and XLM-Align's released aligner, whose numbers the
+  papers' tables report): the concatenated pair, laid out as TLM sees it (`<s> x </s> y </s>` with positions
+  running on; `xlm` style with language embeddings when the model has them);
+- `separate` (default for `argmax`/`itermax`, as SimAlign): `<s> x </s>` and `<s> y </s>` as two rows of the
+  same batch, each with its own language embedding.
+The encoder runs in bf16 on length-sorted batches; the alignment math (align/extract.py) and the lifting to
+words run on the padded batch with masks; only output formatting loops over pairs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from polyalign.align.extract import METHODS, OTSettings, subword_links
 from polyalign.align.words import gather_side, lift_to_words, link_lists, pad_word_ids, side_positions
@@ -25,8 +25,10 @@ from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import pair_layout, sentence_layout
 from polyalign.evaluate.embed import default_layer, length_batches
 from polyalign.io import DataError
+from polyalign.progress import tqdm
 
 ENCODINGS = ("separate", "pair")
+PRECISIONS = ("bf16", "fp32")
 Links = list[tuple[int, int]]
 
 
@@ -40,6 +42,11 @@ class EncodedPair:
     num_target: int
 
 
+def default_encoding(method: str) -> str:
+    """`pair` for `ot` (XLM-Align's evaluation encodes the concatenated pair), `separate` for SimAlign's methods."""
+    return "pair" if method == "ot" else "separate"
+
+
 class Aligner:
     """Aligns batches of word-split sentence pairs with a loaded model (see the module docstring)."""
 
@@ -48,11 +55,13 @@ class Aligner:
         loaded: LoadedModel,
         encoding: str = "separate",
         batch_tokens: int = 8192,
-        precision: str = "fp32",
+        precision: str = "bf16",
         settings: OTSettings = OTSettings(),
     ):
         if encoding not in ENCODINGS:
             raise DataError(f"--encoding {encoding}: use one of {', '.join(ENCODINGS)}")
+        if precision not in PRECISIONS:
+            raise DataError(f"--precision {precision}: use one of {', '.join(PRECISIONS)}")
         self.loaded, self.encoding, self.batch_tokens, self.settings = loaded, encoding, batch_tokens, settings
         self.model = loaded.model.eval()
         self.special = loaded.tokenizer.special
@@ -95,7 +104,8 @@ class Aligner:
 
     @torch.no_grad()
     def _side_states(self, batch: list[EncodedPair], layers: list[int], lang: tuple[int, int] | None):
-        """Run the encoder once; returns source and target token states (Ly, B, n|m, C) and their masks."""
+        """Run the encoder once, up to the deepest layer asked for; returns source and target token states
+        (Ly, B, n|m, C) and their masks."""
         src = [np.asarray(p.source_ids, dtype=np.int64) for p in batch]
         tgt = [np.asarray(p.target_ids, dtype=np.int64) for p in batch]
         B = len(batch)
@@ -110,7 +120,7 @@ class Aligner:
             selected = torch.from_numpy(layout.maskable)
         inputs = {k: v.to(self.device) for k, v in layout.tensors().items() if k != "segment"}
         with self.autocast:
-            hidden = self.model(**inputs, output_hidden_states=True).hidden_states
+            hidden = self.model(**inputs, output_hidden_states=True, num_layers=max(layers)).hidden_states
         states = torch.stack([hidden[layer] for layer in layers]).float()  # (Ly, rows, T, C)
         if self.encoding == "separate":
             index, mask = side_positions(selected.to(self.device))

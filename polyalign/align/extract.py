@@ -2,7 +2,7 @@
 
 - `ot` (XLM-Align §3.1): Sinkhorn plan of f_sim = log max(eps, h·h), then iterative alignment filtering
   (Eqs. 7-9). Defaults from XLM-Align Table 11: mu = 1, 2 Sinkhorn iterations, 2 filtering iterations,
-  alpha = 0.9.
+  alpha = 0.9. With filtering `disable` (§5.4), the union of the plan's forward and backward argmax instead.
 - `argmax` (SimAlign): links where the forward and backward argmax of cosine similarity agree.
 - `itermax` (SimAlign): argmax, then further rounds that favour still-unaligned rows and columns.
 All functions take padded (..., n, m) matrices and a boolean mask of real token pairs; links are booleans.
@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from polyalign.align.transport import EPSILON, at_least_fp32, log_dot_similarity, sinkhorn
 
 METHODS = ("ot", "argmax", "itermax")
+FILTERINGS = ("iterative", "disable")
 
 
 def mutual_argmax(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,6 +43,8 @@ def filter_alignments(
     """
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha={alpha}: the discount factor must lie in (0, 1]")
+    if iterations < 1:
+        raise ValueError(f"filter_iterations={iterations}: filtering needs at least 1 iteration (0 gives no links)")
     scores = at_least_fp32(log_scores).masked_fill(~mask, float("-inf"))
     links = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
     for _ in range(iterations):
@@ -51,6 +54,13 @@ def filter_alignments(
         # Eq. (9): 0 at links, alpha · A* beside them, unchanged elsewhere (log space: -inf, + log alpha).
         scores = torch.where(links, float("-inf"), torch.where(touched, scores + math.log(alpha), scores))
     return links
+
+
+def union_argmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """XLM-Align §5.4, alignment filtering disabled: the union of the forward and backward argmax of A*
+    (Eq. 7), so every token is aligned at least once; returns the links (..., n, m)."""
+    forward, backward = mutual_argmax(scores, mask)
+    return forward | backward
 
 
 def cosine_similarity(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -89,16 +99,31 @@ class OTSettings:
     """Entropic regularisation (Eq. 3)."""
     sinkhorn_iterations: int = 2
     filter_iterations: int = 2
+    """Rounds of iterative filtering (Eqs. 8-9), at least 1."""
     alpha: float = 0.9
     """Discount of entries beside an existing link (Eq. 9)."""
     eps: float = EPSILON
     """Floor of the dot product in f_sim (Eq. 1)."""
+    filtering: str = "iterative"
+    """`iterative` (Eqs. 7-9: high-precision links) or `disable` (§5.4: the union of forward and backward
+    argmax, every token aligned; filter_iterations and alpha are then unused)."""
+
+    def __post_init__(self) -> None:
+        if self.filtering not in FILTERINGS:
+            raise ValueError(f"filtering={self.filtering!r}: use one of {', '.join(FILTERINGS)}")
+        if self.filtering == "iterative" and self.filter_iterations < 1:
+            raise ValueError(
+                f"filter_iterations={self.filter_iterations}: iterative filtering needs at least 1 (0 gives no "
+                "links); to keep every argmax link use filtering: disable (XLM-Align §5.4)"
+            )
 
 
 def ot_links(source: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, settings: OTSettings = OTSettings()):
     """XLM-Align §3.1 end to end: hidden states (..., n, C), (..., m, C) -> links (..., n, m)."""
     similarity = log_dot_similarity(source, target, settings.eps)  # Eq. (1)
     log_plan = sinkhorn(similarity, mask, settings.mu, settings.sinkhorn_iterations)  # Eqs. (3)-(6)
+    if settings.filtering == "disable":
+        return union_argmax(log_plan, mask)
     return filter_alignments(log_plan, mask, settings.filter_iterations, settings.alpha)
 
 

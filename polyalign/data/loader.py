@@ -28,6 +28,12 @@ class StepBatches:
     """Per slot: the streams' and masking generator's state after this step's batches."""
 
 
+def real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens the encoder reads for one batch: every 2-D attention mask counts (an objective that
+    encodes a second sequence, e.g. contrast's `target_` side or MoCo's key side, carries one for it)."""
+    return sum(int(v.sum()) for k, v in batch.items() if k.endswith("attention_mask") and v.dim() == 2)
+
+
 def padding_free(batch: dict[str, torch.Tensor]) -> bool:
     """A batch whose (B, T) attention mask is all True needs no mask at all (flash attention on CUDA)."""
     mask = batch.get("attention_mask")
@@ -39,7 +45,7 @@ def build_slot_step(slot, makers: dict[str, Callable], active: list[str]) -> tup
     batches, tokens = {}, 0
     for name in active:
         batch = makers[name](slot.streams[name].next_batch(), slot.rng)
-        tokens += int(batch["attention_mask"].sum())
+        tokens += real_tokens(batch)
         if padding_free(batch):
             batch["padding_free"] = True  # objectives' model_inputs drop the mask then
         batches[name] = batch

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
+from polyalign.data.dev_split import dev_line_numbers, write_dev_pairs
 from polyalign.data.sampling import language_probabilities
 from polyalign.data.shards import ShardWriter, TokenShard, ids_dtype
 from polyalign.io import (
@@ -31,6 +31,7 @@ from polyalign.io import (
     read_tsv_pairs,
     write_json,
 )
+from polyalign.progress import ticking, tqdm
 from polyalign.tokenizer import Tokenizer, load_tokenizer, train_sentencepiece
 
 META = "meta.json"
@@ -142,9 +143,13 @@ class PrepareConfig:
     exclude: list[Path] = field(default_factory=list)
     """Evaluation files/folders whose sentences must not appear in training data."""
     policy: LinePolicy = field(default_factory=LinePolicy)
+    dev_pairs: int = 0
+    """Pairs per en-xx parallel file held out of training and written to dev/ in the Tatoeba layout."""
     chunk_lines: int = 8192
     seed: int = 0
     overwrite: bool = False
+    progress: bool = True
+    """Show progress (tokenizer training, tokenizing)."""
 
 
 def count_lines(path: Path) -> int:
@@ -208,20 +213,42 @@ def sample_tokenizer_text(corpus: Corpus, config: PrepareConfig, out_file: Path)
     return written
 
 
+def check_parallel_lengths(corpus: Corpus) -> None:
+    """Refuse two-file parallel sources whose sides differ in line count, before any tokenizer work."""
+    for p in corpus.parallel:
+        if p.tgt is None:
+            continue
+        n_src, n_tgt = count_lines(p.src), count_lines(p.tgt)
+        if n_src != n_tgt:
+            (short, n_short), (long_, _) = sorted([(p.src, n_src), (p.tgt, n_tgt)], key=lambda x: x[1])
+            raise DataError(
+                f"{long_}:{n_short + 1}: parallel files differ in length: {short} ends after {n_short} lines; "
+                "the two sides must be line-aligned"
+            )
+
+
+def tokenizer_folder(path: Path) -> Path:
+    """`--tokenizer-from` takes a tokenizer folder or a model folder (its `tokenizer/` subfolder)."""
+    return path / "tokenizer" if (path / "tokenizer").is_dir() else path
+
+
 def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
     """Build the prepared folder `config.out`; returns its meta dictionary."""
+    check_parallel_lengths(corpus)
+    source = load_tokenizer(tokenizer_folder(Path(config.tokenizer_from))) if config.tokenizer_from else None
     with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
         tok_dir = tmp / "tokenizer"
-        if config.tokenizer_from is not None:
-            tokenizer = load_tokenizer(config.tokenizer_from)
-            tokenizer.save(tok_dir)
+        if source is not None:
+            source.save(tok_dir)
             tokenizer = load_tokenizer(tok_dir)
             sampled = {}
         else:
             with tempfile.TemporaryDirectory() as scratch:
                 text = Path(scratch) / "tokenizer_text.txt"
-                sampled = sample_tokenizer_text(corpus, config, text)
-                tokenizer = train_sentencepiece(text, tok_dir, config.vocab_size)
+                with ticking("sample tokenizer text", config.progress):
+                    sampled = sample_tokenizer_text(corpus, config, text)
+                with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
+                    tokenizer = train_sentencepiece(text, tok_dir, config.vocab_size)
         meta = tokenize_corpus(corpus, tokenizer, config, tmp)
         meta["tokenizer_sample_lines"] = sampled
         meta["alpha"] = config.alpha
@@ -256,6 +283,7 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig,
                 unit=" lines",
                 leave=False,
                 mininterval=1.0,
+                disable=not config.progress,
             ):
                 if leaked(text):
                     excluded += 1
@@ -277,7 +305,16 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig,
         )
         chunk_a: list[str] = []
         chunk_b: list[str] = []
-        for _, a, b in tqdm(rows, desc=f"tokenize {p.name}", unit=" pairs", leave=False, mininterval=1.0):
+        held_out = (
+            dev_line_numbers(count_lines(p.src), config.dev_pairs, p.name, config.seed) if config.dev_pairs else set()
+        )
+        dev: list[tuple[str, str]] = []
+        for lineno, a, b in tqdm(
+            rows, desc=f"tokenize {p.name}", unit=" pairs", leave=False, mininterval=1.0, disable=not config.progress
+        ):
+            if lineno in held_out:
+                dev.append((a, b))
+                continue
             if leaked(a, b):
                 excluded += 1
                 continue
@@ -290,6 +327,8 @@ def tokenize_corpus(corpus: Corpus, tokenizer: Tokenizer, config: PrepareConfig,
         wa.add(tokenizer.encode_batch(chunk_a))
         wb.add(tokenizer.encode_batch(chunk_b))
         sa, sb = wa.close(), wb.close()
+        if dev and write_dev_pairs(out, p.src_lang, p.tgt_lang, dev):
+            meta.setdefault("dev_pairs", {})[p.name] = len(dev)
         meta["parallel"][p.name] = {
             "src": p.src_lang,
             "tgt": p.tgt_lang,

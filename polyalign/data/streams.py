@@ -33,6 +33,9 @@ class StreamConfig:
     """Cap on examples per batch (0 = only the token budget limits it)."""
     max_pair_length: int = 0
     """Parallel only: skip pairs whose two sides together exceed this many tokens (PPA §3.1); 0 = no cap."""
+    one_pair_per_batch: bool = False
+    """Parallel only: every batch holds pairs of one language pair (chosen by alpha), so in-batch negatives
+    share the positive's languages and cannot be told apart by script (hard negatives for `contrast`)."""
 
     def __post_init__(self) -> None:
         if self.max_length < 1 or self.max_tokens < self.max_length:
@@ -156,10 +159,16 @@ class ParallelStream(_Stream):
         self.pairs, self.languages = pairs, languages
         super().__init__([s.num_tokens + t.num_tokens for s, t in pairs], config, [*np.atleast_1d(seed).tolist(), 2])
 
+    _batch_pair: int | None = None  # with one_pair_per_batch: the language pair of the batch being collected
+
     def _draw(self):
         cfg = self.config
         for _ in range(MAX_REJECTED_DRAWS):
-            k = int(self.rng.choice(len(self.pairs), p=self.probs))
+            k = (
+                self._batch_pair
+                if self._batch_pair is not None
+                else int(self.rng.choice(len(self.pairs), p=self.probs))
+            )
             src, tgt = self.pairs[k]
             i = int(self.rng.integers(len(src)))
             if cfg.max_pair_length and src.length(i) + tgt.length(i) > cfg.max_pair_length:
@@ -178,6 +187,11 @@ class ParallelStream(_Stream):
         return len(example[0]) + len(example[1])
 
     def next_batch(self) -> ParallelBatch:
+        if self.config.one_pair_per_batch:
+            # One language pair per batch: draw it, and drop the example left over from the last batch (it
+            # may be of another pair); the stream's state stays its generator alone.
+            self._batch_pair = int(self.rng.choice(len(self.pairs), p=self.probs))
+            self._pending = None
         batch = self._collect()
         return ParallelBatch(
             [e[0] for e in batch],

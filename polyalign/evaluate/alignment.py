@@ -1,8 +1,10 @@
 """Word-alignment evaluation: AER against gold sure/possible links, at one layer or swept over all layers.
 
-Protocol: words given (gold tokenisation), each sentence encoded on its own (`separate`) unless asked
-otherwise, token links from the hidden states of one layer by `ot` / `argmax` / `itermax`, lifted to word
-links ("if two subwords are aligned, their words are aligned"), AER with sure and possible links.
+Protocol: words given (gold tokenisation); `ot` encodes the concatenated pair (`pair`, as XLM-Align's
+evaluation does) and `argmax` / `itermax` each sentence on its own (`separate`, as SimAlign) unless asked
+otherwise; token links from the hidden states of one layer, lifted to word links ("if two subwords are
+aligned, their words are aligned"), AER with sure and possible links. Pairs longer than the model's position
+table are truncated (their cut-off words get no links) and counted, not hidden.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
-from polyalign.align.aligner import Aligner, check_layer
+from polyalign.align.aligner import Aligner, check_layer, default_encoding
 from polyalign.checkpoint import LoadedModel
 
 PROTOCOL = (
     "AER (Och & Ney) with sure/possible gold links; words given; {encoding} encoding; layer {layer} "
-    "(0 = embeddings); method {method}; subword links lifted to words"
+    "(0 = embeddings); method {method}; subword links lifted to words; {truncated} of {sentences} pairs "
+    "truncated to the model's positions"
 )
 
 
@@ -31,6 +34,8 @@ class AlignmentResult:
     recall: float
     encoding: str = "separate"
     sentences: int = 0
+    truncated: int = 0
+    """Pairs cut to fit the position table (scored with the words that fit; the cut-off ones get no links)."""
     sweep: list[dict] | None = field(default=None)
     """Per layer {"layer", "aer", "precision", "recall"}, when all layers were evaluated."""
 
@@ -44,7 +49,8 @@ class AlignmentResult:
             "recall": round(self.recall, 2),
             "encoding": self.encoding,
             "sentences": self.sentences,
-            "protocol": PROTOCOL.format(encoding=self.encoding, layer=self.layer, method=self.method),
+            "truncated": self.truncated,
+            "protocol": PROTOCOL.format(**vars(self)),
         }
         if self.sweep is not None:
             out["sweep"] = self.sweep
@@ -60,16 +66,26 @@ class AlignmentResult:
         csv_path = out_dir / "alignment_layers.csv"
         with open(csv_path, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
-            w.writerow(["layer", "aer", "precision", "recall"])
+            w.writerow(["layer", "aer", "precision", "recall", "method", "encoding", "truncated"])
             for row in self.sweep:
-                w.writerow([row["layer"], row["aer"], row["precision"], row["recall"]])
+                w.writerow(
+                    [
+                        row["layer"],
+                        row["aer"],
+                        row["precision"],
+                        row["recall"],
+                        self.method,
+                        self.encoding,
+                        self.truncated,
+                    ]
+                )
         layers = [r["layer"] for r in self.sweep]
         png = plot_series(
             {k: (layers, [r[k] for r in self.sweep]) for k in ("aer", "precision", "recall")},
             out_dir / "alignment_layers.png",
             "layer",
             "%",
-            f"{title}: {self.pair}, {self.method}",
+            f"{title}: {self.pair}, {self.method}, {self.encoding} encoding",
         )
         return csv_path, png
 
@@ -93,14 +109,16 @@ def evaluate_alignment(
     method: str = "ot",
     layer: int | None = None,
     sweep: bool = False,
-    encoding: str = "separate",
+    encoding: str | None = None,
     batch_tokens: int = 8192,
     progress: bool = False,
+    precision: str = "bf16",
 ) -> AlignmentResult:
     """AER of `method` at `layer` (default: two thirds up) on a gold folder; with `sweep`, every layer too
-    (one encoding pass either way)."""
+    (one encoding pass either way). `encoding` defaults to the method's (`default_encoding`)."""
     gold = read_gold(gold_dir)
-    aligner = Aligner(loaded_model, encoding=encoding, batch_tokens=batch_tokens)
+    encoding = encoding or default_encoding(method)
+    aligner = Aligner(loaded_model, encoding=encoding, batch_tokens=batch_tokens, precision=precision)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
     layers = list(range(aligner.num_layers + 1)) if sweep else [layer]
@@ -109,4 +127,6 @@ def evaluate_alignment(
     scores = {lay: score_gold(gold, links[(method, lay)]) for lay in layers}
     s = scores[layer]
     rows = [_row(lay, scores[lay]) for lay in layers] if sweep else None
-    return AlignmentResult(gold.name, method, layer, s.aer, s.precision, s.recall, encoding, len(gold.source), rows)
+    return AlignmentResult(
+        gold.name, method, layer, s.aer, s.precision, s.recall, encoding, len(gold.source), aligner.truncated, rows
+    )

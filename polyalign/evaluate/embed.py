@@ -1,18 +1,36 @@
-"""Sentence representations from any layer of a model: batched by length, mean-pooled, all layers at once."""
+"""Sentence representations from any layer of a model: batched by length, pooled, all layers at once."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from polyalign.checkpoint import LoadedModel
+from polyalign.io import DataError
+from polyalign.model.pooling import POOLINGS, pool
+from polyalign.progress import tqdm
 
 
 def default_layer(num_layers: int) -> int:
     """The layer reported when none is chosen: two thirds of the way up (8 of 12, 4 of 6), where
     cross-lingual retrieval and alignment typically peak (XTREME; XLM-Align Figure 4)."""
     return max(1, -(-2 * num_layers // 3))
+
+
+def sentence_layer(num_layers: int) -> int:
+    """The layer sentence-level evaluations report when none is chosen: XTREME's layer 7 of XLM-R base's 12
+    (Hu et al. 2020, BUCC and Tatoeba), scaled to the model's depth and rounded half up (4 of 6, 2 of 4)."""
+    return max(1, (7 * num_layers + 6) // 12)
+
+
+def check_sentence_options(num_layers: int, layer: int | None, pooling: str) -> int:
+    """The layer to report (`sentence_layer` when None), after checking it and the pooling."""
+    layer = sentence_layer(num_layers) if layer is None else layer
+    if not 0 <= layer <= num_layers:
+        raise DataError(f"--layer {layer}: the model has layers 0..{num_layers}")
+    if pooling not in POOLINGS:
+        raise DataError(f"--pooling {pooling}: use one of {', '.join(POOLINGS)}")
+    return layer
 
 
 def length_batches(lengths: list[int], batch_tokens: int) -> list[np.ndarray]:
@@ -50,9 +68,10 @@ def embed_sentences(
     batch_tokens: int = 16384,
     precision: str = "bf16",
     progress: bool = False,
+    pooling: str = "mean",
 ) -> np.ndarray:
-    """Mean-pooled hidden states (over all real tokens, <s> and </s> included, as XTREME does) of every
-    layer: returns (L + 1, N, C) float32, index 0 being the embedding layer."""
+    """Pooled hidden states (see `pool`) of every layer: returns (L + 1, N, C) float32, index 0 being the
+    embedding layer. Runs on the model's device, in bf16 autocast there unless `precision` is fp32."""
     model, sp = loaded.model, loaded.tokenizer.special
     device = next(model.parameters()).device
     seqs = [[sp.cls, *ids[: max_length - 2], sp.sep] for ids in loaded.tokenizer.encode_batch(sentences)]
@@ -66,8 +85,6 @@ def embed_sentences(
         lang = None if language_id is None else torch.full_like(ids, language_id)
         with autocast:
             hidden = model(ids, attention_mask=mask, language_ids=lang, output_hidden_states=True).hidden_states
-        m = mask[None, :, :, None].float()  # (1, B, T, 1)
-        stacked = torch.stack(hidden).float()  # (L+1, B, T, C)
-        pooled = (stacked * m).sum(2) / m.sum(2)  # (L+1, B, C)
+        pooled = pool(torch.stack(hidden).float(), mask, pooling)  # (L+1, B, T, C) -> (L+1, B, C)
         out[:, idx] = pooled.cpu().numpy()
     return out

@@ -1,8 +1,9 @@
 """Tatoeba sentence retrieval (LASER test set; XTREME protocol).
 
-Protocol: mean-pooled hidden states of one layer, cosine similarity, nearest neighbour; acc@1 from xx to
-English and from English to xx, per language and averaged. All layers are computed in one pass, so a
-layer sweep costs nothing extra.
+Protocol: mean-pooled hidden states of one layer (XTREME's layer 7 of 12, scaled to the depth), cosine
+similarity, nearest neighbour; acc@1 from xx to English and from English to xx, per language and averaged.
+`score="margin"` ranks by the ratio margin (Artetxe and Schwenk 2019) instead, which discounts hub sentences.
+All layers are computed in one pass, so a layer sweep costs nothing extra.
 """
 
 from __future__ import annotations
@@ -15,21 +16,23 @@ import numpy as np
 import torch
 
 from polyalign.checkpoint import LoadedModel
-from polyalign.evaluate.embed import default_layer, embed_sentences
+from polyalign.evaluate.embed import check_sentence_options, embed_sentences
+from polyalign.evaluate.margin import MARGIN_K, margin_matrix
 from polyalign.io import DataError, LinePolicy, read_lines
 from polyalign.languages import TATOEBA_14, to_tatoeba
 
 PROTOCOL = (
-    "Tatoeba: mean-pooled hidden states of layer {layer} (0 = embeddings), cosine nearest neighbour, "
+    "Tatoeba: {pooling}-pooled hidden states of layer {layer} (0 = embeddings), {score} nearest neighbour, "
     "acc@1 xx->en and en->xx"
 )
+SCORES = ("cosine", "margin")
 
 
 def read_tatoeba(data_dir: str | Path, lang: str) -> tuple[list[str], list[str]]:
     """Line-aligned (xx sentences, English sentences) from tatoeba.{xxx}-eng.{xxx|eng}."""
     code = to_tatoeba(lang)
     base = Path(data_dir) / f"tatoeba.{code}-eng"
-    policy = LinePolicy(max_chars=100_000, on_bad="error")
+    policy = LinePolicy(max_chars=100_000, on_bad="error", fix="evaluation files must have no bad lines; fix the file")
     xx = [t for _, t in read_lines(f"{base}.{code}", policy)]
     en = [t for _, t in read_lines(f"{base}.eng", policy)]
     if len(xx) != len(en):
@@ -56,12 +59,16 @@ def resolve_languages(spec: str, data_dir: str | Path, loaded: LoadedModel | Non
     return wanted
 
 
-def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray) -> float:
-    """acc@1 of cosine nearest-neighbour search where query i's correct key is key i."""
+def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray, score: str = "cosine") -> float:
+    """acc@1 of nearest-neighbour search (by cosine or ratio margin) where query i's correct key is key i."""
     q = torch.nn.functional.normalize(torch.from_numpy(queries), dim=-1)
     k = torch.nn.functional.normalize(torch.from_numpy(keys), dim=-1)
-    nearest = (q @ k.T).argmax(dim=1)
-    return float((nearest == torch.arange(len(q))).float().mean())
+    similarity = (q @ k.T).numpy()  # (Nq, Nk) cosines
+    if score == "margin":
+        similarity = margin_matrix(similarity)
+    elif score != "cosine":
+        raise ValueError(f"score={score!r}: use one of {SCORES}")
+    return float((similarity.argmax(1) == np.arange(len(queries))).mean())
 
 
 @dataclass
@@ -72,6 +79,8 @@ class TatoebaResult:
     en_to_xx: np.ndarray
     layer: int  # the reported layer
     sizes: dict[str, int] = field(default_factory=dict)
+    pooling: str = "mean"
+    score: str = "cosine"
 
     def row(self, layer: int) -> dict:
         i = self.layers.index(layer)
@@ -96,9 +105,13 @@ class TatoebaResult:
             }
         return out
 
+    def protocol(self) -> str:
+        score = "cosine" if self.score == "cosine" else f"ratio-margin (k = {MARGIN_K}, Artetxe and Schwenk 2019)"
+        return PROTOCOL.format(pooling=self.pooling, layer=self.layer, score=score)
+
     def to_dict(self) -> dict:
         return {
-            "protocol": PROTOCOL.format(layer=self.layer),
+            "protocol": self.protocol(),
             "reported": self.row(self.layer),
             "sweep": [self.row(layer) for layer in self.layers],
             "sizes": self.sizes,
@@ -136,11 +149,13 @@ def evaluate_tatoeba(
     layer: int | None = None,
     batch_tokens: int = 16384,
     progress: bool = False,
+    pooling: str = "mean",
+    score: str = "cosine",
 ) -> TatoebaResult:
     L = loaded.model.config.num_layers
-    layer = default_layer(L) if layer is None else layer
-    if not 0 <= layer <= L:
-        raise DataError(f"--layer {layer}: the model has layers 0..{L}")
+    layer = check_sentence_options(L, layer, pooling)
+    if score not in SCORES:
+        raise DataError(f"--score {score}: use one of {', '.join(SCORES)}")
     layers = list(range(L + 1))
     x2e = np.zeros((L + 1, len(languages)))
     e2x = np.zeros((L + 1, len(languages)))
@@ -148,9 +163,9 @@ def evaluate_tatoeba(
     for j, lang in enumerate(languages):
         xx, en = read_tatoeba(data_dir, lang)
         sizes[lang] = len(xx)
-        ex = embed_sentences(loaded, xx, language=lang, batch_tokens=batch_tokens, progress=progress)
-        ee = embed_sentences(loaded, en, language="en", batch_tokens=batch_tokens, progress=progress)
+        ex = embed_sentences(loaded, xx, lang, batch_tokens=batch_tokens, progress=progress, pooling=pooling)
+        ee = embed_sentences(loaded, en, "en", batch_tokens=batch_tokens, progress=progress, pooling=pooling)
         for i in layers:
-            x2e[i, j] = 100 * retrieval_accuracy(ex[i], ee[i])
-            e2x[i, j] = 100 * retrieval_accuracy(ee[i], ex[i])
-    return TatoebaResult(layers, languages, x2e, e2x, layer, sizes)
+            x2e[i, j] = 100 * retrieval_accuracy(ex[i], ee[i], score)
+            e2x[i, j] = 100 * retrieval_accuracy(ee[i], ex[i], score)
+    return TatoebaResult(layers, languages, x2e, e2x, layer, sizes, pooling, score)

@@ -51,9 +51,16 @@ def finetune_task(
     defaults = task.defaults.get(setting)
     if defaults is None:
         raise DataError(f"{task.name}: no {setting} protocol (the pack lacks the training data it needs)")
+    if "code_switch" in (overrides or {}) and not hasattr(task.options, "code_switch"):
+        raise DataError(f"--code-switch: {task.name} has no code-switching (PPA §2.3 covers xnli, pawsx and qa)")
     config, task.options = apply_overrides(
         [FinetuneConfig(**defaults), task.options], {k: str(v) for k, v in (overrides or {}).items()}
     )
+    if getattr(task.options, "code_switch", False) and setting != "translate-train-all":
+        raise DataError(
+            f"--code-switch: PPA §2.3 code-switches translated training data; use --setting translate-train-all "
+            f"(not {setting})"
+        )
     positions = loaded.model.config.max_positions
     if config.max_length > positions:
         raise DataError(

@@ -47,6 +47,8 @@ class TaskData:
     """Language -> examples; every language is scored separately."""
     protocol: str
     """One paragraph: which files play which role, and any replacement for data the pack lacks."""
+    originals: list | None = None
+    """The English rows that translated training pairs point at by `pair_id` (code-switching, PPA §2.3)."""
 
 
 @dataclass
@@ -56,6 +58,9 @@ class Feature:
     input_ids: list[int]
     language_ids: list[int] | None = None
     extra: dict = field(default_factory=dict)
+    group: str | None = None
+    """Training features with the same group are trained in the same batch (PPA §2.3: the two code-switched
+    versions of one example); None: a group of its own."""
 
     @property
     def length(self) -> int:

@@ -8,21 +8,25 @@ fine-tuning tables (ERNIE-M Tables 11-12, XLM-Align Table 12, XLM-E Table 7).
 
 from __future__ import annotations
 
+import collections
 import copy
 import math
 import re
 import time
+import typing
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
-from tqdm import tqdm
+import yaml
 
 from polyalign.checkpoint import LoadedModel
-from polyalign.config import TrainerConfig
+from polyalign.config import RecipeError, TrainerConfig, check_value
 from polyalign.evaluate.embed import length_batches
 from polyalign.finetune.base import Feature, Task, TaskData, TaskModel
 from polyalign.io import DataError
+from polyalign.progress import tqdm
 from polyalign.train import learning_rate_factor
 
 
@@ -65,18 +69,20 @@ class FinetuneConfig:
 
 
 def apply_overrides(objects: list, overrides: dict[str, str]) -> list:
-    """Set `key=value` overrides on whichever dataclass has the field (values are parsed by the field's type)."""
+    """Set `key=value` overrides on whichever dataclass has the field: the value is read as YAML and checked
+    against the field's type, exactly as `pretrain --set` does (config.check_value)."""
     out = [copy.copy(o) for o in objects]
     for key, raw in overrides.items():
         target = next((o for o in out if key in {f.name for f in fields(o)}), None)
         if target is None:
             known = sorted({f.name for o in out for f in fields(o)})
             raise DataError(f"--set {key}={raw}: unknown setting; known: {', '.join(known)}")
-        kind = type(getattr(target, key))
         try:
-            value = (raw.lower() in ("1", "true", "yes")) if kind is bool else kind(raw)
-        except ValueError:
-            raise DataError(f"--set {key}={raw}: expected a {kind.__name__}") from None
+            value = check_value(typing.get_type_hints(type(target))[key], yaml.safe_load(raw), key)
+        except yaml.YAMLError:
+            raise DataError(f"--set {key}={raw}: the value is not valid YAML") from None
+        except RecipeError as err:
+            raise DataError(f"--set {key}={raw}: {err}") from None
         setattr(target, key, value)
     for o in out:  # re-validate
         if hasattr(o, "__post_init__"):
@@ -114,11 +120,20 @@ def parameter_groups(model: torch.nn.Module, num_layers: int, config: FinetuneCo
 
 def schedule(total_steps: int, warmup_fraction: float) -> TrainerConfig:
     """The pre-training schedule's settings (linear warmup, linear decay to zero) for `total_steps`."""
-    return TrainerConfig(max_steps=total_steps, warmup_steps=round(warmup_fraction * total_steps))
+    return TrainerConfig(max_steps=max(1, total_steps), warmup_steps=round(warmup_fraction * total_steps))
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Inference and scoring
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """The batch's tensors on the model's device (other values as they are)."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 @torch.no_grad()
@@ -127,12 +142,13 @@ def predict(model: TaskModel, task: Task, features: list[Feature], config: Finet
     was_training = model.training
     model.eval()
     out: list = [None] * len(features)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    device = model_device(model)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
     for idx in length_batches([f.length for f in features], config.eval_batch_tokens):
         batch = task.collate([features[i] for i in idx], special)
         with autocast:
-            logits = model(batch)
-        for i, o in zip(idx, task.outputs(logits.float(), batch), strict=True):
+            logits = model(to_device(batch, device))
+        for i, o in zip(idx, task.outputs(logits.float().cpu(), batch), strict=True):
             out[i] = o
     model.train(was_training)
     return out
@@ -148,6 +164,39 @@ def score_sets(model, task, sets: dict, config, special) -> dict[str, dict]:
 
 # ---------------------------------------------------------------------------------------------------------
 # Training
+
+
+def feature_groups(features: list[Feature]) -> list[list[int]]:
+    """Indices of the features grouped by `Feature.group`, in order of first appearance; a feature without a
+    group is a group of its own."""
+    groups: dict = {}
+    for i, f in enumerate(features):
+        groups.setdefault(i if f.group is None else f.group, []).append(i)
+    return list(groups.values())
+
+
+def training_batches(groups: list[list[int]], batch_size: int, rng: np.random.Generator) -> Iterator[list[int]]:
+    """Endless training batches of whole groups, so that a group never straddles two batches (PPA §2.3: both
+    code-switched versions of an example are in the same batch). The groups are reshuffled on every pass and
+    the passes run on into each other; a batch closes early when the next group would overflow it. With groups
+    of one this is a plain reshuffled stream of `batch_size` features."""
+    largest = max(map(len, groups))
+    if largest > batch_size:
+        raise DataError(
+            f"batch_size={batch_size} is smaller than a group of {largest} training features that must share a "
+            f"batch (code-switched partners, with every QA window of both); raise batch_size"
+        )
+    queue: collections.deque[list[int]] = collections.deque()
+    queued = 0
+    while True:
+        if queued < batch_size:
+            queue.extend(groups[g] for g in rng.permutation(len(groups)))
+            queued += sum(map(len, groups))
+        batch: list[int] = []
+        while queue and len(batch) + len(queue[0]) <= batch_size:
+            batch += queue.popleft()
+        queued -= len(batch)
+        yield batch
 
 
 @dataclass
@@ -178,7 +227,7 @@ def build_task_model(task: Task, loaded: LoadedModel, config: FinetuneConfig) ->
             if isinstance(m, torch.nn.Dropout):
                 m.p = config.dropout
     wrapped = task.wrap_encoder(encoder)
-    return TaskModel(wrapped, task.head(wrapped.output_size))
+    return TaskModel(wrapped, task.head(wrapped.output_size)).to(model_device(loaded.model))
 
 
 def finetune_seed(
@@ -200,18 +249,17 @@ def finetune_seed(
     sched_cfg = schedule(total, config.warmup_fraction)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, sched_cfg))
     select_every = max(1, steps_per_epoch // max(1, config.selections_per_epoch))
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    device = model_device(model)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
     # 1) train, scoring the selection data every `select_every` steps and at the end
     best = {"score": -math.inf, "step": 0, "state": None}
     history = []
-    order: list[int] = []
+    batches = training_batches(feature_groups(prepared.train), config.batch_size, rng)
     bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, mininterval=2.0)
     for step in range(total):
-        if len(order) < config.batch_size:
-            order += rng.permutation(n).tolist()
-        idx, order = order[: config.batch_size], order[config.batch_size :]
-        batch = task.collate([prepared.train[i] for i in idx], special)
+        idx = next(batches)
+        batch = to_device(task.collate([prepared.train[i] for i in idx], special), device)
         with autocast:
             loss = task.loss(model(batch), batch)
         loss.backward()

@@ -1,11 +1,15 @@
 """Sentence-pair classification: XNLI and PAWS-X.
 
+PPA's code-switching of translate-train pairs (`code_switch.py`) is the task option `code_switch`.
+
 Input `<s> a </s> b </s>` (`pair_layout`, style `ppa`: positions run on), a head on the first token or on the
 mean of all tokens, cross-entropy, accuracy. Two hooks let methods change the task without touching it:
 - `transform(examples) -> examples` rewrites the training pairs (PPA's code-switching, `code_switch.py`);
   every example carries `pair_id`, shared by translations of one pair, and the language of each side;
-- `encoder_wrapper(encoder) -> module` replaces the representation the head reads (VECO's plug-in
-  fine-tuning concatenates two representations); it receives the batch, including `segment`.
+- `encoder_wrapper(encoder) -> module` replaces the representation the head reads; it receives the batch,
+  including `segment`.
+The option `plug_in` (CLI `--plug-in`) is VECO's plug-in fine-tuning (§3.1): every input is paired with its
+translation, both are encoded as one stacked batch, and the head reads [H^L : S^L] (polyalign.model.veco).
 
 The pack has no MultiNLI and no English PAWS-X training set, so both tasks train on English dev data; the
 protocols below say exactly how (and the result carries the text).
@@ -14,7 +18,7 @@ protocols below say exactly how (and the result carries the text).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +29,8 @@ from torch import nn
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import pair_layout
 from polyalign.finetune.base import EncoderAdapter, Feature, Subsample, TaskData, language_id_for, seeded_subset
+from polyalign.finetune.code_switch import code_switch_training_set
+from polyalign.finetune.code_switch import describe as describe_code_switching
 from polyalign.io import DataError, open_binary, where
 from polyalign.languages import XNLI_LANGUAGES
 from polyalign.tokenizer import SpecialTokens
@@ -42,6 +48,10 @@ class PairExample:
     pair_id: str
     """Shared by the translations of one pair (its row in the line-aligned files)."""
     second_language: str | None = None
+    group: str | None = None
+    """Training pairs of one group share a batch (code-switching, PPA §2.3)."""
+    partner: PairExample | None = None
+    """Plug-in fine-tuning: the translation of this pair that its inputs cross-attend to (`pair_partners`)."""
 
 
 @dataclass
@@ -52,12 +62,20 @@ class PairOptions:
     """Share of the English dev pairs held out for model selection (the pack has no training set)."""
     dev_eval_share: float = 0.2
     """PAWS-X: share of the dev pairs held out, in every language, to score the languages without a test set."""
+    code_switch: bool = False
+    """translate-train-all: replace every translated training pair (a_xx, b_xx) by (a_xx, b_en) and (a_en, b_xx),
+    trained in the same batch (PPA §2.3)."""
+    plug_in: bool = False
+    """VECO plug-in fine-tuning (§3.1): classify from [H^L : S^L] of each input and its translation; needs a
+    model with cross-attention and the translate-train-all setting (§3.1, footnote 4)."""
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
             raise DataError(f"pooling={self.pooling!r}: use one of {POOLINGS}")
         if not 0 < self.select_share < 1 or not 0 <= self.dev_eval_share < 1:
             raise DataError("select_share must be in (0, 1) and dev_eval_share in [0, 1)")
+        if self.code_switch and self.plug_in:
+            raise DataError("code_switch and plug_in: choose one (each rewrites the translate-train-all pairs)")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -118,7 +136,20 @@ def premise_groups(rows: list[tuple]) -> list[int]:
 
 
 def to_examples(rows: list[tuple], indices: list[int], language: str, prefix: str) -> list[PairExample]:
-    return [PairExample(rows[i][0], rows[i][1], rows[i][2], language, f"{prefix}:{i}") for i in indices]
+    return [PairExample(rows[i][0], rows[i][1], rows[i][2], language, f"{prefix}:{i}", language) for i in indices]
+
+
+# What moves with each side of a pair when it is code-switched.
+PAIR_SIDES = (("first", "language"), ("second", "second_language"))
+
+
+def code_switched_pairs(data: TaskData, english: list[tuple]) -> TaskData:
+    """PPA §2.3 on the training pairs; `english` holds the English dev rows that the pair ids point at."""
+    originals = {e.pair_id: e for e in to_examples(english, range(len(english)), "en", "dev")}
+    before = len(data.train)
+    data.train, missing = code_switch_training_set(data.train, originals, "pair_id", *PAIR_SIDES)
+    data.protocol += describe_code_switching(before, len(data.train), missing)
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -144,7 +175,7 @@ def read_aligned_dev(folder: Path, name: str, languages, header, labels) -> dict
     return dev
 
 
-def load_xnli(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
+def load_xnli(data_dir: Path, setting: str, options: PairOptions) -> TaskData:
     folder = Path(data_dir) / "xnli"
     dev = read_aligned_dev(folder, "dev-{lang}.tsv.gz", XNLI_LANGUAGES, XNLI_HEADER, XNLI_LABELS)
     n = len(dev["en"])
@@ -164,10 +195,10 @@ def load_xnli(data_dir: Path, setting: str, options: PairOptions, sample: Subsam
         f"it is scored on the 15 test sets (xnli/test-*.tsv.gz, labels reconstructed from XGLUE German, see "
         f"the data README)."
     )
-    return _subsampled(TaskData(train, select, test, protocol), sample)
+    return TaskData(train, select, test, protocol, originals=dev["en"])
 
 
-def load_pawsx(data_dir: Path, setting: str, options: PairOptions, sample: Subsample) -> TaskData:
+def load_pawsx(data_dir: Path, setting: str, options: PairOptions) -> TaskData:
     folder = Path(data_dir) / "pawsx"
     dev = read_aligned_dev(folder, "dev-{lang}.tsv", PAWSX_LANGUAGES, PAWSX_HEADER, PAWSX_LABELS)
     n = len(dev["en"])
@@ -193,7 +224,42 @@ def load_pawsx(data_dir: Path, setting: str, options: PairOptions, sample: Subsa
         f"is scored on pawsx/test-de.tsv and test-zh.tsv (2,000 pairs each) and, for en, es, fr, ja, ko, on the "
         f"held-out dev rows. 'NS' (untranslated) rows are kept, as in XTREME."
     )
-    return _subsampled(TaskData(train, select, test, protocol), sample)
+    return TaskData(train, select, test, protocol, originals=dev["en"])
+
+
+def pair_partners(data: TaskData) -> TaskData:
+    """Give every example its translation, for plug-in fine-tuning (VECO §3.1): a "bilingual instance" is "an
+    English instance with its translated one" (§5, footnote 6).
+
+    Training: every translated pair with its English original (both sides are predicted), so English pairs
+    appear only as partners. Selection and test: every input with the same row, in the same split, of the first
+    language of (en, then the task's order) other than its own; English inputs thus pair with the next language
+    that has the row (PAWS-X: de and zh test sets pair with each other).
+    """
+    train = _with_partners(_by_language(data.train))
+    train = [e for exs in train.values() for e in exs if e.language != "en"]
+    return TaskData(train, _with_partners(data.select), _with_partners(data.test), data.protocol)
+
+
+def _by_language(examples: list[PairExample]) -> dict[str, list[PairExample]]:
+    out: dict[str, list[PairExample]] = {}
+    for e in examples:
+        out.setdefault(e.language, []).append(e)
+    return out
+
+
+def _with_partners(by_language: dict[str, list[PairExample]]) -> dict[str, list[PairExample]]:
+    rows = {(e.language, e.pair_id): e for examples in by_language.values() for e in examples}
+    order = ["en", *(lang for lang in by_language if lang != "en")]
+    out = {}
+    for lang, examples in by_language.items():
+        out[lang] = []
+        for e in examples:
+            partner = next((p for p in order if p != e.language and (p, e.pair_id) in rows), None)
+            if partner is None:
+                raise DataError(f"plug-in fine-tuning: the {lang} pair {e.pair_id} has no translation to pair with")
+            out[lang].append(replace(e, partner=rows[(partner, e.pair_id)]))
+    return out
 
 
 def _subsampled(data: TaskData, sample: Subsample) -> TaskData:
@@ -208,7 +274,8 @@ def _subsampled(data: TaskData, sample: Subsample) -> TaskData:
 class PairSpec:
     name: str
     labels: tuple[str, ...]
-    load: Callable[[Path, str, PairOptions, Subsample], TaskData]
+    load: Callable[[Path, str, PairOptions], TaskData]
+    """The full protocol's data; PairClassification pairs (plug-in) and subsamples it."""
     defaults: dict = field(default_factory=dict)
 
 
@@ -251,7 +318,23 @@ class PairClassification:
         self.transform, self.encoder_wrapper = transform, encoder_wrapper
 
     def load(self, data_dir, setting: str, sample: Subsample) -> TaskData:
-        data = self.spec.load(Path(data_dir), setting, self.options, sample)
+        data = self.spec.load(Path(data_dir), setting, self.options)
+        if self.options.plug_in:
+            if setting != "translate-train-all":
+                raise DataError(
+                    f"{self.name}: plug-in fine-tuning pairs every input with its translation, so it needs "
+                    "--setting translate-train-all (VECO §3.1, footnote 4)"
+                )
+            data = pair_partners(data)
+            data.protocol += (
+                " Plug-in fine-tuning (VECO §3.1): each training pair is read with its English original and both "
+                "are classified from [H^L : S^L] (own stream : cross-attention to the partner's last layer); at "
+                "selection and test time each input is paired with the same row in English (English: the next "
+                "language that has the row)."
+            )
+        data = _subsampled(data, sample)
+        if self.options.code_switch:
+            data = code_switched_pairs(data, data.originals)
         if self.transform is not None:
             before = len(data.train)
             data.train = self.transform(data.train)
@@ -261,6 +344,14 @@ class PairClassification:
         return data
 
     def features(self, examples: list[PairExample], loaded: LoadedModel, max_length: int, train: bool) -> list:
+        out = self._features(examples, loaded, max_length)
+        if self.options.plug_in:
+            partners = self._features([e.partner for e in examples], loaded, max_length)
+            for f, partner in zip(out, partners, strict=True):
+                f.extra["partner"] = partner.extra
+        return out
+
+    def _features(self, examples: list[PairExample], loaded: LoadedModel, max_length: int) -> list[Feature]:
         tok = loaded.tokenizer
         firsts = tok.encode_batch([e.first for e in examples])
         seconds = tok.encode_batch([e.second for e in examples])
@@ -275,36 +366,46 @@ class PairClassification:
                     language_id_for(loaded, e.second_language or e.language),
                 )
             ids = [sp.cls, *a, sp.sep, *b, sp.sep]  # what pair_layout(style="ppa") builds in collate
-            out.append(Feature(ids, extra={"a": a, "b": b, "label": e.label, "lang": languages}))
+            out.append(Feature(ids, extra={"a": a, "b": b, "label": e.label, "lang": languages}, group=e.group))
         return out
 
     def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
+        if self.options.plug_in:
+            from polyalign.model.veco import PlugInEncoder
+
+            return PlugInEncoder(encoder)
         return self.encoder_wrapper(encoder) if self.encoder_wrapper is not None else EncoderAdapter(encoder)
 
     def head(self, hidden_size: int) -> nn.Module:
         return PairClassificationHead(hidden_size, len(self.spec.labels), self.options.pooling)
 
     def collate(self, features: list[Feature], special: SpecialTokens) -> dict[str, torch.Tensor]:
+        rows = [f.extra for f in features]
+        if self.options.plug_in:  # a stacked pair batch (veco.two_streams): rows [B, 2B) are the translations
+            rows += [f.extra["partner"] for f in features]
         layout = pair_layout(
-            [np.asarray(f.extra["a"], dtype=np.int64) for f in features],
-            [np.asarray(f.extra["b"], dtype=np.int64) for f in features],
+            [np.asarray(r["a"], dtype=np.int64) for r in rows],
+            [np.asarray(r["b"], dtype=np.int64) for r in rows],
             None,
             None,
             special,
             style="ppa",
         )
         batch = layout.tensors()
-        if features[0].extra["lang"] is not None:
-            first = torch.tensor([f.extra["lang"][0] for f in features])[:, None]
-            second = torch.tensor([f.extra["lang"][1] for f in features])[:, None]
+        if rows[0]["lang"] is not None:
+            first = torch.tensor([r["lang"][0] for r in rows])[:, None]
+            second = torch.tensor([r["lang"][1] for r in rows])[:, None]
             batch["language_ids"] = torch.where(batch["segment"] == 1, second, first)  # (B, T)
-        batch["labels"] = torch.tensor([f.extra["label"] for f in features])
+        batch["labels"] = torch.tensor([r["label"] for r in rows])
         return batch
 
     def loss(self, logits: torch.Tensor, batch: dict) -> torch.Tensor:
+        """Cross-entropy over every row; with plug-in, both sides of each pair (VECO §3.1)."""
         return F.cross_entropy(logits.float(), batch["labels"])
 
     def outputs(self, logits: torch.Tensor, batch: dict) -> list[np.ndarray]:
+        if self.options.plug_in:
+            logits = logits[: logits.shape[0] // 2]  # the inputs; the rest are their partners
         return list(logits.numpy())
 
     def score(self, examples: list[PairExample], features: list, outputs: list, language: str) -> dict:

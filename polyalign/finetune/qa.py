@@ -37,6 +37,8 @@ from polyalign.finetune.base import (
     language_id_for,
     seeded_subset,
 )
+from polyalign.finetune.code_switch import code_switch_training_set
+from polyalign.finetune.code_switch import describe as describe_code_switching
 from polyalign.finetune.pairs import split_indices
 from polyalign.finetune.qa_metric import NORMALISATIONS, qa_scores
 from polyalign.io import DataError, open_binary
@@ -55,6 +57,12 @@ class QAExample:
     answer_start: int
     """Character offset of the first answer in the context."""
     language: str
+    benchmark: str = "squad"
+    """The data set it comes from (`xquad`, `mlqa`, `squad`), whose official script scores it."""
+    question_language: str | None = None
+    """Language of the question when it differs from the context's (code-switching)."""
+    group: str | None = None
+    """Training questions of one group share a batch (code-switching, PPA §2.3)."""
 
 
 @dataclass
@@ -67,14 +75,24 @@ class QAOptions:
     """Longest answer span, in tokens, that decoding considers."""
     n_best: int = 20
     """Start and end candidates per window."""
-    normalisation: str = "mlqa"
-    """Headline EM/F1 normalisation: `mlqa` (language-specific) or `squad` (official v1.1); both are reported."""
+    normalisation: str = "official"
+    """Headline EM/F1 normalisation: `official` (each benchmark's own script: SQuAD v1.1's for XQuAD, as XTREME
+    scores it, MLQA's for MLQA), or one of `squad`, `mlqa`, `mlqa-thai-characters` for every set."""
     select_share: float = 0.2
     """Share of the training questions held out for model selection (by question id)."""
+    code_switch: bool = False
+    """translate-train-all: replace every translated question (q_xx, c_xx) by (q_xx, c_en) and (q_en, c_xx), the
+    answer moving with its context, trained in the same batch (PPA §2.3)."""
 
     def __post_init__(self) -> None:
-        if self.normalisation not in NORMALISATIONS:
-            raise DataError(f"normalisation={self.normalisation!r}: use one of {NORMALISATIONS}")
+        if self.normalisation not in ("official", *NORMALISATIONS):
+            raise DataError(f"normalisation={self.normalisation!r}: use official or one of {NORMALISATIONS}")
+
+    def scheme(self, benchmark: str) -> str:
+        """The normalisation that scores a question of `benchmark`."""
+        if self.normalisation != "official":
+            return self.normalisation
+        return "mlqa" if benchmark == "mlqa" else "squad"
         if self.doc_stride < 1 or self.max_answer_length < 1 or self.n_best < 1:
             raise DataError("doc_stride, max_answer_length and n_best must be positive")
 
@@ -92,7 +110,7 @@ def _get(obj, key: str, kind: type, path, location: str):
     return value
 
 
-def read_squad(path: str | Path, language: str) -> list[QAExample]:
+def read_squad(path: str | Path, language: str, benchmark: str = "squad") -> list[QAExample]:
     """Every question of a SQuAD v1.1 JSON file (gzip allowed); errors name the file and the JSON location."""
     try:
         with open_binary(path) as f:
@@ -120,7 +138,8 @@ def read_squad(path: str | Path, language: str) -> list[QAExample]:
                 if not 0 <= start <= len(context):
                     raise DataError(f"{path}: {at}: answer_start {start} is outside the context ({len(context)} chars)")
                 qid = str(_get(qa, "id", (str, int), path, at))
-                out.append(QAExample(qid, _get(qa, "question", str, path, at), context, texts, start, language))
+                question = _get(qa, "question", str, path, at)
+                out.append(QAExample(qid, question, context, texts, start, language, benchmark, language))
     if not out:
         raise DataError(f"{path}: no questions")
     return out
@@ -143,7 +162,7 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
     qa = Path(data_dir) / "qa"
     train_langs = MLQA_LANGUAGES if setting == "translate-train-all" else ("en",)
     mlqa = {
-        lang: read_squad(qa / "mlqa" / "dev" / f"dev-context-{lang}-question-{lang}.json.gz", lang)
+        lang: read_squad(qa / "mlqa" / "dev" / f"dev-context-{lang}-question-{lang}.json.gz", lang, "mlqa")
         for lang in train_langs
     }
     # MLQA's parallel questions share ids across languages: hold the same ids out everywhere.
@@ -163,8 +182,14 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
             train.append(e)
         select[lang] = seeded_subset([e for e in examples if e.qid in held_out], sample.max_select)
     train = seeded_subset(train, sample.max_train)
+    switched = ""
+    if options.code_switch:  # MLQA's translations share their English question's id
+        originals = {e.qid: e for e in mlqa["en"] if e.qid not in held_out and locate_answer(e) is not None}
+        before = len(train)
+        train, missing = code_switch_training_set(train, originals, "qid", *QA_SIDES)
+        switched = describe_code_switching(before, len(train), missing)
     test = {
-        lang: seeded_subset(read_squad(qa / "xquad" / f"xquad.{lang}.json.gz", lang), sample.max_eval)
+        lang: seeded_subset(read_squad(qa / "xquad" / f"xquad.{lang}.json.gz", lang, "xquad"), sample.max_eval)
         for lang in XQUAD_LANGUAGES
     }
     what = "MLQA's English dev set" if setting == "transfer" else f"MLQA's dev sets in {', '.join(train_langs)}"
@@ -172,12 +197,26 @@ def load_qa(data_dir: Path, setting: str, options: QAOptions, sample: Subsample)
         f"QA, {setting}. The pack has no SQuAD training set, so the model trains on {what} "
         f"(qa/mlqa/dev/dev-context-xx-question-xx, same-language pairs) minus a held-out "
         f"{options.select_share:.0%} of question ids that selects the model (by F1), and is scored on XQuAD "
-        f"(12 languages, 1,190 questions each). EM/F1 use the {options.normalisation} normalisation (both are "
-        f"in the JSON); windows of max_length tokens, doc_stride {options.doc_stride}, "
+        f"(12 languages, 1,190 questions each). EM/F1: {describe_normalisation(options.normalisation)}; "
+        f"windows of max_length tokens, doc_stride {options.doc_stride}, "
         f"max answer {options.max_answer_length} tokens, n-best {options.n_best}."
         + (f" {unlocated} training answers not found in their context were dropped." if unlocated else "")
+        + switched
     )
     return TaskData(train, select, test, protocol)
+
+
+# What moves with each side of a question when it is code-switched: the answer goes with the context.
+QA_SIDES = (("question", "question_language"), ("context", "answers", "answer_start", "language"))
+
+
+def describe_normalisation(normalisation: str) -> str:
+    if normalisation == "official":
+        return (
+            "XQuAD with the official SQuAD v1.1 normalisation (as XTREME), MLQA (selection) with MLQA's own; "
+            "the other one is in the JSON"
+        )
+    return f"the {normalisation} normalisation on every set (not the official protocol)"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -354,6 +393,7 @@ class ExtractiveQA:
                 if answer is None:
                     continue
             lid = language_id_for(loaded, e.language)
+            q_lid = language_id_for(loaded, e.question_language or e.language)
             windows = context_windows(len(ctx.ids), size, min(o.doc_stride, size))
             for (s, end), flags in zip(windows, max_context_flags(windows), strict=True):
                 target = (0, 0)  # no answer in this window: point at <s> (BERT, SQuAD v1.1)
@@ -368,7 +408,8 @@ class ExtractiveQA:
                     "target": target,
                     "spans": ctx.spans,  # shared by the context's windows, not copied
                 }
-                out.append(Feature(row, None if lid is None else [lid] * len(row), extra=extra))
+                languages = None if lid is None else [q_lid] * offset + [lid] * (len(row) - offset)
+                out.append(Feature(row, languages, extra=extra, group=e.group))
         return out
 
     def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
@@ -421,7 +462,8 @@ class ExtractiveQA:
     def score(self, examples: list[QAExample], features: list[Feature], outputs: list, language: str) -> dict:
         predicted = self.predictions(examples, features, outputs)
         answers = [e.answers for e in examples]
-        main = qa_scores(predicted, answers, language, self.options.normalisation)
-        other = "squad" if self.options.normalisation == "mlqa" else "mlqa"
+        scheme = self.options.scheme(examples[0].benchmark)
+        main = qa_scores(predicted, answers, language, scheme)
+        other = "mlqa" if scheme == "squad" else "squad"
         alt = qa_scores(predicted, answers, language, other)
         return {**main, f"f1_{other}": alt["f1"], f"exact_match_{other}": alt["exact_match"]}

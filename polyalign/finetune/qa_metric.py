@@ -1,12 +1,13 @@
-"""Extractive QA metrics: exact match and token F1 (best over the gold answers), in two normalisations.
+"""Extractive QA metrics: exact match and token F1 (best over the gold answers), in named normalisations.
 
-- `squad`: the official SQuAD v1.1 script: lower-case, drop ASCII punctuation, drop English articles, split on
-  whitespace.
-- `mlqa`: the MLQA v1 script (Lewis et al. 2020): lower-case, drop every Unicode punctuation character, drop
-  the articles of the languages it lists (en es de vi ar; hi and zh have none), split on whitespace, except
-  Chinese, where each CJK character and punctuation mark is a token ("mixed segmentation").
-  Extension, for the XQuAD languages MLQA does not list: no article removal, whitespace splitting, and Thai
-  (written without spaces between words) segmented like Chinese, one Thai character per token.
+- `squad`: the official SQuAD v1.1 script (evaluate-v1.1.py), which XTREME uses for XQuAD in every language:
+  lower-case, drop ASCII punctuation, drop English articles, split on whitespace.
+- `mlqa`: the MLQA v1 script (Lewis et al. 2020), MLQA's own: lower-case, drop every Unicode punctuation
+  character, drop the articles of the languages it lists (en es de vi ar; hi and zh have none), split on
+  whitespace, except Chinese, where each CJK character and punctuation mark is a token ("mixed
+  segmentation"). For languages the script does not list (it raises there): no articles, whitespace.
+- `mlqa-thai-characters`: `mlqa`, plus Thai (written without spaces between words) segmented like Chinese,
+  one Thai character per token. Neither official script does this; it is an option, never a default.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import unicodedata
 from collections import Counter
 from functools import cache
 
-NORMALISATIONS = ("squad", "mlqa")
+NORMALISATIONS = ("squad", "mlqa", "mlqa-thai-characters")
 
 MLQA_ARTICLES = {
     "en": r"\b(a|an|the)\b",
@@ -27,8 +28,8 @@ MLQA_ARTICLES = {
     "de": r"\b(ein|eine|einen|einem|eines|einer|der|die|das|den|dem|des)\b",
     "ar": r"\sال^|ال",
 }
-# MLQA segments Chinese by character; we extend the same treatment to Thai.
-SEGMENT_BY_CHARACTER = {"zh": r"[\u4e00-\u9fa5]", "th": r"[\u0e00-\u0e7f]"}
+# MLQA segments Chinese by character; `mlqa-thai-characters` also Thai.
+CHINESE_CHARACTER, THAI_CHARACTER = r"[\u4e00-\u9fa5]", r"[\u0e00-\u0e7f]"
 
 
 @cache
@@ -54,18 +55,20 @@ def mixed_segmentation(text: str, character_pattern: str) -> list[str]:
 
 
 def normalise_answer(text: str, language: str = "en", scheme: str = "mlqa") -> str:
-    if scheme == "squad":
+    if scheme == "squad":  # evaluate-v1.1.py: lower, remove_punc, remove_articles, white_space_fix
         text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
         text = re.sub(r"\b(a|an|the)\b", " ", text)
         return " ".join(text.split())
-    if scheme != "mlqa":
+    if scheme not in NORMALISATIONS:
         raise ValueError(f"normalisation={scheme!r}: use one of {NORMALISATIONS}")
     punctuation = unicode_punctuation()
     text = "".join(ch for ch in text.lower() if ch not in punctuation)
     if language in MLQA_ARTICLES:
         text = re.sub(MLQA_ARTICLES[language], " ", text)
-    if language in SEGMENT_BY_CHARACTER:
-        tokens = mixed_segmentation(text, SEGMENT_BY_CHARACTER[language])
+    if language == "zh":
+        tokens = mixed_segmentation(text, CHINESE_CHARACTER)
+    elif language == "th" and scheme == "mlqa-thai-characters":
+        tokens = mixed_segmentation(text, THAI_CHARACTER)
     else:
         tokens = text.split()
     return " ".join(t for t in tokens if t.strip())

@@ -6,7 +6,8 @@ Reads top-down. Features any recipe can switch on through `EncoderConfig`:
 - language embeddings (XLM), token-type embeddings (BERT), factorised embeddings (ELECTRA);
 - post-LN (BERT, XLM-R) or pre-LN layers;
 - an additive position bias per layer (relative, gated relative: XLM-E §3.3);
-- a cross-attention sublayer per layer (VECO §2.1), used only when memory states are passed in.
+- a cross-attention sublayer per layer (VECO §2.1), used only when memory states are passed in; every layer
+  reads the same memory (VECO §2.2: the partner's last layer; a decoder: the encoder's final output).
 The weight layout follows BERT/XLM-R closely enough that Hugging Face checkpoints map onto it one-to-one.
 """
 
@@ -296,12 +297,15 @@ class Encoder(nn.Module):
         language_ids: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
-        memory: list[torch.Tensor] | None = None,
+        memory: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
+        num_layers: int | None = None,
     ) -> EncoderOutput:
         """input_ids (B, T). attention_mask: (B, T) True at real tokens, or (B, T, T) True where query i may
-        attend key j. memory: per-layer states (B, S, C) for the cross-attention sublayers, with memory_mask
-        (B, S) or (B, T, S)."""
+        attend key j. memory: states (B, S, C) that every layer's cross-attention sublayer reads keys and values
+        from (VECO §2.2: the partner's last layer H^L), with memory_mask (B, S) or (B, T, S). num_layers: run
+        only the first layers (e.g. an aligner reading layer 3 of 6); the states computed are those of the full
+        model."""
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
@@ -310,21 +314,21 @@ class Encoder(nn.Module):
         if self.config.position_bias != "none":
             relative_positions = position_ids[:, None, :] - position_ids[:, :, None]  # (B, T, T): j - i
         if memory is not None:
-            if len(memory) != len(self.layers):
-                raise ValueError(f"memory has {len(memory)} states for {len(self.layers)} layers")
-            memory_mask = expand_attention_mask(memory_mask, B, T, memory[0].shape[1], input_ids.device)
+            if not isinstance(memory, torch.Tensor) or memory.dim() != 3:
+                raise ValueError("memory must be one (B, S, C) tensor, read by every layer's cross-attention")
+            memory_mask = expand_attention_mask(memory_mask, B, T, memory.shape[1], input_ids.device)
 
         x = self.embeddings(input_ids, position_ids, token_type_ids, language_ids)
         hidden_states = [x] if output_hidden_states else None
-        for i, layer in enumerate(self.layers):
-            args = (x, mask, relative_positions, None if memory is None else memory[i], memory_mask)
+        for layer in self.layers[:num_layers]:
+            args = (x, mask, relative_positions, memory, memory_mask)
             if self.checkpoint_layers and self.training and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False)
             else:
                 x = layer(*args)
             if output_hidden_states:
                 hidden_states.append(x)
-        if self.final_norm is not None:
+        if self.final_norm is not None and (num_layers is None or num_layers >= len(self.layers)):
             x = self.final_norm(x)
             if output_hidden_states:
                 hidden_states[-1] = x

@@ -382,7 +382,40 @@ def export_hf(
             config["polyalign_export"]["languages"] = list(loaded.languages)
         write_json(tmp / HF_CONFIG, config)
         write_hf_tokenizer(loaded.tokenizer, tmp, c.max_positions)
+        languages = list(loaded.languages) if c.num_languages and languages_as_token_types else []
+        (tmp / "README.md").write_text(export_readme(str(loaded.folder), notes, languages), encoding="utf-8")
     return notes
+
+
+def export_readme(source: str, notes: list[str], language_token_types: list[str]) -> str:
+    """The exported folder's README: how to load it and, when languages became token types, the
+    `token_type_ids` value of each language (without it transformers computes another model's outputs)."""
+    lines = [
+        f"# XLM-RoBERTa export of `{source}` (polyalign {__version__})",
+        "",
+        "```python",
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
+        "model = AutoModelForMaskedLM.from_pretrained(FOLDER)",
+        "tokenizer = AutoTokenizer.from_pretrained(FOLDER)",
+        "```",
+    ]
+    if language_token_types:
+        lines += [
+            "",
+            "## Language ids are token types",
+            "",
+            "This model was trained with language embeddings; they are folded into the token-type embeddings.",
+            "To get polyalign's outputs, pass the language index of every token as `token_type_ids`, e.g.",
+            "`model(**tokenizer(text, return_tensors='pt'), token_type_ids=torch.full_like(ids, INDEX))`.",
+            "The tokenizer's own `token_type_ids` (all 0) mean the first language below, not 'no language'.",
+            "",
+            "| language | token_type_ids |",
+            "|---|---|",
+            *(f"| {lang} | {i} |" for i, lang in enumerate(language_token_types)),
+        ]
+    if notes:
+        lines += ["", "Notes:", *(f"- {note}" for note in notes)]
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------------

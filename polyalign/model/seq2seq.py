@@ -2,9 +2,10 @@
 
 The encoder is the VECO encoder with its cross-attention plugged out. The decoder has the same layers:
 self-attention (made causal) and feed-forward from the VECO layers, encoder-decoder attention from their
-cross-attention modules; its layer l attends to the encoder's layer-l output, the wiring the cross-attention
-was pre-trained with (keys and values from the partner's H^l, Eqs. 7-8). Embeddings are shared by encoder
-and decoder, and the output layer is the tied MLM head, so nothing in the model starts untrained.
+cross-attention modules. It is a standard encoder-decoder: every decoder layer attends to the encoder's final
+output, which is also how the cross-attention was pre-trained (keys and values from the partner's last layer
+H^L, §2.2). Embeddings are shared by encoder and decoder, and the output layer is the tied MLM head, so
+nothing in the model starts untrained.
 """
 
 from __future__ import annotations
@@ -66,13 +67,11 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"a VECO model should fill every weight; missing {missing}")
         return seq2seq
 
-    def encode(self, source: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        """The encoder's per-layer outputs H^1 .. H^L, each (B, S, C): the decoder's memory."""
-        return list(self.encoder(**source, output_hidden_states=True).hidden_states[1:])
+    def encode(self, source: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The encoder's final output H^L (B, S, C): the memory every decoder layer attends to."""
+        return self.encoder(**source).last_hidden_state
 
-    def decode(
-        self, memory: list[torch.Tensor], memory_mask: torch.Tensor, target: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
+    def decode(self, memory: torch.Tensor, memory_mask: torch.Tensor, target: dict[str, torch.Tensor]) -> torch.Tensor:
         """Decoder states (B, T, C) for target inputs (`<s> y`), each position seeing only earlier ones."""
         inputs = {**target, "attention_mask": causal_mask(target["attention_mask"])}
         return self.decoder(**inputs, memory=memory, memory_mask=memory_mask).last_hidden_state

@@ -2,7 +2,8 @@
 
 A batch of pairs is stacked: rows [0, B) hold x and rows [B, 2B) hold y, all padded to one length, so each
 row's partner is the row half a batch away. The encoder's cross-attention sublayers (EncoderConfig
-`cross_attention: true`) run only when per-layer memory states are passed in.
+`cross_attention: true`) run only when memory states are passed in; every layer reads the same memory, the
+partner's last-layer states H^L (§2.2).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 
 
@@ -28,7 +30,7 @@ class TwoStreams:
     own: torch.Tensor
     """H^L (2B, T, C): self-attention only, each sequence sees its own context (VECO Eqs. 2-5)."""
     paired: torch.Tensor
-    """S^L (2B, T, C): self-attention, then cross-attention to the partner's H^l at each layer (Eqs. 6-9)."""
+    """S^L (2B, T, C): self-attention, then cross-attention to the partner's last layer H^L (Eqs. 6-9)."""
     own_states: tuple[torch.Tensor, ...]
     """H^0 .. H^L, the embeddings and every layer's output of the own stream."""
 
@@ -36,15 +38,17 @@ class TwoStreams:
 def two_streams(model: MaskedLanguageModel, inputs: dict[str, torch.Tensor], stop_gradient: bool = True) -> TwoStreams:
     """Both VECO representations of a stacked pair batch (rows [0, B) = x, [B, 2B) = y).
 
-    Layer l of the paired stream uses keys and values from the partner's H^l (Eqs. 7-8). With
-    `stop_gradient` (pre-training, §2.2) H is a constant inside the paired terms, so their gradient never
-    runs through the 2L-layer path own stream -> paired stream.
+    Every layer l of the paired stream takes queries from S^(l-1) and keys and values from the partner's
+    last layer H^L (§2.2: "the keys and values come from the last layer's representations of paired input").
+    With `stop_gradient` (pre-training, §2.2) H^L is a constant inside the paired terms, so their gradient
+    never runs through the 2L-layer path own stream -> paired stream.
     """
     own = model(**inputs, output_hidden_states=True)
-    memory = [swap_halves(h) for h in own.hidden_states[1:]]  # L x (2B, T, C): the partner's H^1 .. H^L
+    memory = swap_halves(own.last_hidden_state)  # (2B, T, C): the partner's H^L
     if stop_gradient:
-        memory = [m.detach() for m in memory]
-    paired = model(**inputs, memory=memory, memory_mask=swap_halves(inputs["attention_mask"]))
+        memory = memory.detach()
+    mask = inputs.get("attention_mask")  # absent for a batch without padding (the loader drops it: flash)
+    paired = model(**inputs, memory=memory, memory_mask=None if mask is None else swap_halves(mask))
     return TwoStreams(own.last_hidden_state, paired.last_hidden_state, own.hidden_states)
 
 
@@ -78,6 +82,8 @@ def plug_out_folder(model_path, out, overwrite: bool = False):
 # ---------------------------------------------------------------------------------------------------------
 # Plug-in (§3.1): with a translation y of every input x, classify from [H^L_x : S^L_x]
 
+PLUG_IN_NEEDS_CROSS_ATTENTION = "plug-in fine-tuning needs a model with cross-attention (a VECO model)"
+
 
 def stack_pair(x: dict[str, torch.Tensor], y: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad x (B, Tx) and y (B, Ty) model inputs to one length and stack them into (2B, T)."""
@@ -106,7 +112,7 @@ class PlugInClassifier(nn.Module):
     def __init__(self, model: MaskedLanguageModel, num_labels: int, dropout: float = 0.1):
         super().__init__()
         if not model.config.cross_attention:
-            raise ValueError("plug-in fine-tuning needs a model with cross-attention (a VECO checkpoint)")
+            raise ValueError(PLUG_IN_NEEDS_CROSS_ATTENTION)
         self.model = model
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(2 * model.config.hidden_size, num_labels)
@@ -114,3 +120,21 @@ class PlugInClassifier(nn.Module):
     def forward(self, x: dict[str, torch.Tensor], y: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         features_x, features_y = plug_in_features(self.model, x, y)
         return self.classifier(self.dropout(features_x[:, 0])), self.classifier(self.dropout(features_y[:, 0]))
+
+
+class PlugInEncoder(nn.Module):
+    """The fine-tuning representation with the cross-attention plugged in (§3.1), for the task loop: a stacked
+    pair batch (rows [0, B) the inputs, [B, 2B) their translations, as `two_streams` takes) -> [H^L : S^L]
+    (2B, T, 2C) for every row, so a head predicts the label of x from x's rows and of y from y's."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        if not encoder.config.cross_attention:
+            raise DataError(PLUG_IN_NEEDS_CROSS_ATTENTION)
+        self.encoder = encoder
+        self.output_size = 2 * encoder.config.hidden_size
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids", "language_ids") if k in batch}
+        streams = two_streams(self.encoder, inputs, stop_gradient=False)
+        return torch.cat([streams.own, streams.paired], dim=-1)

@@ -9,6 +9,7 @@ from polyalign.objectives.base import Objective, ObjectiveOutput
 from polyalign.objectives.btmlm import BTMLM
 from polyalign.objectives.ca_mlm import AdjacentCrossAttentionMLM, CrossAttentionMLM
 from polyalign.objectives.camlm import CAMLM
+from polyalign.objectives.contrast import SentenceContrast
 from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.moco import MoCo
@@ -27,6 +28,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "camlm": CAMLM,  # ERNIE-M
     "btmlm": BTMLM,
     "moco": MoCo,
+    "contrast": SentenceContrast,  # in-batch translation ranking (LaBSE; PPA's sentence alignment without a queue)
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]

@@ -1,7 +1,7 @@
 """Cross-attention masked language modelling, CA-MLM (VECO §2, Eq. 1).
 
 For a pair (x, y) masked into (x̂, ŷ), the encoder builds two streams (polyalign.model.veco.two_streams):
-H with self-attention only, and S whose layers also cross-attend to the partner's H at the same layer.
+H with self-attention only, and S whose layers also cross-attend to the partner's last layer H^L (§2.2).
 The loss predicts the masked tokens of x and of y from each stream:
     L(x, y) = -log P(x | x̂) - log P(x | ŷ, x̂) - log P(y | ŷ) - log P(y | x̂, ŷ)
 with H held constant inside the last two kinds of term (stop-gradient, §2.2). Pairs are translation pairs

@@ -2,12 +2,14 @@
 
 Each step, for a batch of translation pairs laid out and masked exactly as TLM does:
 1) self-labeling (§3.1, no gradient, dropout off): encode the *clean* pair, align its tokens with the
-   optimal-transport aligner at the self-labeling layer (Sinkhorn + iterative filtering), giving links A;
+   optimal-transport aligner at the self-labeling layer (Sinkhorn + iterative filtering, or §5.4's union of
+   both argmax directions), giving links A;
 2) one forward pass of the *masked* pair: TLM's loss from the last layer, and the DWA loss from the DWA
    layer: a pointer network (Eqs. 11-13) predicts, for each query position P = aligned ∩ masked (Eq. 14),
    the position it was self-labeled to on the other side, in both directions (Eq. 15).
 TLM and DWA share the forward pass as in XLM-Align §4.1, so this one objective returns both losses (the
-recipe lists `mlm` and `dwa`, which together are XLM-Align's MLM + TLM + DWA).
+recipe lists `mlm` and `dwa`, which together are XLM-Align's MLM + TLM + DWA). DWA continues a pretrained
+model (§3.3 cold start): `polyalign pretrain` refuses it without `init_from` unless `allow_cold_start: true`.
 """
 
 from __future__ import annotations
@@ -42,8 +44,24 @@ class DWAConfig(TLMConfig):
     """Entropic regularisation of the self-labeling OT (Eq. 3; Table 11)."""
     sinkhorn_iterations: int = 2
     filter_iterations: int = 2
+    """Rounds of iterative alignment filtering (Eqs. 8-9; Table 11), at least 1."""
     alpha: float = 0.9
     """Discount of alignment filtering (Eq. 9; Table 11)."""
+    filtering: str = "iterative"
+    """`iterative` (§3.1, Eqs. 7-9) or `disable` (§5.4: self-labels are the union of the forward and backward
+    argmax of the OT plan; more labels, less precise, worse end tasks in Table 6)."""
+    allow_cold_start: bool = False
+    """Allow DWA without `init_from`. §3.3 and §6: from scratch the self-labels are poor and "the DWA task does
+    not work very well", so a run without a pretrained start is refused unless this is true."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.ot_settings()  # checks filtering and filter_iterations
+
+    def ot_settings(self) -> OTSettings:
+        return OTSettings(
+            self.mu, self.sinkhorn_iterations, self.filter_iterations, self.alpha, filtering=self.filtering
+        )
 
 
 def default_label_layer(num_layers: int) -> int:
@@ -98,7 +116,7 @@ class DWA(TLM):
         for name, layer in (("label_layer", self.label_layer), ("dwa_layer", self.dwa_layer)):
             if not 1 <= layer <= L:
                 raise ValueError(f"dwa {name}={layer}: the model has layers 1..{L}")
-        self.ot = OTSettings(config.mu, config.sinkhorn_iterations, config.filter_iterations, config.alpha)
+        self.ot = config.ot_settings()
         self.pointer = PointerNetwork(model_config.hidden_size)
 
     def sides(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple, tuple]:

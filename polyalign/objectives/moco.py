@@ -2,8 +2,9 @@
 
 The model is the query encoder; the key encoder is an exponential-moving-average copy of it (Eq. 1) that
 is never trained. For each translation pair a coin decides which side the query encoder sees (random
-input shuffling), and the same coin orders the pair for TLM. A sentence is the first token's final hidden
-state, L2-normalised and projected (Eq. 2); negatives come from a queue of recent keys (InfoNCE, Eq. 3).
+input shuffling), and the same coin orders the pair for TLM. A sentence is a pooled final hidden state
+(the first token as in PPA §2.1, or the mean over real tokens as in its footnote 1), L2-normalised and
+projected (Eq. 2); negatives come from a queue of recent keys (InfoNCE, Eq. 3).
 Loss = L_MoCo + L_TLM (Eq. 4); `tlm: false` leaves L_MoCo alone (the -TLM ablation of Table 5).
 """
 
@@ -23,6 +24,7 @@ from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
 from polyalign.model.losses import cross_entropy
+from polyalign.model.pooling import POOLINGS, pool
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import MLMConfig
 from polyalign.objectives.tlm import TLM, TLMConfig, order_pairs
@@ -44,8 +46,15 @@ class MoCoConfig(MLMConfig):
     """d_k of Eq. (2)."""
     tlm: bool = True
     """Add PPA-style TLM on the same pairs in the same order (Eq. 4); false gives the -TLM ablation."""
+    pooling: str = "mean"
+    """Sentence vector: `first` = the first token's final state (PPA §2.1, mBERT's trained [CLS]); `mean` =
+    mean over real tokens, specials included (PPA footnote 1; the `mean` of `evaluate tatoeba`). Default
+    `mean`: in a model pre-trained by MLM/TLM alone (ours, XLM-R) the first token was never trained to sum
+    up the sentence, and on small-base its state separates translations half as well (see ppa.md)."""
 
     def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"moco pooling={self.pooling!r}: use one of {POOLINGS}")
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"moco momentum={self.momentum}: must lie in [0, 1)")
         if self.queue_size < 1 or self.projection_size < 1:
@@ -58,9 +67,10 @@ class MoCoConfig(MLMConfig):
 # The math, as pure functions
 
 
-def first_token_vectors(hidden: torch.Tensor) -> torch.Tensor:
-    """PPA §2.1: the final hidden state of the first token ([CLS] / <s>), L2-normalised. (B, T, C) -> (B, C)."""
-    return F.normalize(hidden[:, 0].float(), dim=-1)
+def sentence_vectors(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """h of PPA §2.1, L2-normalised, in fp32: the first token's final state ([CLS] / <s>) or the mean over
+    the real tokens (footnote 1). hidden (B, T, C), attention_mask (B, T) -> (B, C)."""
+    return F.normalize(pool(hidden, attention_mask, pooling), dim=-1)
 
 
 @torch.no_grad()
@@ -169,21 +179,27 @@ class MoCo(Objective):
     def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         if self.key_encoder is None:
             raise RuntimeError("MoCo.setup(model) must run before training: it creates the key encoder")
-        m = self.config.momentum
-        # 1) queries: sentence vectors of the query encoder, projected (Eq. 2), unit length so that the dot
-        #    products of Eq. (3) are cosines and tau sets their scale (as in MoCo).
+        m, pooling = self.config.momentum, self.config.pooling
+        key_batch = {k[len(KEY) :]: v for k, v in batch.items() if k.startswith(KEY)}
+        # 1) queries: the query encoder's final states (under the trainer's autocast).
         hidden = model(**model_inputs(batch)).last_hidden_state
-        queries = F.normalize(self.query_projection(first_token_vectors(hidden)).float(), dim=-1)
         # 2) keys: move the key network towards the current query weights (Eq. 1), then encode. This runs
         #    once per forward, so with A accumulation steps the key network moves by m^A per optimizer step.
-        key_batch = {k[len(KEY) :]: v for k, v in batch.items() if k.startswith(KEY)}
         with torch.no_grad():
             momentum_update(self.key_encoder, model.encoder, m)
             momentum_update(self.key_projection, self.query_projection, m)
             key_hidden = self.key_encoder(**model_inputs(key_batch)).last_hidden_state
-            keys = F.normalize(self.key_projection(first_token_vectors(key_hidden)).float(), dim=-1)
-        # 3) InfoNCE against the queue as it was before this batch (a copy: the queue changes below).
-        moco_loss, accuracy = info_nce(queries, keys, self.queue.clone(), self.config.temperature)
+        # 3) pool, project (Eq. 2) and score (Eq. 3) in fp32 outside autocast: unit vectors make the dot
+        #    products cosines, and at tau = 0.05 a bf16 rounding of a cosine (~4e-3) would move a logit by ~0.1.
+        with torch.autocast(hidden.device.type, enabled=False):
+            queries = F.normalize(
+                self.query_projection(sentence_vectors(hidden, batch["attention_mask"], pooling)), dim=-1
+            )
+            with torch.no_grad():
+                key_vectors = sentence_vectors(key_hidden, key_batch["attention_mask"], pooling)
+                keys = F.normalize(self.key_projection(key_vectors), dim=-1)
+            # InfoNCE against the queue as it was before this batch (a copy: the queue changes below).
+            moco_loss, accuracy = info_nce(queries, keys, self.queue.clone().float(), self.config.temperature)
         # 4) enqueue this step's keys from every process, oldest out.
         pointer = enqueue(self.queue, int(self.queue_pointer), gather_across_processes(keys))
         self.queue_pointer.fill_(pointer)

@@ -1,0 +1,66 @@
+"""What every bench report script shares: the machine line, metrics files, Markdown tables, JSON output."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+def machine() -> str:
+    return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def records(path: Path) -> list[dict]:
+    """The lines of a run's metrics.jsonl."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def write_json(path: Path, data: dict) -> None:
+    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def commit() -> str:
+    """The repository commit a report is written at (`+dirty` when tracked code, not results, differs from it)."""
+    root = Path(__file__).resolve().parents[1]
+    run = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    head = run("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (
+        "+dirty" if run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results") else ""
+    )
+
+
+def provenance(command: str, runs_from: str | None = None) -> str:
+    """The line every results page opens with: the command that produced it and the code it ran."""
+    code = (
+        f"runs made with the code of commits {runs_from}, page written at {commit()}"
+        if runs_from
+        else (f"commit {commit()}")
+    )
+    return f"Produced by `{command}` ({code}; {machine()})."
