@@ -117,7 +117,7 @@ class TrainerConfig:
         if self.precision not in ("bf16", "fp32"):
             raise ValueError(f"precision={self.precision!r}: use 'bf16' or 'fp32'")
         at_least = {"max_steps": 1, "grad_accumulation": 1, "log_every": 1, "save_every": 1, "warmup_steps": 0}
-        at_least |= dict.fromkeys(("keep_checkpoints", "stop_at", "threads", "train_only_until"), 0)
+        at_least |= dict.fromkeys(("keep_checkpoints", "stop_at", "threads", "train_only_until", "loader_workers"), 0)
         at_least |= dict.fromkeys(("weight_decay", "clip_norm", "max_minutes"), 0)
         for name, low in at_least.items():
             if getattr(self, name) < low:

@@ -322,6 +322,12 @@ class Run:
         return self.recipe.trainer
 
 
+def unused_parameters_possible(recipe: Recipe) -> bool:
+    """Whether some steps may leave some parameters without a gradient: only with staged (start_step) or
+    alternating (every) objectives. DDP looks for them (an extra pass over the graph each step) only then."""
+    return any(o.start_step > 0 or o.every > 1 for o in recipe.objectives)
+
+
 def active_objectives(specs: list, step: int) -> list[str]:
     return [o.name for o in specs if o.active(step)]
 
@@ -391,9 +397,7 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
     trained: nn.Module = module
     if world > 1:
-        # Unused parameters are looked for (a costly extra pass) only where some steps leave some unused.
-        staged = any(o.start_step > 0 or o.every > 1 for o in recipe.objectives)
-        trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=staged)
+        trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
     if cfg.compile:
         trained = torch.compile(trained)
 

@@ -91,6 +91,9 @@ class StepLoader:
             num_workers=self.workers,
             pin_memory=pin,
             prefetch_factor=prefetch if self.workers else None,
+            # Its own generator: DataLoader draws worker seeds from it, which would otherwise advance the global
+            # one that dropout reads (a resumed run would then differ from an uninterrupted one).
+            generator=torch.Generator(),
         )
         self._items = iter(loader)
 
