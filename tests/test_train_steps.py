@@ -115,7 +115,7 @@ def test_unused_parameters_are_looked_for_only_with_staged_or_alternating_object
     assert unused_parameters_possible(load_recipe("ernie-m"))  # staged (btmlm's start_step)
 
 
-def test_trainer_switches_are_checked(sample_prepared):
+def test_trainer_switches_are_checked():
     with pytest.raises(DataError, match="loader_workers=-1: must be at least 0"):
         load_recipe("mlm", ["trainer.loader_workers=-1"])
     with pytest.raises(DataError, match="trainer.compile"):
@@ -155,3 +155,18 @@ def test_activation_checkpointing_recomputes_each_layer_with_the_same_gradients(
     assert len(calls) == 3  # once without; forward and recompute in backward with checkpointing
     for a, b in zip(*grads, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_veco_streams_of_a_padding_free_batch_need_no_mask():
+    """The loader drops the mask of a batch without padding; VECO's paired stream must do without it."""
+    from polyalign.model import MaskedLanguageModel
+    from polyalign.model.veco import two_streams
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(tiny_config(cross_attention=True)).eval()
+    ids = torch.randint(5, 99, (4, 6))
+    with_mask = two_streams(model, {"input_ids": ids, "attention_mask": torch.ones(4, 6, dtype=torch.bool)})
+    without = two_streams(model, {"input_ids": ids})
+    assert torch.allclose(with_mask.paired, without.paired, atol=1e-5)
+    assert torch.allclose(with_mask.own, without.own, atol=1e-5)
