@@ -303,5 +303,6 @@ def test_hf_conversion_does_not_import_the_checkpoint_module():
 
     tree = ast.parse(Path(hf.__file__).read_text(encoding="utf-8"))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert "polyalign.checkpoint" not in imported
