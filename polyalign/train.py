@@ -323,9 +323,14 @@ class Run:
 
 
 def unused_parameters_possible(recipe: Recipe) -> bool:
-    """Whether some steps may leave some parameters without a gradient: only with staged (start_step) or
-    alternating (every) objectives. DDP looks for them (an extra pass over the graph each step) only then."""
-    return any(o.start_step > 0 or o.every > 1 for o in recipe.objectives)
+    """Whether some steps may leave some parameters without a gradient: with staged (start_step) or
+    alternating (every) objectives, or with one that never reads some (RTD: the discriminator's MLM head).
+    DDP looks for them (an extra pass over the graph each step) only then."""
+    return any(o.start_step > 0 or o.every > 1 or o.name in LEAVES_PARAMETERS_UNUSED for o in recipe.objectives)
+
+
+LEAVES_PARAMETERS_UNUSED = ("mrtd", "trtd")
+"""Objectives that leave the model's MLM head without a gradient (XLM-E trains a detection head instead)."""
 
 
 def active_objectives(specs: list, step: int) -> list[str]:
