@@ -115,7 +115,8 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch
             raise DataError(
                 f"{folder}: not a polyalign model folder, and Hugging Face import is unavailable ({err})"
             ) from None
-        return load_hf_model(folder, trust_pickle=trust_pickle, device=device)
+        model, tokenizer = load_hf_model(folder, trust_pickle=trust_pickle)
+        return LoadedModel(model.to(device).eval(), tokenizer, [], folder)
     meta = read_json(folder / CONFIG_FILE)
     weights = folder / MODEL_FILE
     if not weights.is_file():

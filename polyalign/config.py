@@ -104,12 +104,20 @@ class TrainerConfig:
     """Parameter-name substrings: when set, only matching parameters are trained (until `train_only_until`)."""
     train_only_until: int = 0
     """Step at which `train_only` stops applying (VECO §4 trains only cross-attention at first); 0 = always."""
+    loader_workers: int = 2
+    """Processes that build batches ahead of the step (at most one per accumulation slot); 0 builds them in the
+    training process. The batches are the same for any number."""
+    activation_checkpointing: bool = False
+    """Recompute each encoder layer in backward instead of storing its activations (less memory, ~1/3 more
+    compute): for long sequences or large batches on a GPU."""
+    compile: bool = False
+    """torch.compile the model (CUDA: fuses elementwise ops; the first steps are slow while it compiles)."""
 
     def __post_init__(self) -> None:
         if self.precision not in ("bf16", "fp32"):
             raise ValueError(f"precision={self.precision!r}: use 'bf16' or 'fp32'")
         at_least = {"max_steps": 1, "grad_accumulation": 1, "log_every": 1, "save_every": 1, "warmup_steps": 0}
-        at_least |= dict.fromkeys(("keep_checkpoints", "stop_at", "threads", "train_only_until"), 0)
+        at_least |= dict.fromkeys(("keep_checkpoints", "stop_at", "threads", "train_only_until", "loader_workers"), 0)
         at_least |= dict.fromkeys(("weight_decay", "clip_norm", "max_minutes"), 0)
         for name, low in at_least.items():
             if getattr(self, name) < low:

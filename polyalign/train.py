@@ -13,7 +13,8 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +27,12 @@ from polyalign.checkpoint import (
     load_checkpoint_state,
     load_model,
     load_model_weights,
+    optimizer_from_files,
     resume_checkpoint,
     save_checkpoint,
 )
 from polyalign.config import Recipe, TrainerConfig, load_recipe
+from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError, atomic_write_text
@@ -57,7 +60,8 @@ class PretrainingModule(nn.Module):
             total = total + self.weights[name] * out.loss
             metrics[f"{name}/loss"] = out.loss.detach().float()
             for k, v in out.metrics.items():
-                metrics[f"{name}/{k}"] = v.detach().float() if torch.is_tensor(v) else torch.tensor(float(v))
+                value = v.detach().float() if torch.is_tensor(v) else torch.tensor(float(v), device=out.loss.device)
+                metrics[f"{name}/{k}"] = value
             flops += out.flops
         return total, metrics, flops
 
@@ -226,8 +230,10 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(tensors["rng.cuda"])
 
 
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+def to_device(batch: dict, device: torch.device) -> dict:
+    """Tensors to the device (asynchronous from the loader's pinned memory); flags such as `padding_free` as
+    they are."""
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
 @dataclass
@@ -286,26 +292,127 @@ class MetricsLog:
             self.tb.close()
 
 
+@dataclass
+class Window:
+    """Sums since the last log line. Losses and metrics stay on the device, so that no step waits for it; they
+    are read (and reduced over processes) every `log_every` steps."""
+
+    device: torch.device
+    steps: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    loss: torch.Tensor | None = None
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    """Steps each metric was logged in (an objective with start_step or every is not active in all)."""
+    started: float = field(default_factory=time.perf_counter)
+
+    def add_micro_batch(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], flops: float, share: float):
+        self.loss = loss * share if self.loss is None else self.loss + loss * share
+        for k, v in metrics.items():
+            self.metrics[k] = v * share if k not in self.metrics else self.metrics[k] + v * share
+        self.flops += flops
+
+    def end_step(self, tokens: int, names: list[str]) -> None:
+        self.steps += 1
+        self.tokens += tokens
+        for k in names:
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+
+@dataclass
+class Run:
+    """One process's part of a training run: built by `build_run`, advanced by `train_step`."""
+
+    recipe: Recipe
+    run_dir: Path
+    rank: int
+    world: int
+    device: torch.device
+    tokenizer: Tokenizer
+    languages: list[str]
+    module: PretrainingModule
+    """The plain module: parameter groups and checkpoints read it."""
+    trained: nn.Module
+    """What runs forward: the module, or its DDP and/or compiled wrapper."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    slots: list[Slot]
+    bookkeeping: object = None
+    """Process group for CPU-side collectives (checkpoint data): gloo beside NCCL; None = the default group."""
+    step: int = 0
+    counters: dict = field(default_factory=lambda: {"tokens": 0, "flops": 0.0, "seconds": 0.0})
+    slot_states: list[dict] = field(default_factory=list)
+    """Every slot's data state after the last trained step: what a checkpoint saves (the loader runs ahead)."""
+    grad_norm: torch.Tensor | None = None
+    window: Window | None = None
+
+    @property
+    def cfg(self) -> TrainerConfig:
+        return self.recipe.trainer
+
+
+def unused_parameters_possible(recipe: Recipe) -> bool:
+    """Whether some steps may leave some parameters without a gradient: with staged (start_step) or
+    alternating (every) objectives, or with one that never reads some (RTD: the discriminator's MLM head).
+    DDP looks for them (an extra pass over the graph each step) only then."""
+    return any(o.start_step > 0 or o.every > 1 or o.name in LEAVES_PARAMETERS_UNUSED for o in recipe.objectives)
+
+
+LEAVES_PARAMETERS_UNUSED = ("mrtd", "trtd")
+"""Objectives that leave the model's MLM head without a gradient (XLM-E trains a detection head instead)."""
+
+
+def active_objectives(specs: list, step: int) -> list[str]:
+    return [o.name for o in specs if o.active(step)]
+
+
 # ---------------------------------------------------------------------------------------------------------
+# Collectives. NCCL takes tensors on the GPU only: sums and votes are built on the training device; what is
+# CPU-side bookkeeping (data-stream states, RNG states) goes through a separate gloo group.
 
 
-def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True) -> dict:
-    """Train according to `recipe` into `run_dir`; returns a summary of the run."""
-    run_dir = Path(run_dir)
+def bookkeeping_group(world: int):
+    """A gloo group for CPU-side collectives when the default backend cannot take CPU data (NCCL)."""
+    if world > 1 and dist.get_backend() != "gloo":
+        return dist.new_group(backend="gloo")
+    return None
+
+
+def reduce_window(window: Window, world: int, elapsed: float = 0.0) -> torch.Tensor:
+    """[tokens, flops, seconds, loss sum, metric sums in sorted name order], summed over processes, on the
+    device. The seconds are summed too, so every process adds the same (mean) time to its counters."""
+    host = torch.tensor([window.tokens, window.flops, elapsed], dtype=torch.float64)
+    host = host.to(window.device, non_blocking=True)
+    sums = [window.loss, *(window.metrics[k] for k in sorted(window.metrics))]
+    packed = torch.cat([host, torch.stack([v.to(torch.float64) for v in sums])])
+    if world > 1:
+        dist.all_reduce(packed)
+    return packed
+
+
+def agree_on_stop(want: int, device: torch.device, world: int) -> torch.Tensor:
+    """The earliest step any process wants to stop at: all must stop together, or one waits forever for the
+    others in its next collective."""
+    vote = torch.tensor([want], dtype=torch.int64).to(device)
+    if world > 1:
+        dist.all_reduce(vote, op=dist.ReduceOp.MIN)
+    return vote
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Steps of a run: build, restore, one step, log, checkpoint, stop.
+
+
+def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
+    """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet."""
     rank, world, device = init_distributed()
     cfg = recipe.trainer
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    checkpoint = resume_checkpoint(run_dir) if resume else None
-    if not resume and (run_dir / RECIPE_FILE).exists():
-        raise DataError(
-            f"{run_dir}: a run already exists here; pass --resume to continue it or choose another --run-dir"
-        )
     if recipe.data.prepared is None:
         raise DataError("no prepared data: set data.prepared in the recipe or pass --data")
     check_warm_start(recipe)
-
-    # 1) data, tokenizer, model, objectives
     prepared = PreparedData(recipe.data.prepared)
     tokenizer = prepared.tokenizer()
     data_languages = [
@@ -321,8 +428,13 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     }
     for objective in objectives.values():
         objective.setup(model)
+    model.encoder.checkpoint_layers = cfg.activation_checkpointing
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
-    trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=True) if world > 1 else module
+    trained: nn.Module = module
+    if world > 1:
+        trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
+    if cfg.compile:
+        trained = torch.compile(trained)
 
     groups = parameter_groups(module, cfg)
     # fused: one vectorised kernel per tensor instead of ~10 elementwise passes (~8x faster on CPU)
@@ -330,7 +442,6 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, [lambda s, h=g["held"]: learning_rate_factor(s, cfg, h) for g in groups]
     )
-
     A = cfg.grad_accumulation
     lang_index = {lang: languages.index(lang) if lang in languages else 0 for lang in data_languages}
     slots = [
@@ -352,167 +463,211 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         )
         for a in range(A)
     ]
+    run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
+    run.bookkeeping = bookkeeping_group(world)
+    run.slot_states = [s.state_dict() for s in slots]
+    run.window = Window(device)
+    return run, prepared
 
-    # 2) resume
-    step, counters = 0, {"tokens": 0, "flops": 0.0, "seconds": 0.0}
+
+def restore_run(run: Run, checkpoint: Path) -> None:
+    """Weights, optimizer, schedule, counters, data position and RNG from a checkpoint. Slot s = rank·A + a
+    holds the same data in any layout, so any processes x accumulation with the same product resumes it."""
+    state, tensors = load_checkpoint_state(checkpoint)
+    A = run.cfg.grad_accumulation
+    saved = (state["world"], state["grad_accumulation"])
+    if saved[0] * saved[1] != run.world * A:
+        raise DataError(
+            f"{checkpoint}: saved with {saved[0]} processes x {saved[1]} accumulation = {saved[0] * saved[1]} "
+            f"micro-batches per step, now {run.world} x {A}; set trainer.grad_accumulation so the product matches"
+        )
+    load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
+    load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
+    optimizer_from_files(run.optimizer, tensors, state["optimizer"])
+    run.step, run.counters = state["step"], state["counters"]
+    run.scheduler.last_epoch = run.step
+    run.scheduler._last_lr = [g["lr"] for g in run.optimizer.param_groups]
+    for a, slot in enumerate(run.slots):
+        slot.load_state_dict(state["slots"][run.rank * A + a])
+    run.slot_states = [s.state_dict() for s in run.slots]
+    # Dropout draws from a process's generator: a process the checkpoint had no counterpart for takes rank 0's.
+    source = run.rank if f"rank{run.rank}.rng.torch" in tensors else 0
+    restore_rng({k[len(f"rank{source}.") :]: v for k, v in tensors.items() if k.startswith(f"rank{source}.")})
+
+
+def start_loader(run: Run) -> StepLoader:
+    makers = {name: objective.make_batch for name, objective in run.module.objectives.items()}
+    dataset = SlotBatches(run.slots, makers, partial(active_objectives, run.recipe.objectives), run.step)
+    return StepLoader(dataset, run.cfg.loader_workers, pin=run.device.type == "cuda")
+
+
+def train_step(run: Run, item: StepBatches) -> None:
+    """One optimizer step on the step's micro-batches (one per slot; gradients all-reduced on the last).
+    Nothing here waits for the device: losses and metrics are added up where they are."""
+    assert item.step == run.step, (item.step, run.step)
+    A = len(item.slots)
+    autocast = torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.precision == "bf16")
+    ddp = run.trained._orig_mod if hasattr(run.trained, "_orig_mod") else run.trained
+    names: set[str] = set()
+    for a, batches in enumerate(item.slots):
+        batches = {n: to_device(b, run.device) for n, b in batches.items()}
+        sync = contextlib.nullcontext() if run.world == 1 or a == A - 1 else ddp.no_sync()
+        with sync:
+            with autocast:
+                loss, metrics, flops = run.trained(batches)
+            (loss / A).backward()
+        run.window.add_micro_batch(loss.detach().float(), metrics, flops, 1 / A)
+        names.update(metrics)
+    drop_held_gradients(run.optimizer, run.step, run.cfg)
+    clip = run.cfg.clip_norm
+    run.grad_norm = torch.nn.utils.clip_grad_norm_(run.module.parameters(), clip) if clip else None
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.step += 1
+    run.slot_states = item.slot_states
+    run.window.end_step(item.tokens, sorted(names))
+
+
+def fold_counters(run: Run) -> list[float]:
+    """Reduce the window over processes (a host sync) and add its tokens, FLOPs and (mean) seconds to the
+    counters, which are then the same on every process; returns the reduced window (see `reduce_window`).
+    Loss and metric sums stay in the window for the next log line."""
+    window = run.window
+    values = reduce_window(window, run.world, time.perf_counter() - window.started).tolist()
+    values[2] /= run.world
+    run.counters["tokens"] += int(values[0])
+    run.counters["flops"] += values[1]
+    run.counters["seconds"] += values[2]
+    window.tokens, window.flops, window.started = 0, 0.0, time.perf_counter()
+    return values
+
+
+def log_window(run: Run, log: MetricsLog | None) -> dict | None:
+    """Reduce the window over processes (the one host sync, every log_every steps), add it to the counters,
+    write a line (rank 0); every process raises together on a non-finite loss."""
+    window = run.window
+    if not window.steps:
+        return None
+    values = fold_counters(run)
+    names = sorted(window.metrics)
+    record = {
+        "step": run.step,
+        "loss": values[3] / run.world / window.steps,
+        **{k: v / run.world / window.counts[k] for k, v in zip(names, values[4:], strict=True)},
+        "lr": run.scheduler.get_last_lr()[0],
+        "tokens_per_s": values[0] / max(values[2], 1e-9),
+        **run.counters,
+    }
+    if run.grad_norm is not None:
+        record["grad_norm"] = float(run.grad_norm)
+    run.window = Window(run.device)
+    if not math.isfinite(record["loss"]):  # the same reduced value on every process: all stop here
+        raise FloatingPointError(f"step {run.step}: loss is {record['loss']}; lower trainer.lr or check the data")
+    if log is not None:
+        log.write(record)
+    return record
+
+
+def save_run(run: Run) -> None:
+    """A checkpoint of the step just trained; rank 0 writes what every process's slots and RNG hold."""
+    slot_states = run.slot_states
+    rng = {f"rank{run.rank}.{k}": v for k, v in rng_tensors().items()}
+    if run.world > 1:
+        gathered: list = [None] * run.world
+        dist.all_gather_object(gathered, (slot_states, rng), group=run.bookkeeping)
+        slot_states = [s for g in gathered for s in g[0]]
+        rng = {k: v for g in gathered for k, v in g[1].items()}
+    if run.rank == 0:
+        state = {
+            "step": run.step,
+            "counters": run.counters,
+            "world": run.world,
+            "grad_accumulation": run.cfg.grad_accumulation,
+            "slots": slot_states,
+            "recipe": run.recipe.name,
+        }
+        save_checkpoint(
+            run.run_dir,
+            run.step,
+            run.module.model,
+            run.module.objectives,
+            run.tokenizer,
+            run.languages,
+            run.optimizer,
+            state,
+            rng,
+            run.cfg.keep_checkpoints,
+        )
+    if run.world > 1:
+        dist.barrier(group=run.bookkeeping)
+
+
+def stop_step(run: Run) -> int:
+    """The step all processes stop at: max_steps, stop_at, or now once max_minutes are spent (checked when
+    the window is read, every log_every steps)."""
+    cfg = run.cfg
+    want = min(cfg.max_steps, cfg.stop_at) if cfg.stop_at else cfg.max_steps
+    spent = run.counters["seconds"] + time.perf_counter() - run.window.started
+    if cfg.max_minutes and spent >= cfg.max_minutes * 60:
+        want = min(want, run.step)
+    return int(agree_on_stop(want, run.device, run.world).item())
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True) -> dict:
+    """Train according to `recipe` into `run_dir`; returns a summary of the run."""
+    run_dir = Path(run_dir)
+    checkpoint = resume_checkpoint(run_dir) if resume else None
+    if not resume and (run_dir / RECIPE_FILE).exists():
+        raise DataError(
+            f"{run_dir}: a run already exists here; pass --resume to continue it or choose another --run-dir"
+        )
+    run, _ = build_run(recipe, run_dir)
     if checkpoint is not None:
-        state, tensors = load_checkpoint_state(checkpoint)
-        load_model_weights(module.model, checkpoint / "model.safetensors", strict=True)
-        load_model_weights(module.objectives, checkpoint / "objectives.safetensors", strict=True)
-        from polyalign.checkpoint import optimizer_from_files
-
-        optimizer_from_files(optimizer, tensors, state["optimizer"])
-        step, counters = state["step"], state["counters"]
-        scheduler.last_epoch = step
-        scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
-        if state["world"] != world or state["grad_accumulation"] != A:
-            raise DataError(
-                f"{checkpoint}: saved with {state['world']} processes x {state['grad_accumulation']} "
-                f"accumulation; resume with the same layout"
-            )
-        for a, slot in enumerate(slots):
-            slot.load_state_dict(state["slots"][rank * A + a])
-        restore_rng({k[len(f"rank{rank}.") :]: v for k, v in tensors.items() if k.startswith(f"rank{rank}.")})
-    elif rank == 0:
+        restore_run(run, checkpoint)
+    elif run.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-
-    log = MetricsLog(run_dir, step if resume else None) if rank == 0 else None
+    log = MetricsLog(run_dir, run.step if resume else None) if run.rank == 0 else None
     bar = None
-    if progress and rank == 0:
+    if progress and run.rank == 0:
         from polyalign.progress import tqdm
 
         bar = tqdm(
-            total=cfg.max_steps, initial=step, desc=recipe.name, unit="step", dynamic_ncols=True, mininterval=2.0
+            total=run.cfg.max_steps,
+            initial=run.step,
+            desc=recipe.name,
+            unit="step",
+            dynamic_ncols=True,
+            mininterval=2.0,
         )
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
-
-    def checkpoint_now() -> None:
-        slot_states = [s.state_dict() for s in slots]
-        rng = {f"rank{rank}.{k}": v for k, v in rng_tensors().items()}
-        if world > 1:
-            gathered: list = [None] * world
-            dist.all_gather_object(gathered, (slot_states, rng))
-            slot_states = [s for g in gathered for s in g[0]]
-            rng = {k: v for g in gathered for k, v in g[1].items()}
-        if rank == 0:
-            state = {
-                "step": step,
-                "counters": counters,
-                "world": world,
-                "grad_accumulation": A,
-                "slots": slot_states,
-                "recipe": recipe.name,
-            }
-            save_checkpoint(
-                run_dir,
-                step,
-                module.model,
-                module.objectives,
-                tokenizer,
-                languages,
-                optimizer,
-                state,
-                rng,
-                cfg.keep_checkpoints,
-            )
-        if world > 1:
-            dist.barrier()
-
-    # 3) the loop
-    window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "counts": {}, "n": 0}
-    saved_at = step
-    while step < cfg.max_steps:
-        if cfg.max_minutes and counters["seconds"] >= cfg.max_minutes * 60:
-            break
-        if cfg.stop_at and step >= cfg.stop_at:
-            break
-        t0 = time.perf_counter()
-        active = [o.name for o in recipe.objectives if o.active(step)]
-        step_tokens, step_flops, step_loss = 0, 0.0, 0.0
-        step_metrics: dict[str, float] = {}
-        for a, slot in enumerate(slots):
-            batches = {
-                n: to_device(objectives[n].make_batch(slot.streams[n].next_batch(), slot.rng), device) for n in active
-            }
-            step_tokens += sum(real_tokens(b) for b in batches.values())
-            sync = contextlib.nullcontext() if world == 1 or a == A - 1 else trained.no_sync()
-            with sync:
-                with autocast:
-                    loss, metrics, flops = trained(batches)
-                (loss / A).backward()
-            step_loss += float(loss.detach()) / A
-            step_flops += flops
-            for k, v in metrics.items():
-                step_metrics[k] = step_metrics.get(k, 0.0) + float(v) / A
-        drop_held_gradients(optimizer, step, cfg)
-        grad_norm = torch.nn.utils.clip_grad_norm_(module.parameters(), cfg.clip_norm) if cfg.clip_norm else None
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-
-        elapsed = time.perf_counter() - t0
-        if world > 1:
-            # Counters and logged values are totals/means over processes, and so is the step time: every rank then
-            # sees the same clock, loss and metrics, so that stop decisions (max_minutes, a non-finite loss) are
-            # taken by all ranks together. The tensor lives on the training device: NCCL reduces CUDA tensors only.
-            values = [step_tokens, step_flops, step_loss, elapsed, *step_metrics.values()]
-            packed = torch.tensor(values, dtype=torch.float64, device=device)
-            dist.all_reduce(packed)
-            packed = packed.tolist()
-            step_tokens, step_flops = int(packed[0]), packed[1]
-            step_loss, elapsed = packed[2] / world, packed[3] / world
-            step_metrics = {k: v / world for k, v in zip(step_metrics, packed[4:], strict=True)}
-        if not math.isfinite(step_loss):  # on every rank at once (the value is the same everywhere)
-            raise FloatingPointError(f"step {step}: loss is {step_loss}; lower trainer.lr or check the data")
-        counters["tokens"] += step_tokens
-        counters["flops"] += step_flops
-        counters["seconds"] += elapsed
-        window["tokens"] += step_tokens
-        window["time"] += elapsed
-        window["loss"] += step_loss
-        window["n"] += 1
-        for k, v in step_metrics.items():
-            window["metrics"][k] = window["metrics"].get(k, 0.0) + v
-            window["counts"][k] = window["counts"].get(k, 0) + 1  # steps it was active (start_step, every)
-
-        if rank == 0 and (step % cfg.log_every == 0 or step == cfg.max_steps):
-            n = window["n"]
-            record = {
-                "step": step,
-                "loss": window["loss"] / n,
-                **{k: v / window["counts"][k] for k, v in window["metrics"].items()},
-                "lr": scheduler.get_last_lr()[0],
-                "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
-                "tokens": counters["tokens"],
-                "flops": counters["flops"],
-                "seconds": counters["seconds"],
-            }
-            if grad_norm is not None:
-                record["grad_norm"] = float(grad_norm)
-            log.write(record)
+    loader = start_loader(run)
+    stop = stop_step(run)
+    try:
+        while run.step < stop:
+            train_step(run, next(loader))
+            if run.step % run.cfg.log_every == 0 or run.step == run.cfg.max_steps:
+                record = log_window(run, log)
+                stop = stop_step(run)  # max_minutes is read here, with the window
+                if bar is not None and record is not None:
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if bar is not None:
-                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            window = {"tokens": 0, "time": 0.0, "loss": 0.0, "metrics": {}, "counts": {}, "n": 0}
+                bar.update(1)
+            if run.step % run.cfg.save_every == 0 or run.step == stop:
+                if run.window.steps:
+                    fold_counters(run)  # counters must be totals over processes when saved
+                save_run(run)
+                run.window.started = time.perf_counter()  # saving is not training time
+    finally:
+        loader.close()
         if bar is not None:
-            bar.update(1)
-        if step % cfg.save_every == 0:
-            checkpoint_now()
-            saved_at = step
-    if saved_at != step:
-        checkpoint_now()
-    if bar is not None:
-        bar.close()
-    if log is not None:
-        log.close()
-    return {"run": str(run_dir), "step": step, **counters}
-
-
-def real_tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Non-padding tokens the encoder reads for one batch: every 2-D attention mask counts (an objective that
-    encodes a second sequence, e.g. contrast's `target_` side or MoCo's key side, carries one for it)."""
-    return sum(int(v.sum()) for k, v in batch.items() if k.endswith("attention_mask") and v.dim() == 2)
+            bar.close()
+        if log is not None:
+            log.close()
+    return {"run": str(run_dir), "step": run.step, **run.counters}
 
 
 def run_started_before_saving_its_recipe(run_dir: str | Path) -> bool:

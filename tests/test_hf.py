@@ -294,3 +294,16 @@ def test_cli_evaluates_tatoeba_on_a_hugging_face_folder_and_exports(hf_xlmr, tmp
     result = runner.invoke(app, ["export", "--model", str(hf_xlmr), "--out", str(tmp_path / "re-export")])
     assert result.exit_code == 0, result.output
     assert EncoderConfig.from_dict(load_model(tmp_path / "re-export").model.config.to_dict()).position_offset == 2
+
+
+def test_hf_conversion_does_not_import_the_checkpoint_module():
+    """checkpoint.py owns the folder format and calls into model/hf.py to convert; never the other way round."""
+    import ast
+
+    import polyalign.model.hf as hf
+
+    tree = ast.parse(Path(hf.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "polyalign.checkpoint" not in imported

@@ -217,10 +217,9 @@ def hf_to_polyalign_state(
     return ours, decoders
 
 
-def load_hf_model(folder: str | Path, trust_pickle: bool = False, device: str | torch.device = "cpu"):
-    """A local Hugging Face folder (XLM-R, RoBERTa, BERT/mBERT, ELECTRA) as a polyalign LoadedModel."""
-    from polyalign.checkpoint import LoadedModel
-
+def load_hf_model(folder: str | Path, trust_pickle: bool = False) -> tuple[MaskedLanguageModel, Tokenizer]:
+    """A local Hugging Face folder (XLM-R, RoBERTa, BERT/mBERT, ELECTRA) converted to a polyalign model and
+    tokenizer. This module only converts; polyalign.checkpoint owns the folder format and wraps the result."""
     folder = Path(folder)
     where = folder / HF_CONFIG
     hf = read_json(where)
@@ -247,7 +246,7 @@ def load_hf_model(folder: str | Path, trust_pickle: bool = False, device: str | 
             f"{folder}: the tokenizer has {tokenizer.special.vocab_size} tokens but the model only "
             f"{config.vocab_size} embeddings"
         )
-    return LoadedModel(model.to(device).eval(), tokenizer, [], folder)
+    return model, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------------

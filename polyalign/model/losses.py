@@ -48,7 +48,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         logits, target, target_logp, valid, count = ctx.saved_tensors
         N = logits.shape[0]
         scale = grad_output.float() / count
-        grad = torch.softmax(logits, dim=-1).mul_(scale.item())  # (N, V): softmax / count everywhere ...
+        # scale stays a tensor: .item() would make the host wait for the GPU in every backward
+        grad = torch.softmax(logits, dim=-1).mul_(scale)  # (N, V): softmax / count everywhere ...
         rows = torch.arange(N, device=logits.device)
         grad[rows, target] = ((target_logp.exp() - 1.0) * scale).to(grad.dtype)  # ... (p - 1) / count at targets
         grad.masked_fill_(~valid[:, None], 0)  # ignored (padding) rows get no gradient

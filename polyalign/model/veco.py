@@ -47,7 +47,8 @@ def two_streams(model: MaskedLanguageModel, inputs: dict[str, torch.Tensor], sto
     memory = swap_halves(own.last_hidden_state)  # (2B, T, C): the partner's H^L
     if stop_gradient:
         memory = memory.detach()
-    paired = model(**inputs, memory=memory, memory_mask=swap_halves(inputs["attention_mask"]))
+    mask = inputs.get("attention_mask")  # absent for a batch without padding (the loader drops it: flash)
+    paired = model(**inputs, memory=memory, memory_mask=None if mask is None else swap_halves(mask))
     return TwoStreams(own.last_hidden_state, paired.last_hidden_state, own.hidden_states)
 
 

@@ -60,5 +60,7 @@ class Objective(nn.Module):
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The entries of a batch the encoder takes as keyword arguments."""
-    return {k: v for k, v in batch.items() if k in MODEL_INPUTS}
+    """The entries of a batch the encoder takes as keyword arguments. A batch the loader found free of padding
+    goes without its attention mask, which lets SDPA pick the flash kernel on CUDA."""
+    drop = "attention_mask" if batch.get("padding_free") else None
+    return {k: v for k, v in batch.items() if k in MODEL_INPUTS and k != drop}

@@ -1,0 +1,121 @@
+"""The trainer's batches, built ahead of the step by worker processes.
+
+A step consumes one micro-batch per slot (see train.py) and per active objective. Slot a is built by worker
+a mod N, always in step order, so the batches are the same for any number of workers (0 builds them in
+the training process). Each step's item carries every slot's data state *after* it: a checkpoint saves
+the position of the batches trained on, not of those already prefetched, and resuming is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+
+@dataclass
+class StepBatches:
+    """Everything one optimizer step of one process reads."""
+
+    step: int
+    slots: list[dict[str, dict[str, torch.Tensor]]]
+    """Per slot: objective name -> its batch (CPU tensors, pinned when the loader pins)."""
+    tokens: int
+    """Real (non-padding) tokens over all slots and objectives, counted on the CPU: no device sync."""
+    slot_states: list[dict]
+    """Per slot: the streams' and masking generator's state after this step's batches."""
+
+
+def real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens the encoder reads for one batch: every 2-D attention mask counts (an objective that
+    encodes a second sequence, e.g. contrast's `target_` side or MoCo's key side, carries one for it)."""
+    return sum(int(v.sum()) for k, v in batch.items() if k.endswith("attention_mask") and v.dim() == 2)
+
+
+def padding_free(batch: dict[str, torch.Tensor]) -> bool:
+    """A batch whose (B, T) attention mask is all True needs no mask at all (flash attention on CUDA)."""
+    mask = batch.get("attention_mask")
+    return mask is not None and mask.dim() == 2 and bool(mask.all())
+
+
+def build_slot_step(slot, makers: dict[str, Callable], active: list[str]) -> tuple[dict, int]:
+    """One slot's batches for one step: draw from each active objective's stream, then let it make tensors."""
+    batches, tokens = {}, 0
+    for name in active:
+        batch = makers[name](slot.streams[name].next_batch(), slot.rng)
+        tokens += real_tokens(batch)
+        if padding_free(batch):
+            batch["padding_free"] = True  # objectives' model_inputs drop the mask then
+        batches[name] = batch
+    return batches, tokens
+
+
+class SlotBatches(IterableDataset):
+    """Endless steps from `start_step` on; in worker w of N, only the slots a with a % N == w."""
+
+    def __init__(self, slots: list, makers: dict[str, Callable], active: Callable[[int], list[str]], start_step: int):
+        self.slots, self.makers, self.active, self.start_step = slots, makers, active, start_step
+
+    def __iter__(self) -> Iterator[tuple[int, dict[int, tuple]]]:
+        info = get_worker_info()
+        w, N = (info.id, info.num_workers) if info is not None else (0, 1)
+        mine = [a for a in range(len(self.slots)) if a % N == w]
+        step = self.start_step
+        while True:
+            active = self.active(step)
+            part = {}
+            for a in mine:
+                batches, tokens = build_slot_step(self.slots[a], self.makers, active)
+                part[a] = (batches, tokens, self.slots[a].state_dict())
+            yield step, part
+            step += 1
+
+
+def _keep(item):
+    return item
+
+
+class StepLoader:
+    """Iterator of StepBatches. `workers` processes (at most one per slot) prefetch `prefetch` steps each;
+    `pin` puts the tensors in page-locked memory so the copies to a GPU can be asynchronous."""
+
+    def __init__(self, dataset: SlotBatches, workers: int = 0, pin: bool = False, prefetch: int = 2):
+        self.workers = min(workers, len(dataset.slots))
+        self.num_slots = len(dataset.slots)
+        loader = DataLoader(
+            dataset,
+            batch_size=None,
+            collate_fn=_keep,
+            num_workers=self.workers,
+            pin_memory=pin,
+            prefetch_factor=prefetch if self.workers else None,
+            # Its own generator: DataLoader draws worker seeds from it, which would otherwise advance the global
+            # one that dropout reads (a resumed run would then differ from an uninterrupted one).
+            generator=torch.Generator(),
+        )
+        self._items = iter(loader)
+
+    def __iter__(self) -> StepLoader:
+        return self
+
+    def __next__(self) -> StepBatches:
+        # DataLoader takes items from its workers in turn, and each worker yields one item per step.
+        parts: dict[int, tuple] = {}
+        steps = set()
+        for _ in range(max(1, self.workers)):
+            step, part = next(self._items)
+            steps.add(step)
+            parts.update(part)
+        assert len(steps) == 1 and len(parts) == self.num_slots, (steps, sorted(parts))
+        ordered = [parts[a] for a in range(self.num_slots)]
+        return StepBatches(
+            step=steps.pop(),
+            slots=[b for b, _, _ in ordered],
+            tokens=sum(t for _, t, _ in ordered),
+            slot_states=[s for _, _, s in ordered],
+        )
+
+    def close(self) -> None:
+        del self._items  # shuts the workers down

@@ -1,0 +1,116 @@
+"""What multi-process training needs beyond one process: collectives on the training device, stop decisions
+taken by all processes together, and resuming with another processes x accumulation layout."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from polyalign import train
+from polyalign.checkpoint import checkpoint_dirs
+from polyalign.config import load_recipe
+from polyalign.train import Window, agree_on_stop, bookkeeping_group, load_run_recipe, pretrain, reduce_window
+from tests.conftest import tiny_recipe_overrides
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+
+def exact_overrides(prepared: Path, steps: int) -> list[str]:
+    """No dropout and fp32: one process x 2 accumulation and 2 processes x 1 then compute the same losses."""
+    return tiny_recipe_overrides(prepared, steps) + [
+        "model.dropout=0.0",
+        "model.attention_dropout=0.0",
+        "trainer.precision=fp32",
+        "trainer.save_every=100",
+        "trainer.loader_workers=0",
+    ]
+
+
+def test_step_collectives_take_tensors_on_the_training_device(monkeypatch):
+    """NCCL takes GPU tensors only. The meta device stands in for the GPU: a sum built on the CPU (as a
+    `torch.tensor([...])` of Python numbers) would show up here as a CPU tensor, or fail to convert."""
+    seen = []
+    monkeypatch.setattr(train.dist, "all_reduce", lambda tensor, *a, **k: seen.append(tensor.device))
+    device = torch.device("meta")
+    window = Window(device)
+    for _ in range(2):
+        value = torch.zeros((), device=device)
+        window.add_micro_batch(value, {"mlm/accuracy": value}, flops=1.0, share=0.5)
+        window.end_step(tokens=7, names=["mlm/accuracy"])
+    assert reduce_window(window, world=2).device == device
+    assert agree_on_stop(5, device, world=2).device == device
+    assert seen == [device, device]
+
+
+def test_cpu_bookkeeping_gets_a_gloo_group_beside_nccl(monkeypatch):
+    made = []
+    monkeypatch.setattr(train.dist, "get_backend", lambda *a: "nccl")
+    monkeypatch.setattr(train.dist, "new_group", lambda **kw: made.append(kw) or "gloo group")
+    assert bookkeeping_group(world=2) == "gloo group" and made == [{"backend": "gloo"}]
+    monkeypatch.setattr(train.dist, "get_backend", lambda *a: "gloo")
+    assert bookkeeping_group(world=2) is None  # gloo takes CPU tensors itself
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _train_process(rank: int, world: int, port: int, overrides: list[list[str]], run_dir: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    try:
+        pretrain(load_recipe("xlm", overrides[rank]), run_dir, progress=False)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_process_run(sample_prepared, tmp_path_factory) -> Path:
+    """2 gloo processes x 1 accumulation step; rank 1 alone is told to stop at step 2, rank 0 would go on to 4."""
+    run_dir = tmp_path_factory.mktemp("ddp") / "run"
+    base = exact_overrides(sample_prepared, steps=4)
+    overrides = [base, base + ["trainer.stop_at=2"]]
+    context = mp.start_processes(
+        _train_process, args=(2, _free_port(), overrides, str(run_dir)), nprocs=2, join=False, start_method="spawn"
+    )
+    for _ in range(240):  # a process left waiting for the other would hang: fail instead
+        if context.join(timeout=1):
+            break
+    else:
+        for p in context.processes:
+            p.kill()
+        pytest.fail("the processes did not finish together: one waits for the other")
+    return run_dir
+
+
+def test_processes_that_disagree_on_stopping_stop_together(two_process_run):
+    assert [p.name for p in checkpoint_dirs(two_process_run)] == ["step-0000002"]
+    assert [s for s, _ in losses(two_process_run)] == [1, 2]
+
+
+def test_resume_two_processes_into_one_process_with_accumulation(two_process_run, sample_prepared, tmp_path):
+    overrides = exact_overrides(sample_prepared, steps=4)
+    pretrain(load_recipe("xlm", [*overrides, "trainer.grad_accumulation=2"]), tmp_path / "single", progress=False)
+    resumed = load_run_recipe(two_process_run, ["trainer.grad_accumulation=2", "trainer.stop_at=0"])
+    pretrain(resumed, two_process_run, resume=True, progress=False)
+    a, b = losses(two_process_run), losses(tmp_path / "single")
+    assert [s for s, _ in a] == [1, 2, 3, 4]
+    for (_, x), (_, y) in zip(a, b, strict=True):
+        assert x == pytest.approx(y, rel=1e-4)  # same data per slot; only float reduction order differs
