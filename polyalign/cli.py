@@ -589,7 +589,7 @@ def finetune(
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
     from polyalign.checkpoint import load_model
     from polyalign.finetune import Subsample, finetune_task
-    from polyalign.finetune.results import write_results
+    from polyalign.finetune.results import invoked_command, write_results
 
     setting = setting.value
     overrides = _parse_sets(set_)
@@ -608,7 +608,9 @@ def finetune(
     result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
     _print_finetune(result, model)
     if out is not None:
-        md, _ = write_results(out, "finetune", [result], f"Fine-tuning: {task} ({setting})", str(model))
+        md, _ = write_results(
+            out, "finetune", [result], f"Fine-tuning: {task} ({setting})", str(model), invoked_command()
+        )
         console.print(f"results: {md} (+ .json)")
 
 
@@ -637,7 +639,7 @@ def xtreme(
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
     from polyalign.checkpoint import load_model
     from polyalign.finetune import TASKS, Subsample, finetune_task
-    from polyalign.finetune.results import summary_markdown, write_results
+    from polyalign.finetune.results import invoked_command, summary_markdown, write_results
 
     setting = setting.value
     names = _split(tasks) or []
@@ -662,7 +664,8 @@ def xtreme(
         results.append(finetune_task(loaded, name, data, setting, n, overrides, sample, progress))
         _print_finetune(results[-1], model)
         if out is not None:
-            write_results(out, "xtreme", results, f"XTREME-style evaluation ({setting})", str(model))
+            title = f"XTREME-style evaluation ({setting})"
+            write_results(out, "xtreme", results, title, str(model), invoked_command())
     Console().print(summary_markdown(results, f"Summary: {model}"), markup=False)
 
 

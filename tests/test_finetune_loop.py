@@ -226,7 +226,9 @@ def test_cli_finetune_and_xtreme_write_tables(tiny_model, tiny_pack, tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["finetune", "pos", "--seeds", "1", "--out", str(tmp_path / "ft"), *common, *sets])
     assert res.exit_code == 0, res.output
-    assert "UD POS, transfer" in (tmp_path / "ft" / "finetune.md").read_text()
+    page = (tmp_path / "ft" / "finetune.md").read_text()
+    assert "UD POS, transfer" in page
+    assert "Produced by `polyalign " in page and "commit " in page  # results name their command and code
     res = runner.invoke(
         app,
         ["xtreme", "--tasks", "xnli,ner", "--seeds", "xnli=2,ner=1", "--out", str(tmp_path / "x"), *common, *sets,

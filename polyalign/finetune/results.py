@@ -3,6 +3,10 @@ the cross-lingual transfer gap, and markdown + JSON tables."""
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -115,15 +119,37 @@ def summary_markdown(results: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
-def write_results(out: str | Path, name: str, results: list[dict], title: str, model: str) -> tuple[Path, Path]:
-    """`OUT/NAME.json` (everything, runs included) and `OUT/NAME.md` (the tables and protocols)."""
+def invoked_command() -> str:
+    """The command line this process was started with, as a user would retype it."""
+    return shlex.join(["polyalign", *sys.argv[1:]])
+
+
+def code_version() -> str:
+    """The commit of the polyalign checkout that runs (`+dirty` with local changes), else the package version."""
+    root = Path(__file__).resolve().parents[2]
+    git = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+    except OSError:
+        head = ""
+    if head:
+        return f"commit {head}" + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    return f"polyalign {metadata.version('polyalign')}"
+
+
+def write_results(
+    out: str | Path, name: str, results: list[dict], title: str, model: str, command: str, code: str | None = None
+) -> tuple[Path, Path]:
+    """`OUT/NAME.json` (everything, runs included) and `OUT/NAME.md` (the tables and protocols), both naming the
+    command that produced them and the code it ran (`code`, default: `code_version()`)."""
     out = Path(out)
-    parts = [f"# {title}", "", f"Model: `{model}`", ""]
+    code = code or code_version()
+    parts = [f"# {title}", "", f"Produced by `{command}` ({code}).", "", f"Model: `{model}`", ""]
     if len(results) > 1:
         parts.append(summary_markdown(results, "Summary"))
     parts += [task_markdown(r, f"{r['task']} ({r['setting']})") for r in results]
     md = out / f"{name}.md"
     atomic_write_text(md, "\n".join(parts))
     js = out / f"{name}.json"
-    write_json(js, {"model": model, "results": results})
+    write_json(js, {"model": model, "command": command, "code": code, "results": results})
     return md, js
