@@ -228,7 +228,7 @@ def test_cli_finetune_and_xtreme_write_tables(tiny_model, tiny_pack, tmp_path):
     assert res.exit_code == 0, res.output
     page = (tmp_path / "ft" / "finetune.md").read_text()
     assert "UD POS, transfer" in page
-    assert "Produced by `polyalign " in page and "commit " in page  # results name their command and code
+    assert "Produced by `polyalign" in page and "commit " in page  # results name their command and code
     res = runner.invoke(
         app,
         ["xtreme", "--tasks", "xnli,ner", "--seeds", "xnli=2,ner=1", "--out", str(tmp_path / "x"), *common, *sets,
