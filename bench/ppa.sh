@@ -6,6 +6,11 @@
 #   lr       peak lr HIGH_LR instead of LR                                          (learning rate)
 #   tau      temperature 0.1 instead of 0.05                                        (temperature; not by default)
 #   aligned  from SENTENCE_MODEL instead of small-base (only when it is given)      (start model)
+# and three arms that each change one setting of `lr` (the arm that learned most), to find what limits it:
+#   notlm    -TLM (PPA Table 5's ablation): MoCo alone                                (the TLM term)
+#   short    no minimum length (PPA §3.1 drops pairs with a side under 10 tokens)   (the pair filter)
+#   inbatch  in-batch translation ranking (the best recipe's objective) in place of   (MoCo's queue and
+#            MoCo + TLM, same pairs, batch, lr and steps                             key encoder)
 # Every start model and every trained model is measured on the representation MoCo trains (POOLING over the
 # last layer; a layer sweep comes free): Tatoeba-14 acc@1, and retrieval among the held-out dev pairs of the
 # training bitext (`prepare --dev-pairs 1000`: 1,000 pairs per language, never trained on). The MoCo loss
@@ -58,7 +63,11 @@ for arm in $ARMS; do
     lr) extra=(--set trainer.lr=$HIGH_LR) ;;
     tau) extra=(--set objectives.0.config.temperature=0.1) ;;
     aligned) init=${ALIGNED:?the aligned arm needs SENTENCE_MODEL}; ;;
-    *) echo "unknown arm $arm (base, lr, tau, aligned)" >&2; exit 2 ;;
+    notlm) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.config.tlm=false) ;;
+    short) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1) ;;
+    inbatch) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.name=contrast
+                    --set "objectives.0.config={temperature: 0.05, pooling: $POOLING}") ;;
+    *) echo "unknown arm $arm (base, lr, tau, aligned, notlm, short, inbatch)" >&2; exit 2 ;;
   esac
   run=$W/runs/$arm
   if [ ! -f $run/done ]; then

@@ -21,27 +21,48 @@ from polyalign.evaluate.plots import plot_series
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 WINDOW = 10  # steps averaged at the start and at the end of a run (the logged values are per step)
-SETTINGS = ("init_from", "steps", "lr", "batch_pairs", "queue_size", "momentum", "temperature", "pooling", "tlm")
+SETTINGS = (
+    "init_from",
+    "objective",
+    "steps",
+    "lr",
+    "batch_pairs",
+    "min_length",
+    "queue_size",
+    "momentum",
+    "temperature",
+    "pooling",
+    "tlm",
+)
 WHAT = {
     "base": "the calibration settings",
     "lr": "a higher peak lr",
     "tau": "temperature 0.1",
     "aligned": "a sentence-aligned start model",
+    "notlm": "-TLM, MoCo alone",
+    "short": "no minimum pair length",
+    "inbatch": "in-batch translation ranking in place of MoCo + TLM",
 }
+# The arm each one changes one setting of (bench/ppa.sh): the later arms start from `lr`, the arm that learned most.
+REFERENCE = {"lr": "base", "tau": "base", "aligned": "base", "notlm": "lr", "short": "lr", "inbatch": "lr"}
 
 
 def settings(recipe: dict) -> dict:
-    moco = recipe["objectives"][0]["config"]
+    objective = recipe["objectives"][0]
+    config = objective["config"]
+    moco = objective["name"] == "moco"
     return {
         "init_from": os.path.relpath(recipe["init_from"], ROOT),
+        "objective": objective["name"],
         "steps": recipe["trainer"]["max_steps"],
         "lr": recipe["trainer"]["lr"],
         "batch_pairs": recipe["data"]["parallel"]["max_examples"],
-        "queue_size": moco["queue_size"],
-        "momentum": moco["momentum"],
-        "temperature": moco["temperature"],
-        "pooling": moco["pooling"],
-        "tlm": moco.get("tlm", True),
+        "min_length": recipe["data"]["parallel"].get("min_length", 1),
+        "queue_size": config["queue_size"] if moco else "-",
+        "momentum": config["momentum"] if moco else "-",
+        "temperature": config["temperature"],
+        "pooling": config["pooling"],
+        "tlm": config.get("tlm", True) if moco else False,
     }
 
 
@@ -50,27 +71,34 @@ def mean(values: list[float]) -> float:
 
 
 def training(run: Path) -> dict:
-    """MoCo loss and queue accuracy once the queue holds only real keys, and at the end, against chance.
+    """The contrastive loss and accuracy once the negatives are all real, and at the end, against chance.
 
-    The queue starts as random unit vectors (MoCo), which any encoder tells apart from a real key: the loss of
-    the first steps is low for that reason alone, so "start" is the WINDOW steps after the queue has filled."""
-    recs = [r for r in records(run / "metrics.jsonl") if "moco/moco_loss" in r]
+    MoCo: the queue starts as random unit vectors, which any encoder tells apart from a real key, so the loss of
+    the first steps is low for that reason alone; "start" is the WINDOW steps after the queue has filled.
+    In-batch ranking (`inbatch`): the negatives are the batch's other pairs from step 1; the uniform loss is
+    ln(B) and chance 1/B."""
     s = settings(yaml.safe_load((run / "recipe.yaml").read_text()))
-    queue = s["queue_size"]
-    filled = math.ceil(queue / s["batch_pairs"])  # steps until every queue row is a real key
+    moco = s["objective"] == "moco"
+    prefix = "moco/moco_" if moco else "contrast/"
+    loss_key, accuracy_key = prefix + "loss", prefix + "accuracy"
+    recs = [r for r in records(run / "metrics.jsonl") if loss_key in r]
+    negatives = s["queue_size"] if moco else s["batch_pairs"] - 1
+    filled = math.ceil(negatives / s["batch_pairs"]) if moco else 0  # steps until every queue row is a real key
     after = [r for r in recs if r["step"] > filled][:WINDOW]
     last = recs[-WINDOW:]
     out = {
-        "moco_loss_step1": recs[0]["moco/moco_loss"],
-        "queue_filled_at_step": filled,
-        "moco_loss_start": mean([r["moco/moco_loss"] for r in after]),
-        "moco_loss_end": mean([r["moco/moco_loss"] for r in last]),
-        "uniform_loss": math.log(queue + 1),  # ln(K + 1): the loss of a softmax that cannot tell keys apart
-        "queue_accuracy_start": mean([r["moco/moco_accuracy"] for r in after]),
-        "queue_accuracy_end": mean([r["moco/moco_accuracy"] for r in last]),
-        "chance_accuracy": 1 / (queue + 1),
+        "loss_name": "MoCo loss" if moco else "in-batch ranking loss",
+        "negatives": negatives,
+        "loss_step1": recs[0][loss_key],
+        "filled_at_step": filled,
+        "loss_start": mean([r[loss_key] for r in after]),
+        "loss_end": mean([r[loss_key] for r in last]),
+        "uniform_loss": math.log(negatives + 1),  # ln(K + 1): the loss of a softmax that cannot tell keys apart
+        "accuracy_start": mean([r[accuracy_key] for r in after]),
+        "accuracy_end": mean([r[accuracy_key] for r in last]),
+        "chance_accuracy": 1 / (negatives + 1),
         "minutes": recs[-1]["seconds"] / 60,
-        "loss_curve": [[r["step"], r["moco/moco_loss"]] for r in recs],
+        "loss_curve": [[r["step"], r[loss_key]] for r in recs],
     }
     if "moco/tlm_loss" in recs[0]:
         out |= {
@@ -101,39 +129,44 @@ def reading(arms: dict) -> list[str]:
     out = []
     for name, a in arms.items():
         t, s, e = a["training"], a["start"], a["end"]
-        gap = t["uniform_loss"] - t["moco_loss_end"]
+        gap = t["uniform_loss"] - t["loss_end"]
         moved = {k: f"{s[k]['acc']:.1f} -> {e[k]['acc']:.1f} ({e[k]['acc'] - s[k]['acc']:+.1f})" for k in s}
+        when = (
+            f"mean of the {WINDOW} steps after the queue filled at step {t['filled_at_step']} / of the last "
+            f"{WINDOW}; {t['loss_step1']:.2f} at step 1, against a queue of random vectors"
+            if t["filled_at_step"]
+            else f"mean of the first / last {WINDOW} steps"
+        )
         out.append(
-            f"- `{name}` ({WHAT.get(name, name)}): MoCo loss {t['moco_loss_start']:.2f} -> {t['moco_loss_end']:.2f} "
-            f"(mean of the {WINDOW} steps after the queue filled at step {t['queue_filled_at_step']} / of the last "
-            f"{WINDOW}; {t['moco_loss_step1']:.2f} at step 1, against a queue of random vectors), "
-            f"{abs(gap):.2f} nats {'below' if gap > 0 else 'above'} "
-            f"ln(K+1) = {t['uniform_loss']:.2f}; queue accuracy {100 * t['queue_accuracy_start']:.1f}% -> "
-            f"{100 * t['queue_accuracy_end']:.1f}% (chance {100 * t['chance_accuracy']:.3f}%). Tatoeba-14 "
+            f"- `{name}` ({WHAT.get(name, name)}): {t['loss_name']} {t['loss_start']:.2f} -> {t['loss_end']:.2f} "
+            f"({when}), {abs(gap):.2f} nats {'below' if gap > 0 else 'above'} ln(K+1) = {t['uniform_loss']:.2f} "
+            f"(K = {t['negatives']} negatives); accuracy {100 * t['accuracy_start']:.1f}% -> "
+            f"{100 * t['accuracy_end']:.1f}% (chance {100 * t['chance_accuracy']:.3f}%). Tatoeba-14 "
             f"{moved['tatoeba']}, dev retrieval {moved['dev']}."
         )
-    base = arms.get("base")
+    gains = lambda x, key: x["end"][key]["acc"] - x["start"][key]["acc"]  # noqa: E731
     for name, a in arms.items():
-        if base is None or name == "base":
+        ref_name = REFERENCE.get(name)
+        ref = arms.get(ref_name)
+        if ref is None:
             continue
-        changed = {
-            k: (base["settings"][k], a["settings"][k]) for k in SETTINGS if base["settings"][k] != a["settings"][k]
-        }
+        old, new = ref["settings"], a["settings"]
+        changed = {k: (old[k], new[k]) for k in SETTINGS if old[k] != new[k]}
         what = ", ".join(f"{k} {b} -> {v}" for k, (b, v) in changed.items()) or "nothing"
-        gains = lambda x, key: x["end"][key]["acc"] - x["start"][key]["acc"]  # noqa: E731
         out.append(
-            f"- `{name}` differs from `base` in {what}: final MoCo loss {a['training']['moco_loss_end']:.2f} vs "
-            f"{base['training']['moco_loss_end']:.2f}, Tatoeba-14 gain {gains(a, 'tatoeba'):+.1f} vs "
-            f"{gains(base, 'tatoeba'):+.1f}, dev gain {gains(a, 'dev'):+.1f} vs {gains(base, 'dev'):+.1f}"
+            f"- `{name}` differs from `{ref_name}` in {what}: final {a['training']['loss_name']} "
+            f"{a['training']['loss_end']:.2f} vs {ref['training']['loss_name']} {ref['training']['loss_end']:.2f}, "
+            f"Tatoeba-14 gain {gains(a, 'tatoeba'):+.1f} vs {gains(ref, 'tatoeba'):+.1f}, dev gain "
+            f"{gains(a, 'dev'):+.1f} vs {gains(ref, 'dev'):+.1f}"
             + (
-                f"; trained level Tatoeba-14 {a['end']['tatoeba']['acc']:.1f} vs {base['end']['tatoeba']['acc']:.1f}."
+                f"; trained level Tatoeba-14 {a['end']['tatoeba']['acc']:.1f} vs {ref['end']['tatoeba']['acc']:.1f}."
                 if "init_from" in changed
                 else "."
             )
         )
     out.append(
-        "- One seed per arm; no run-to-run spread was measured. Settings not varied here (batch, momentum, queue "
-        "size, steps beyond this length) are not ruled in or out by these rows."
+        "- One seed per arm; no run-to-run spread was measured. Settings not varied here (momentum, queue size, "
+        "steps beyond this length) are not ruled in or out by these rows."
     )
     return out
 
@@ -173,7 +206,9 @@ def main() -> None:
         steps = curves[n][0]
         curves[f"ln(K+1), {n}"] = ([steps[0], steps[-1]], [a["training"]["uniform_loss"]] * 2)
         break  # the same K in every arm unless QUEUE was changed between them
-    loss_png = plot_series(curves, figures / "moco_loss.png", "step", "MoCo loss (InfoNCE)", "MoCo loss per step")
+    loss_png = plot_series(
+        curves, figures / "moco_loss.png", "step", "contrastive loss (InfoNCE)", "MoCo / in-batch ranking loss per step"
+    )
 
     any_arm = next(iter(arms.values()))
     rows = [
@@ -184,8 +219,8 @@ def main() -> None:
         rows.append(
             [
                 n,
-                f"{t['moco_loss_start']:.2f} -> {t['moco_loss_end']:.2f} (ln(K+1) {t['uniform_loss']:.2f})",
-                f"{100 * t['queue_accuracy_start']:.1f} -> {100 * t['queue_accuracy_end']:.1f}",
+                f"{t['loss_start']:.2f} -> {t['loss_end']:.2f} (ln(K+1) {t['uniform_loss']:.2f})",
+                f"{100 * t['accuracy_start']:.1f} -> {100 * t['accuracy_end']:.1f}",
                 f"{t['minutes']:.1f}",
                 f"{a['end']['tatoeba']['acc']:.1f} ({a['end']['tatoeba']['acc'] - a['start']['tatoeba']['acc']:+.1f})",
                 f"{a['end']['dev']['acc']:.1f} ({a['end']['dev']['acc'] - a['start']['dev']['acc']:+.1f})",
@@ -199,14 +234,16 @@ def main() -> None:
         f"{report['provenance']} Page: `bench/ppa_report.py`, {report['date']}.",
         "",
         "Protocol. Each arm continues a start model with the `ppa` recipe (MoCo with PPA-style TLM on the same "
-        "pairs, PPA §2.1-2.2; InfoNCE in fp32; the pair filter of §3.1) for the steps below, linear schedule "
+        "pairs, PPA §2.1-2.2; InfoNCE in fp32; the pair filter of §3.1; the `inbatch` arm swaps in in-batch "
+        "translation ranking) for the steps below, linear schedule "
         "with 10% warmup, seed 0. Every model is measured on the representation MoCo trains "
         f"({any_arm['settings']['pooling']} pooling over layer {any_arm['end']['tatoeba']['layer']}, the last): "
         f"Tatoeba-14 ({any_arm['end']['tatoeba']['protocol']}), and retrieval among the dev pairs that "
         f"`prepare --dev-pairs` held out of the training bitext ({len(any_arm['end']['dev']['sizes'])} languages, "
         f"{'-'.join(map(str, dev_sizes[:: max(1, len(dev_sizes) - 1)]))} pairs each, same protocol). acc@1 in %, both "
-        f"directions averaged; MoCo loss and queue accuracy: means over the {WINDOW} steps after the queue first "
-        f"holds only real keys (K / pairs per batch steps) and over the last {WINDOW} steps.",
+        f"directions averaged; contrastive loss and accuracy (the positive ranked first among the K negatives): means "
+        f"over the {WINDOW} steps after the MoCo queue first holds only real keys (K / pairs per batch steps; the "
+        f"first {WINDOW} for in-batch ranking, whose K is the batch's other pairs) and over the last {WINDOW} steps.",
         "",
         "## Arms",
         "",
@@ -215,11 +252,11 @@ def main() -> None:
         "## Results",
         "",
         markdown_table(
-            ["model", "MoCo loss", "queue accuracy %", "train min", "Tatoeba-14 (Δ vs start)", "dev (Δ vs start)"],
+            ["model", "contrastive loss", "accuracy %", "train min", "Tatoeba-14 (Δ vs start)", "dev (Δ vs start)"],
             rows,
         ),
         "",
-        f"![MoCo loss]({figures.name}/{loss_png.name})",
+        f"![contrastive loss]({figures.name}/{loss_png.name})",
         "",
         "Per-language numbers and the loss curves: `bench/results/ppa.json`.",
         "",
