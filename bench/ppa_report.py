@@ -42,9 +42,20 @@ WHAT = {
     "notlm": "-TLM, MoCo alone",
     "short": "no minimum pair length",
     "inbatch": "in-batch translation ranking in place of MoCo + TLM",
+    "scratch": "in-batch ranking from a randomly initialised model",
+    "nolag": "-TLM with momentum 0, keys from the current weights",
 }
 # The arm each one changes one setting of (bench/ppa.sh): the later arms start from `lr`, the arm that learned most.
-REFERENCE = {"lr": "base", "tau": "base", "aligned": "base", "notlm": "lr", "short": "lr", "inbatch": "lr"}
+REFERENCE = {
+    "lr": "base",
+    "tau": "base",
+    "aligned": "base",
+    "notlm": "lr",
+    "short": "lr",
+    "inbatch": "lr",
+    "scratch": "inbatch",
+    "nolag": "notlm",
+}
 
 
 def settings(recipe: dict) -> dict:
@@ -183,7 +194,9 @@ def main() -> None:
     for name in args.arms:
         run = args.work / "runs" / name
         s = settings(yaml.safe_load((run / "recipe.yaml").read_text()))
-        start = "start-small-base" if Path(s["init_from"]).name == "small-base" else "start-aligned"
+        start = {"small-base": "start-small-base", "random-init": "start-random"}.get(
+            Path(s["init_from"]).name, "start-aligned"
+        )
         starts.setdefault(start, retrieval(args.work / "evals" / start))
         arms[name] = {
             "settings": s,
