@@ -9,9 +9,12 @@ Every measurement is a whole command in its own process, start-up included, time
 - tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all`, seconds and peak memory.
 - prepare: `polyalign prepare` on three mono files and one parallel pair (1x), and on the same files repeated
   10 times (10x); MB/s of input text and peak memory (largest single process: workers are processes).
+- pretrain: `polyalign pretrain mlm` (6 x 384) for a few steps on a prepared folder, with the code of a
+  `--before` commit and with this checkout, interleaved round by round; tokens/s and model GFLOP/s from the
+  runs' metrics.jsonl, the first log window (start-up, warm-up) left out.
 Writes --out/cpu_speed.json; bench/throughput.py's report adds it as a section (`cpu_speed_section`).
 
-Usage (2 CPU cores, idle machine; about 10 minutes):
+Usage (2 CPU cores, idle machine; about 15 minutes):
     flock /tmp/polyalign-cpu.lock .venv/bin/python bench/cpu_speed.py
 Quick check that it runs (not a measurement):
     .venv/bin/python bench/cpu_speed.py --pairs 200 --rounds 1 --only aligner --out /tmp/cpu_speed
@@ -37,15 +40,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SHARED = ROOT.parent / "shared"
-PARTS = ("aligner", "tatoeba", "prepare")
+PARTS = ("aligner", "tatoeba", "prepare", "pretrain")
 PREPARE_MONO = ("de", "en", "fr")
 PREPARE_PAIR = "en-de"
 
 
-def run(command: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float]:
-    """Run a command to completion; returns (wall seconds, peak RSS in MB of the largest process in its tree)."""
+def run(command: list[str], stdout=subprocess.DEVNULL, code: Path = ROOT) -> tuple[float, float]:
+    """Run a command to completion with the polyalign package of `code`; returns (wall seconds, peak RSS in MB
+    of the largest process in its tree)."""
     t0 = time.perf_counter()
-    process = subprocess.Popen(command, stdout=stdout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    process = subprocess.Popen(command, stdout=stdout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(code)})
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
@@ -184,6 +188,52 @@ def measure_prepare(scratch: Path, scales: list[int], workers: list[int], sample
 
 
 # ---------------------------------------------------------------------------------------------------------
+# pre-training loop, before and after
+
+
+def steady_rates(metrics: Path) -> dict:
+    """tokens/s and model FLOP/s over every log window after the first, from cumulative counters."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    first, last = rows[0], rows[-1]
+    seconds = last["seconds"] - first["seconds"]
+    return {
+        "tokens_per_s": (last["tokens"] - first["tokens"]) / seconds,
+        "flops_per_s": (last["flops"] - first["flops"]) / seconds,
+    }
+
+
+def measure_pretrain(before: str, prepared: Path, steps: int, rounds: int, scratch: Path) -> dict:
+    old = scratch / "before-code"
+    old.mkdir()
+    archive = subprocess.run(["git", "archive", before, "polyalign"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    codes = {f"before ({before})": old, "after (this checkout)": ROOT}
+    rates: dict[str, list[dict]] = {name: [] for name in codes}
+    for r in range(rounds):
+        for name in list(codes)[r % 2 :] + list(codes)[: r % 2]:  # alternate who goes first
+            out = scratch / f"pretrain-{r}-{len(rates[name])}-{'before' if codes[name] is old else 'after'}"
+            args = ["pretrain", "mlm", "--data", str(prepared), "--run-dir", str(out), "--no-progress"]
+            sets = [f"trainer.max_steps={steps}", "trainer.log_every=5", f"trainer.save_every={steps}"]
+            run(polyalign(*args, *(x for s in sets for x in ("--set", s))), code=codes[name])
+            rates[name].append(steady_rates(out / "metrics.jsonl"))
+            shutil.rmtree(out)
+            print(f"pretrain round {r + 1}: {name} {rates[name][-1]['tokens_per_s']:.0f} tokens/s", flush=True)
+    return {
+        "prepared": str(prepared),
+        "steps": steps,
+        "rounds": rounds,
+        **{
+            name: {
+                "tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
+                "flops_per_s": statistics.median(x["flops_per_s"] for x in rs),
+                "rounds": rs,
+            }
+            for name, rs in rates.items()
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Report section (bench/throughput.py adds it to throughput.md)
 
 
@@ -219,6 +269,18 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"layers): {t['seconds']:.1f} s (goal < 30 s), peak memory {t['peak_rss_mb']:.0f} MB.",
             "",
         ]
+    if t := r.get("pretrain"):
+        names = [k for k in t if k.startswith(("before", "after"))]
+        lines += [
+            f"Pre-training loop: `polyalign pretrain mlm` (6 layers x 384, bf16 autocast) for {t['steps']} steps on "
+            f"`{t['prepared']}`, {t['rounds']} interleaved rounds, median; rates over the log windows after the "
+            "first.",
+            "",
+            "| code | tokens/s | model GFLOP/s |",
+            "|---|---:|---:|",
+            *(f"| {n} | {t[n]['tokens_per_s']:.0f} | {t[n]['flops_per_s'] / 1e9:.0f} |" for n in names),
+            "",
+        ]
     if p := r.get("prepare"):
         lines += [
             f"prepare: mono {', '.join(PREPARE_MONO)} and parallel {PREPARE_PAIR} from ../shared/data/train as plain "
@@ -246,6 +308,9 @@ def main() -> None:
     ap.add_argument("--scales", default="1,10", help="prepare corpus sizes (copies of the 1x corpus)")
     ap.add_argument("--workers", default="1,2", help="prepare --workers values measured at the smallest scale")
     ap.add_argument("--sample-lines", type=int, default=200_000, help="prepare --tokenizer-sample-lines")
+    ap.add_argument("--before", default="c4ac8d9", help="commit whose training loop `pretrain` compares against")
+    ap.add_argument("--prepared", type=Path, default=ROOT / "bench" / "work" / "prepared-all24")
+    ap.add_argument("--steps", type=int, default=30, help="pretrain steps per run")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--eflomal", nargs=3, type=Path, metavar=("SRC", "TGT", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -275,6 +340,8 @@ def main() -> None:
             # Workers are compared at the smallest scale; the larger scales run with every core.
             runs = [(scales[0], w) for w in workers] + [(s, 0) for s in scales[1:]]
             result["prepare"] = [row for s, w in runs for row in measure_prepare(scratch, [s], [w], args.sample_lines)]
+        if "pretrain" in parts:
+            result["pretrain"] = measure_pretrain(args.before, args.prepared, args.steps, args.rounds, scratch)
     result["load_average_1min"].append(os.getloadavg()[0])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu_speed.json").write_text(json.dumps(result, indent=2) + "\n")
