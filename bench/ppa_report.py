@@ -198,8 +198,8 @@ def limits(arms: dict) -> list[str]:
     if {"inbatch", "scratch"} <= set(arms):
         out.append(
             "- From a randomly initialised model the same ranking reaches Tatoeba-14 "
-            f"{level('scratch', 'tatoeba'):.1f} / dev {level('scratch', 'dev'):.1f} (from small-base: {level('inbatch', 'tatoeba'):.1f} / "
-            f"{level('inbatch', 'dev'):.1f}): small-base's pre-training gives this objective no head start here."
+            f"{level('scratch', 'tatoeba'):.1f} / dev {level('scratch', 'dev'):.1f} (from small-base: "
+            f"{level('inbatch', 'tatoeba'):.1f} / {level('inbatch', 'dev'):.1f}): small-base's pre-training gives this objective no head start here."
         )
     if {"notlm", "nolag"} <= set(arms):
         t = arms["nolag"]["training"]
