@@ -199,8 +199,8 @@ def limits(arms: dict) -> list[str]:
         out.append(
             "- From a randomly initialised model the same ranking reaches Tatoeba-14 "
             f"{level('scratch', 'tatoeba'):.1f} / dev {level('scratch', 'dev'):.1f} (from small-base: "
-            f"{level('inbatch', 'tatoeba'):.1f} / {level('inbatch', 'dev'):.1f}): small-base's pre-training gives this objective no head "
-            "start here."
+            f"{level('inbatch', 'tatoeba'):.1f} / {level('inbatch', 'dev'):.1f}): small-base's pre-training "
+            "gives this objective no head start here."
         )
     if {"notlm", "nolag"} <= set(arms):
         t = arms["nolag"]["training"]
