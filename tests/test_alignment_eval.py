@@ -101,15 +101,19 @@ def test_one_padded_batch_of_very_different_lengths_keeps_every_pairs_links_and_
 
 
 def test_bf16_encoding_keeps_the_aer_of_fp32_on_the_bundled_gold(tiny_model):
+    # bf16 is the default encoder precision: it may move a few links (small-base, de-en gold: 99.3% of the
+    # links shared, AER 81.52 vs 81.51), but the alignment math after the encoder stays fp32.
     loaded = load_model(tiny_model)
     for name in ("de-en", "en-fr", "zh-en"):
         gold = read_gold(SAMPLE / "word_alignment" / name)
         pairs = list(zip(gold.source, gold.target, strict=True))
-        scores = []
+        links, scores = [], []
         for precision in ("fp32", "bf16"):
-            links = Aligner(loaded, encoding="pair", precision=precision).align(pairs, "ot", 2, gold.languages)
-            scores.append(alignment_error_rate(links, gold.sure, gold.possible).aer)
-        print(name, scores)
+            links.append(Aligner(loaded, encoding="pair", precision=precision).align(pairs, "ot", 2, gold.languages))
+            scores.append(alignment_error_rate(links[-1], gold.sure, gold.possible).aer)
+        shared = sum(len(set(a) & set(b)) for a, b in zip(*links, strict=True))
+        assert shared >= 0.95 * max(sum(map(len, found)) for found in links), name
+        assert abs(scores[0] - scores[1]) <= 1.0, (name, scores)
 
 
 @pytest.mark.parametrize(("pair", "method"), [("de-en", "ot"), ("en-fr", "argmax"), ("zh-en", "itermax")])
