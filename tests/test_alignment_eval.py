@@ -114,6 +114,9 @@ def test_bf16_encoding_keeps_the_aer_of_fp32_on_the_bundled_gold(tiny_model):
         shared = sum(len(set(a) & set(b)) for a, b in zip(*links, strict=True))
         assert shared >= 0.95 * max(sum(map(len, found)) for found in links), name
         assert abs(scores[0] - scores[1]) <= 1.0, (name, scores)
+    aligner = Aligner(loaded, encoding="pair", precision="bf16")
+    source, _, target, _ = aligner._side_states(aligner.encode_words(pairs[:3]), [2], None)
+    assert source.dtype == target.dtype == torch.float32  # Sinkhorn and filtering never see bf16 states
 
 
 @pytest.mark.parametrize(("pair", "method"), [("de-en", "ot"), ("en-fr", "argmax"), ("zh-en", "itermax")])
