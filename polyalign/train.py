@@ -346,6 +346,8 @@ class Run:
     """Every slot's data state after the last trained step: what a checkpoint saves (the loader runs ahead)."""
     grad_norm: torch.Tensor | None = None
     window: Window | None = None
+    flops_per_step: float = 0.0
+    """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
 
     @property
     def cfg(self) -> TrainerConfig:
@@ -550,6 +552,7 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
     if not window.steps:
         return None
     values = fold_counters(run)
+    run.flops_per_step = values[1] / window.steps
     names = sorted(window.metrics)
     record = {
         "step": run.step,
@@ -603,14 +606,32 @@ def save_run(run: Run) -> None:
         dist.barrier(group=run.bookkeeping)
 
 
+def flops_stop(step: int, flops: float, per_step: float, budget: float, horizon: int) -> int | None:
+    """The step at which a run that has spent `flops` by `step` reaches `budget`: now if it has, else the step
+    that `per_step` FLOPs per step predict, if that comes within `horizon` steps (before the next check);
+    None when it does not."""
+    if flops >= budget:
+        return step
+    if per_step <= 0:
+        return None
+    ahead = math.ceil((budget - flops) / per_step)
+    return step + ahead if ahead <= horizon else None
+
+
 def stop_step(run: Run) -> int:
-    """The step all processes stop at: max_steps, stop_at, or now once max_minutes are spent (checked when
-    the window is read, every log_every steps)."""
+    """The step all processes stop at: max_steps, stop_at, now once max_minutes are spent, or where max_flops are
+    reached. Minutes and FLOPs are checked when the window is read, every log_every steps; a FLOPs budget that
+    the last window's mean FLOPs per step say will be reached before the next check stops the run at that
+    predicted step (exact when the steps' FLOPs are equal; with log_every 1, always the first step at or past
+    the budget)."""
     cfg = run.cfg
     want = min(cfg.max_steps, cfg.stop_at) if cfg.stop_at else cfg.max_steps
     spent = run.counters["seconds"] + time.perf_counter() - run.window.started
     if cfg.max_minutes and spent >= cfg.max_minutes * 60:
         want = min(want, run.step)
+    if cfg.max_flops:
+        at = flops_stop(run.step, run.counters["flops"], run.flops_per_step, cfg.max_flops, cfg.log_every)
+        want = min(want, at if at is not None else want)
     return int(agree_on_stop(want, run.device, run.world).item())
 
 
@@ -651,7 +672,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             train_step(run, next(loader))
             if run.step % run.cfg.log_every == 0 or run.step == run.cfg.max_steps:
                 record = log_window(run, log)
-                stop = stop_step(run)  # max_minutes is read here, with the window
+                stop = stop_step(run)  # max_minutes and max_flops are read here, with the window
                 if bar is not None and record is not None:
                     bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if bar is not None:
