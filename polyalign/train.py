@@ -27,7 +27,8 @@ from polyalign.checkpoint import (
     load_checkpoint_state,
     load_model,
     load_model_weights,
-    optimizer_from_files,
+    load_weights,
+    optimizer_state_from_files,
     resume_checkpoint,
     save_checkpoint,
 )
@@ -35,6 +36,7 @@ from polyalign.config import Recipe, TrainerConfig, load_recipe
 from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import build_stream
+from polyalign.fsdp import check_fsdp, gather_state, load_state, shard
 from polyalign.io import DataError, atomic_write_text
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives import OBJECTIVES, build_objective
@@ -334,7 +336,7 @@ class Run:
     module: PretrainingModule
     """The plain module: parameter groups and checkpoints read it."""
     trained: nn.Module
-    """What runs forward: the module, or its DDP and/or compiled wrapper."""
+    """What runs forward: the module, or its DDP and/or compiled wrapper (FSDP shards the module itself)."""
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     slots: list[Slot]
@@ -352,6 +354,11 @@ class Run:
     @property
     def cfg(self) -> TrainerConfig:
         return self.recipe.trainer
+
+    @property
+    def sharded(self) -> bool:
+        """Whether FSDP shards the module's weights, gradients and optimizer moments over the processes."""
+        return self.world > 1 and self.cfg.distributed == "fsdp"
 
 
 def unused_parameters_possible(recipe: Recipe) -> bool:
@@ -415,6 +422,8 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
     if recipe.data.prepared is None:
         raise DataError("no prepared data: set data.prepared in the recipe or pass --data")
     check_warm_start(recipe)
+    if cfg.distributed == "fsdp":
+        check_fsdp([o.name for o in recipe.objectives])
     prepared = PreparedData(recipe.data.prepared)
     tokenizer = prepared.tokenizer()
     data_languages = [
@@ -433,7 +442,9 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
     model.encoder.checkpoint_layers = cfg.activation_checkpointing
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
     trained: nn.Module = module
-    if world > 1:
+    if world > 1 and cfg.distributed == "fsdp":
+        shard(module, model.encoder.layers, device, cfg.precision)  # before the optimizer takes the parameters
+    elif world > 1:
         trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
     if cfg.compile:
         trained = torch.compile(trained)
@@ -483,9 +494,18 @@ def restore_run(run: Run, checkpoint: Path) -> None:
             f"{checkpoint}: saved with {saved[0]} processes x {saved[1]} accumulation = {saved[0] * saved[1]} "
             f"micro-batches per step, now {run.world} x {A}; set trainer.grad_accumulation so the product matches"
         )
-    load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
-    load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
-    optimizer_from_files(run.optimizer, tensors, state["optimizer"])
+    optimizer_state = optimizer_state_from_files(tensors, state["optimizer"])
+    if run.sharded:
+        weights = {
+            f"{part}.{k}": v
+            for part in ("model", "objectives")
+            for k, v in load_weights(checkpoint / f"{part}.safetensors").items()
+        }
+        load_state(run.module, run.optimizer, weights, optimizer_state)
+    else:
+        load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
+        load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
+        run.optimizer.load_state_dict(optimizer_state)
     run.step, run.counters = state["step"], state["counters"]
     run.scheduler.last_epoch = run.step
     run.scheduler._last_lr = [g["lr"] for g in run.optimizer.param_groups]
@@ -513,7 +533,9 @@ def train_step(run: Run, item: StepBatches) -> None:
     names: set[str] = set()
     for a, batches in enumerate(item.slots):
         batches = {n: to_device(b, run.device) for n, b in batches.items()}
-        sync = contextlib.nullcontext() if run.world == 1 or a == A - 1 else ddp.no_sync()
+        if run.sharded:
+            run.module.set_requires_gradient_sync(a == A - 1)
+        sync = contextlib.nullcontext() if run.world == 1 or run.sharded or a == A - 1 else ddp.no_sync()
         with sync:
             with autocast:
                 loss, metrics, flops = run.trained(batches)
@@ -562,8 +584,9 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
         "tokens_per_s": values[0] / max(values[2], 1e-9),
         **run.counters,
     }
-    if run.grad_norm is not None:
-        record["grad_norm"] = float(run.grad_norm)
+    if run.grad_norm is not None:  # under FSDP a replicated DTensor
+        norm = run.grad_norm.full_tensor() if hasattr(run.grad_norm, "full_tensor") else run.grad_norm
+        record["grad_norm"] = float(norm)
     run.window = Window(run.device)
     if not math.isfinite(record["loss"]):  # the same reduced value on every process: all stop here
         raise FloatingPointError(f"step {run.step}: loss is {record['loss']}; lower trainer.lr or check the data")
@@ -581,6 +604,8 @@ def save_run(run: Run) -> None:
         dist.all_gather_object(gathered, (slot_states, rng), group=run.bookkeeping)
         slot_states = [s for g in gathered for s in g[0]]
         rng = {k: v for g in gathered for k, v in g[1].items()}
+    # Under FSDP every process gathers its shards to rank 0, which writes full tensors as DDP's rank 0 does.
+    weights, optimizer_state = gather_state(run.module, run.optimizer) if run.sharded else (None, None)
     if run.rank == 0:
         state = {
             "step": run.step,
@@ -597,10 +622,11 @@ def save_run(run: Run) -> None:
             run.module.objectives,
             run.tokenizer,
             run.languages,
-            run.optimizer,
+            optimizer_state or run.optimizer.state_dict(),
             state,
             rng,
             run.cfg.keep_checkpoints,
+            weights,
         )
     if run.world > 1:
         dist.barrier(group=run.bookkeeping)
