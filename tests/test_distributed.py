@@ -26,6 +26,10 @@ def losses(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
+def norms(run: Path) -> list[float]:
+    return [r["grad_norm"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+
 def exact_overrides(prepared: Path, steps: int) -> list[str]:
     """No dropout and fp32: one process x 2 accumulation and 2 processes x 1 then compute the same losses."""
     return tiny_recipe_overrides(prepared, steps) + [
@@ -146,6 +150,7 @@ def test_fsdp_trains_and_saves_what_ddp_does(fsdp_run, two_process_run):
     assert [s for s, _ in sharded] == [1, 2]
     for (_, x), (_, y) in zip(sharded, ddp, strict=True):
         assert x == pytest.approx(y, rel=1e-4)
+    assert norms(fsdp_run) == pytest.approx(norms(two_process_run)[:2], rel=1e-4)  # clipped over all the shards
     a, b = fsdp_run / "checkpoints" / "step-0000002", two_process_run / "checkpoints" / "step-0000002"
     model_a, model_b = load_model(a).model.state_dict(), load_model(b).model.state_dict()
     assert model_a.keys() == model_b.keys()
