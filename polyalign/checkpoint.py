@@ -59,17 +59,42 @@ class LoadedModel:
         return self.languages.index(code)
 
 
+def tied_names(module: nn.Module) -> dict[str, str]:
+    """State-dict names of tied tensors (the MLM head's decoder is the word embeddings), each to the name that
+    holds the tensor in a file: the first in sorted order, as safetensors' save_model chooses."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return {name: min(names) for names in groups.values() for name in names if name != min(names)}
+
+
+def save_weights(module: nn.Module, file: Path, weights: dict[str, torch.Tensor] | None = None) -> None:
+    """A module's state dict as safetensors, or `weights`: the same names as full tensors (gathered from sharded
+    processes, which share no storage); a tied tensor is stored once either way."""
+    if weights is None:
+        save_model(module, str(file))
+        return
+    tied = tied_names(module)
+    kept = {k: v.contiguous() for k, v in weights.items() if k not in tied}
+    save_file(kept, str(file), metadata={"format": "pt", **tied})
+
+
 def write_model_files(
-    folder: Path, model: MaskedLanguageModel, tokenizer: Tokenizer, languages: list[str], extra: dict | None = None
+    folder: Path,
+    model: MaskedLanguageModel,
+    tokenizer: Tokenizer,
+    languages: list[str],
+    extra: dict | None = None,
+    weights: dict[str, torch.Tensor] | None = None,
 ) -> None:
-    """Write a model folder's files into an existing (temporary) folder."""
+    """Write a model folder's files into an existing (temporary) folder (`weights`: see `save_weights`)."""
     config = {
         "polyalign": {"version": __version__, **(extra or {})},
         "encoder": model.config.to_dict(),
         "languages": list(languages),
     }
     write_json(folder / CONFIG_FILE, config)
-    save_model(model, str(folder / MODEL_FILE))
+    save_weights(model, folder / MODEL_FILE, weights)
     tokenizer.save(folder / TOKENIZER_DIR)
 
 
@@ -180,8 +205,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def optimizer_to_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    sd = optimizer.state_dict()
+def optimizer_to_files(sd: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    """An optimizer state dict (torch's layout: parameters by index) as tensors and JSON."""
     tensors, scalars = {}, {}
     for idx, state in sd["state"].items():
         for k, v in state.items():
@@ -192,7 +217,7 @@ def optimizer_to_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def optimizer_from_files(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], info: dict) -> None:
+def optimizer_state_from_files(tensors: dict[str, torch.Tensor], info: dict) -> dict:
     state: dict[int, dict] = {}
     for key, v in tensors.items():
         if key.startswith("optimizer."):
@@ -201,7 +226,7 @@ def optimizer_from_files(optimizer: torch.optim.Optimizer, tensors: dict[str, to
     for key, v in info["scalars"].items():
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = v
-    optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})
+    return {"state": state, "param_groups": info["param_groups"]}
 
 
 def save_checkpoint(
@@ -211,22 +236,37 @@ def save_checkpoint(
     objectives: nn.Module,
     tokenizer: Tokenizer,
     languages: list[str],
-    optimizer: torch.optim.Optimizer,
+    optimizer_state: dict,
     state: dict,
     state_tensors: dict[str, torch.Tensor],
     keep: int,
+    weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
+    """`weights`: full tensors of model and objectives under `model.` and `objectives.` (gathered from sharded
+    processes); by default the modules' own."""
     final = Path(run_dir) / "checkpoints" / f"step-{step:07d}"
+    part = {p: None if weights is None else _prefixed(weights, p) for p in ("model.", "objectives.")}
     with atomic_dir(final, overwrite=True) as tmp:
-        write_model_files(tmp, model, tokenizer, languages, {"step": step})
-        save_model(objectives, str(tmp / OBJECTIVES_FILE))
-        opt_tensors, opt_info = optimizer_to_files(optimizer)
+        write_model_files(tmp, model, tokenizer, languages, {"step": step}, part["model."])
+        save_weights(objectives, tmp / OBJECTIVES_FILE, part["objectives."])
+        opt_tensors, opt_info = optimizer_to_files(optimizer_state)
         save_file({**opt_tensors, **state_tensors}, str(tmp / STATE_TENSORS))
         write_json(tmp / STATE_JSON, {**state, "optimizer": opt_info})
     if keep > 0:
         for old in checkpoint_dirs(run_dir)[:-keep]:
             _remove_checkpoint(old)
     return final
+
+
+def _prefixed(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
+
+
+def load_weights(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(file))
+    except Exception as err:  # safetensors raises several types for a damaged file
+        raise DataError(f"{file}: cannot load weights ({str(err).splitlines()[0]})") from None
 
 
 def _remove_checkpoint(folder: Path) -> None:

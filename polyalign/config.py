@@ -112,13 +112,23 @@ class TrainerConfig:
     compute): for long sequences or large batches on a GPU."""
     compile: bool = False
     """torch.compile the model (CUDA: fuses elementwise ops; the first steps are slow while it compiles)."""
+    distributed: str = "ddp"
+    """With several processes: `ddp` keeps a full copy of weights and optimizer moments per process; `fsdp` shards
+    them (FSDP2 `fully_shard` per encoder layer and at the root), for models that do not fit with DDP. Checkpoints
+    hold full weights either way, so a run saved under one resumes under the other."""
+    max_flops: float = 0.0
+    """Stop (saving a checkpoint) once the run's training FLOPs reach this; 0 = no limit. Checked when the window is
+    read, every `log_every` steps: the run stops at the first log step at or past the budget (a run compared at
+    equal FLOPs wants log_every small against the run's length)."""
 
     def __post_init__(self) -> None:
         if self.precision not in ("bf16", "fp32"):
             raise ValueError(f"precision={self.precision!r}: use 'bf16' or 'fp32'")
+        if self.distributed not in ("ddp", "fsdp"):
+            raise ValueError(f"distributed={self.distributed!r}: use 'ddp' or 'fsdp'")
         at_least = {"max_steps": 1, "grad_accumulation": 1, "log_every": 1, "save_every": 1, "warmup_steps": 0}
         at_least |= dict.fromkeys(("keep_checkpoints", "stop_at", "threads", "train_only_until", "loader_workers"), 0)
-        at_least |= dict.fromkeys(("weight_decay", "clip_norm", "max_minutes"), 0)
+        at_least |= dict.fromkeys(("weight_decay", "clip_norm", "max_minutes", "max_flops"), 0)
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise ValueError(f"{name}={getattr(self, name)}: must be at least {low}")

@@ -27,7 +27,8 @@ from polyalign.checkpoint import (
     load_checkpoint_state,
     load_model,
     load_model_weights,
-    optimizer_from_files,
+    load_weights,
+    optimizer_state_from_files,
     resume_checkpoint,
     save_checkpoint,
 )
@@ -35,6 +36,7 @@ from polyalign.config import Recipe, TrainerConfig, load_recipe
 from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.data.prepare import PreparedData
 from polyalign.data.streams import build_stream
+from polyalign.fsdp import check_fsdp, gather_state, load_state, shard
 from polyalign.io import DataError, atomic_write_text
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives import OBJECTIVES, build_objective
@@ -334,7 +336,7 @@ class Run:
     module: PretrainingModule
     """The plain module: parameter groups and checkpoints read it."""
     trained: nn.Module
-    """What runs forward: the module, or its DDP and/or compiled wrapper."""
+    """What runs forward: the module, or its DDP and/or compiled wrapper (FSDP shards the module itself)."""
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     slots: list[Slot]
@@ -346,10 +348,17 @@ class Run:
     """Every slot's data state after the last trained step: what a checkpoint saves (the loader runs ahead)."""
     grad_norm: torch.Tensor | None = None
     window: Window | None = None
+    flops_per_step: float = 0.0
+    """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
 
     @property
     def cfg(self) -> TrainerConfig:
         return self.recipe.trainer
+
+    @property
+    def sharded(self) -> bool:
+        """Whether FSDP shards the module's weights, gradients and optimizer moments over the processes."""
+        return self.world > 1 and self.cfg.distributed == "fsdp"
 
 
 def unused_parameters_possible(recipe: Recipe) -> bool:
@@ -413,6 +422,8 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
     if recipe.data.prepared is None:
         raise DataError("no prepared data: set data.prepared in the recipe or pass --data")
     check_warm_start(recipe)
+    if cfg.distributed == "fsdp":
+        check_fsdp([o.name for o in recipe.objectives])
     prepared = PreparedData(recipe.data.prepared)
     tokenizer = prepared.tokenizer()
     data_languages = [
@@ -431,7 +442,9 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
     model.encoder.checkpoint_layers = cfg.activation_checkpointing
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
     trained: nn.Module = module
-    if world > 1:
+    if world > 1 and cfg.distributed == "fsdp":
+        shard(module, model.encoder.layers, device, cfg.precision)  # before the optimizer takes the parameters
+    elif world > 1:
         trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
     if cfg.compile:
         trained = torch.compile(trained)
@@ -481,9 +494,18 @@ def restore_run(run: Run, checkpoint: Path) -> None:
             f"{checkpoint}: saved with {saved[0]} processes x {saved[1]} accumulation = {saved[0] * saved[1]} "
             f"micro-batches per step, now {run.world} x {A}; set trainer.grad_accumulation so the product matches"
         )
-    load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
-    load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
-    optimizer_from_files(run.optimizer, tensors, state["optimizer"])
+    optimizer_state = optimizer_state_from_files(tensors, state["optimizer"])
+    if run.sharded:
+        weights = {
+            f"{part}.{k}": v
+            for part in ("model", "objectives")
+            for k, v in load_weights(checkpoint / f"{part}.safetensors").items()
+        }
+        load_state(run.module, run.optimizer, weights, optimizer_state)
+    else:
+        load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
+        load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
+        run.optimizer.load_state_dict(optimizer_state)
     run.step, run.counters = state["step"], state["counters"]
     run.scheduler.last_epoch = run.step
     run.scheduler._last_lr = [g["lr"] for g in run.optimizer.param_groups]
@@ -511,7 +533,9 @@ def train_step(run: Run, item: StepBatches) -> None:
     names: set[str] = set()
     for a, batches in enumerate(item.slots):
         batches = {n: to_device(b, run.device) for n, b in batches.items()}
-        sync = contextlib.nullcontext() if run.world == 1 or a == A - 1 else ddp.no_sync()
+        if run.sharded:
+            run.module.set_requires_gradient_sync(a == A - 1)
+        sync = contextlib.nullcontext() if run.world == 1 or run.sharded or a == A - 1 else ddp.no_sync()
         with sync:
             with autocast:
                 loss, metrics, flops = run.trained(batches)
@@ -550,6 +574,7 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
     if not window.steps:
         return None
     values = fold_counters(run)
+    run.flops_per_step = values[1] / window.steps
     names = sorted(window.metrics)
     record = {
         "step": run.step,
@@ -559,8 +584,9 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
         "tokens_per_s": values[0] / max(values[2], 1e-9),
         **run.counters,
     }
-    if run.grad_norm is not None:
-        record["grad_norm"] = float(run.grad_norm)
+    if run.grad_norm is not None:  # under FSDP a replicated DTensor
+        norm = run.grad_norm.full_tensor() if hasattr(run.grad_norm, "full_tensor") else run.grad_norm
+        record["grad_norm"] = float(norm)
     run.window = Window(run.device)
     if not math.isfinite(record["loss"]):  # the same reduced value on every process: all stop here
         raise FloatingPointError(f"step {run.step}: loss is {record['loss']}; lower trainer.lr or check the data")
@@ -578,6 +604,8 @@ def save_run(run: Run) -> None:
         dist.all_gather_object(gathered, (slot_states, rng), group=run.bookkeeping)
         slot_states = [s for g in gathered for s in g[0]]
         rng = {k: v for g in gathered for k, v in g[1].items()}
+    # Under FSDP every process gathers its shards to rank 0, which writes full tensors as DDP's rank 0 does.
+    weights, optimizer_state = gather_state(run.module, run.optimizer) if run.sharded else (None, None)
     if run.rank == 0:
         state = {
             "step": run.step,
@@ -594,23 +622,42 @@ def save_run(run: Run) -> None:
             run.module.objectives,
             run.tokenizer,
             run.languages,
-            run.optimizer,
+            optimizer_state or run.optimizer.state_dict(),
             state,
             rng,
             run.cfg.keep_checkpoints,
+            weights,
         )
     if run.world > 1:
         dist.barrier(group=run.bookkeeping)
 
 
+def flops_stop(step: int, flops: float, per_step: float, budget: float, horizon: int) -> int | None:
+    """The step at which a run that has spent `flops` by `step` reaches `budget`: now if it has, else the step
+    that `per_step` FLOPs per step predict, if that comes within `horizon` steps (before the next check);
+    None when it does not."""
+    if flops >= budget:
+        return step
+    if per_step <= 0:
+        return None
+    ahead = math.ceil((budget - flops) / per_step)
+    return step + ahead if ahead <= horizon else None
+
+
 def stop_step(run: Run) -> int:
-    """The step all processes stop at: max_steps, stop_at, or now once max_minutes are spent (checked when
-    the window is read, every log_every steps)."""
+    """The step all processes stop at: max_steps, stop_at, now once max_minutes are spent, or where max_flops are
+    reached. Minutes and FLOPs are checked when the window is read, every log_every steps; a FLOPs budget that
+    the last window's mean FLOPs per step say will be reached before the next check stops the run at that
+    predicted step (exact when the steps' FLOPs are equal; with log_every 1, always the first step at or past
+    the budget)."""
     cfg = run.cfg
     want = min(cfg.max_steps, cfg.stop_at) if cfg.stop_at else cfg.max_steps
     spent = run.counters["seconds"] + time.perf_counter() - run.window.started
     if cfg.max_minutes and spent >= cfg.max_minutes * 60:
         want = min(want, run.step)
+    if cfg.max_flops:
+        at = flops_stop(run.step, run.counters["flops"], run.flops_per_step, cfg.max_flops, cfg.log_every)
+        want = min(want, at if at is not None else want)
     return int(agree_on_stop(want, run.device, run.world).item())
 
 
@@ -651,7 +698,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             train_step(run, next(loader))
             if run.step % run.cfg.log_every == 0 or run.step == run.cfg.max_steps:
                 record = log_window(run, log)
-                stop = stop_step(run)  # max_minutes is read here, with the window
+                stop = stop_step(run)  # max_minutes and max_flops are read here, with the window
                 if bar is not None and record is not None:
                     bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if bar is not None:

@@ -4,6 +4,7 @@ taken by all processes together, and resuming with another processes x accumulat
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from datetime import timedelta
 from pathlib import Path
@@ -11,16 +12,22 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
+from safetensors.torch import load_file
 
 from polyalign import train
-from polyalign.checkpoint import checkpoint_dirs
+from polyalign.checkpoint import checkpoint_dirs, load_model
 from polyalign.config import load_recipe
+from polyalign.io import DataError
 from polyalign.train import Window, agree_on_stop, bookkeeping_group, load_run_recipe, pretrain, reduce_window
 from tests.conftest import tiny_recipe_overrides
 
 
 def losses(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+
+def norms(run: Path) -> list[float]:
+    return [r["grad_norm"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
 def exact_overrides(prepared: Path, steps: int) -> list[str]:
@@ -65,7 +72,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _train_process(rank: int, world: int, port: int, overrides: list[list[str]], run_dir: str) -> None:
+def _train_process(
+    rank: int, world: int, port: int, overrides: list[list[str]], run_dir: str, resume: bool = False
+) -> None:
     import os
 
     import torch.distributed as dist
@@ -76,9 +85,27 @@ def _train_process(rank: int, world: int, port: int, overrides: list[list[str]],
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     try:
-        pretrain(load_recipe("xlm", overrides[rank]), run_dir, progress=False)
+        recipe = load_run_recipe(run_dir, overrides[rank]) if resume else load_recipe("xlm", overrides[rank])
+        pretrain(recipe, run_dir, resume=resume, progress=False)
     finally:
         dist.destroy_process_group()
+
+
+def train_two_processes(overrides: list[list[str]], run_dir: Path, resume: bool = False) -> None:
+    context = mp.start_processes(
+        _train_process,
+        args=(2, _free_port(), overrides, str(run_dir), resume),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    for _ in range(480):  # a process left waiting for the other would hang: fail instead
+        if context.join(timeout=1):
+            break
+    else:
+        for p in context.processes:
+            p.kill()
+        pytest.fail("the processes did not finish together: one waits for the other")
 
 
 @pytest.fixture(scope="module")
@@ -86,17 +113,16 @@ def two_process_run(sample_prepared, tmp_path_factory) -> Path:
     """2 gloo processes x 1 accumulation step; rank 1 alone is told to stop at step 2, rank 0 would go on to 4."""
     run_dir = tmp_path_factory.mktemp("ddp") / "run"
     base = exact_overrides(sample_prepared, steps=4)
-    overrides = [base, base + ["trainer.stop_at=2"]]
-    context = mp.start_processes(
-        _train_process, args=(2, _free_port(), overrides, str(run_dir)), nprocs=2, join=False, start_method="spawn"
-    )
-    for _ in range(240):  # a process left waiting for the other would hang: fail instead
-        if context.join(timeout=1):
-            break
-    else:
-        for p in context.processes:
-            p.kill()
-        pytest.fail("the processes did not finish together: one waits for the other")
+    train_two_processes([base, base + ["trainer.stop_at=2"]], run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(sample_prepared, tmp_path_factory) -> Path:
+    """The same 2-process run to step 2, sharded with FSDP."""
+    run_dir = tmp_path_factory.mktemp("fsdp") / "run"
+    base = exact_overrides(sample_prepared, steps=4) + ["trainer.stop_at=2", "trainer.distributed=fsdp"]
+    train_two_processes([base, base], run_dir)
     return run_dir
 
 
@@ -114,3 +140,44 @@ def test_resume_two_processes_into_one_process_with_accumulation(two_process_run
     assert [s for s, _ in a] == [1, 2, 3, 4]
     for (_, x), (_, y) in zip(a, b, strict=True):
         assert x == pytest.approx(y, rel=1e-4)  # same data per slot; only float reduction order differs
+
+
+def test_fsdp_trains_and_saves_what_ddp_does(fsdp_run, two_process_run):
+    """Same losses (gradients reduced over both processes, the optimizer updating the sharded parameters), and a
+    checkpoint of full tensors that one process loads: weights, objectives and optimizer moments as DDP's."""
+    ddp = [(s, loss) for s, loss in losses(two_process_run) if s <= 2]  # another test resumes that run to step 4
+    sharded = losses(fsdp_run)
+    assert [s for s, _ in sharded] == [1, 2]
+    for (_, x), (_, y) in zip(sharded, ddp, strict=True):
+        assert x == pytest.approx(y, rel=1e-4)
+    assert norms(fsdp_run) == pytest.approx(norms(two_process_run)[:2], rel=1e-4)  # clipped over all the shards
+    a, b = fsdp_run / "checkpoints" / "step-0000002", two_process_run / "checkpoints" / "step-0000002"
+    model_a, model_b = load_model(a).model.state_dict(), load_model(b).model.state_dict()
+    assert model_a.keys() == model_b.keys()
+    for k in model_a:
+        torch.testing.assert_close(model_a[k], model_b[k], rtol=1e-4, atol=1e-5)
+    for name in ("objectives.safetensors", "trainer_state.safetensors"):
+        x, y = load_file(a / name), load_file(b / name)
+        assert x.keys() == y.keys()
+        for k in x:
+            if not k.startswith("rank"):  # RNG states
+                torch.testing.assert_close(x[k], y[k], rtol=1e-4, atol=1e-5)
+
+
+def test_fsdp_resumes_the_same_curve(fsdp_run, sample_prepared, tmp_path):
+    """A sharded run resumed sharded (full tensors scattered back into shards) continues the one-process curve."""
+    overrides = exact_overrides(sample_prepared, steps=4)
+    pretrain(load_recipe("xlm", [*overrides, "trainer.grad_accumulation=2"]), tmp_path / "single", progress=False)
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(fsdp_run, run_dir)
+    train_two_processes([["trainer.stop_at=0"]] * 2, run_dir, resume=True)
+    a, b = losses(run_dir), losses(tmp_path / "single")
+    assert [s for s, _ in a] == [1, 2, 3, 4]
+    for (_, x), (_, y) in zip(a, b, strict=True):
+        assert x == pytest.approx(y, rel=1e-4)
+
+
+def test_fsdp_refuses_objectives_it_cannot_shard(sample_prepared, tmp_path):
+    recipe = load_recipe("ppa", [*tiny_recipe_overrides(sample_prepared), "trainer.distributed=fsdp"])
+    with pytest.raises(DataError, match=r"^trainer.distributed=fsdp: objectives.\d \(moco\) updates .*; use trainer"):
+        train.build_run(recipe, tmp_path / "run")

@@ -17,6 +17,7 @@ from polyalign.objectives.base import model_inputs
 from polyalign.train import (
     active_objectives,
     build_run,
+    flops_stop,
     load_run_recipe,
     log_window,
     pretrain,
@@ -121,6 +122,36 @@ def test_trainer_switches_are_checked():
         load_recipe("mlm", ["trainer.loader_workers=-1"])
     with pytest.raises(DataError, match="trainer.compile"):
         load_recipe("mlm", ["trainer.compile=maybe"])
+    with pytest.raises(DataError, match=r"trainer: max_flops=-1.0: must be at least 0$"):
+        load_recipe("mlm", ["trainer.max_flops=-1"])
+    with pytest.raises(DataError, match="trainer: distributed='zero': use 'ddp' or 'fsdp'"):
+        load_recipe("mlm", ["trainer.distributed=zero"])
+
+
+def test_a_flops_budget_stops_now_or_at_the_step_the_last_window_predicts():
+    assert flops_stop(10, flops=100.0, per_step=10.0, budget=100.0, horizon=5) == 10  # reached: stop now
+    assert flops_stop(10, flops=95.0, per_step=10.0, budget=100.0, horizon=5) == 11
+    assert flops_stop(10, flops=60.0, per_step=10.0, budget=100.0, horizon=5) == 14  # 4 steps of 10 reach it
+    assert flops_stop(10, flops=40.0, per_step=10.0, budget=100.0, horizon=5) is None  # the next check decides
+    assert flops_stop(0, flops=0.0, per_step=0.0, budget=100.0, horizon=5) is None  # no window yet
+
+
+def test_max_flops_stops_at_the_step_that_reaches_the_budget(sample_prepared, tmp_path):
+    """The budget lies halfway through step 3's FLOPs. Logged every 2 steps, the check at step 2 sees it is not
+    reached but predicts it within the next window: the run saves and stops at 3, not at the next log step (4)
+    nor at max_steps (6)."""
+    overrides = tiny_recipe_overrides(sample_prepared, steps=6) + ["trainer.loader_workers=0", "trainer.save_every=100"]
+    pretrain(load_recipe("mlm", overrides), tmp_path / "full", progress=False)
+    flops = {
+        r["step"]: r["flops"] for r in map(json.loads, (tmp_path / "full" / "metrics.jsonl").read_text().splitlines())
+    }
+    budget = (flops[2] + flops[3]) / 2
+    expected = min(s for s, f in flops.items() if f >= budget)
+    assert expected == 3 and flops_stop(2, flops[2], flops[2] / 2, budget, horizon=2) == 3  # equal-ish steps
+    capped = overrides + [f"trainer.max_flops={budget}", "trainer.log_every=2"]
+    summary = pretrain(load_recipe("mlm", capped), tmp_path / "capped", progress=False)
+    assert summary["step"] == expected and summary["flops"] == pytest.approx(flops[expected])
+    assert [p.name for p in checkpoint_dirs(tmp_path / "capped")] == ["step-0000003"]
 
 
 @pytest.mark.parametrize("name", ["xlm", "ppa", "quickstart"])

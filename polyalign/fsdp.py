@@ -1,0 +1,84 @@
+"""Sharded data parallelism (`trainer.distributed: fsdp`): weights, gradients and optimizer moments split over the
+processes (PyTorch FSDP2, `fully_shard`), for models that do not fit in one process with DDP. Each encoder layer
+is one unit, gathered for its own forward and backward only; the rest (embeddings, tied MLM head, objectives'
+parameters) is the root unit.
+
+Checkpoints are the same as under DDP: full tensors in safetensors, gathered to rank 0's CPU here, so a
+checkpoint written by sharded processes loads in one process, and the other way round.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from polyalign.checkpoint import tied_names
+from polyalign.io import DataError
+
+INCOMPATIBLE = {
+    "moco": "updates its momentum encoder in place outside the optimizer, which sharded weights do not keep",
+}
+"""Objectives that cannot train sharded, and why."""
+
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+"""Full (unsharded) tensors, on rank 0's CPU only: what a checkpoint holds."""
+
+
+def check_fsdp(objective_names: list[str]) -> None:
+    for i, name in enumerate(objective_names):
+        if name in INCOMPATIBLE:
+            raise DataError(
+                f"trainer.distributed=fsdp: objectives.{i} ({name}) {INCOMPATIBLE[name]}; use trainer.distributed=ddp"
+            )
+
+
+def shard(module: nn.Module, layers: nn.ModuleList, device: torch.device, precision: str) -> None:
+    """Shard `module` in place: one FSDP unit per layer, then the root. On CUDA with bf16 the layers gather
+    their weights in bf16 (half the traffic) and reduce gradients in fp32; the root keeps fp32 weights under
+    autocast, as DDP does. On the CPU every unit stays fp32 under the same autocast as DDP (gloo has no bf16
+    gradient reduction to gain from)."""
+    layer_policy = MixedPrecisionPolicy()
+    if device.type == "cuda" and precision == "bf16":
+        layer_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in layers:
+        fully_shard(layer, mp_policy=layer_policy)
+    fully_shard(module)
+
+
+def parameter_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """Parameter names in the optimizer's order: index i of torch's `optimizer.state_dict()` is names[i]."""
+    names = {id(p): n for n, p in module.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def gather_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(weights by name, optimizer state dict keyed as torch's own) as full CPU tensors on rank 0; empty on the
+    others. Every process must call it (it gathers)."""
+    weights = get_model_state_dict(module, options=FULL)
+    by_name = get_optimizer_state_dict(module, optimizer, options=FULL)
+    if not weights:
+        return {}, {}
+    index = {n: i for i, n in enumerate(parameter_names(module, optimizer))}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in by_name["param_groups"]]
+    return weights, {"state": {index[n]: s for n, s in by_name["state"].items()}, "param_groups": groups}
+
+
+def load_state(module: nn.Module, optimizer: torch.optim.Optimizer, weights: dict, optimizer_state: dict) -> None:
+    """Load full tensors (every process holds them all) into the sharded module and optimizer."""
+    tied = tied_names(module)
+    weights = {**weights, **{name: weights[kept] for name, kept in tied.items()}}
+    set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True, strict=True))
+    names = parameter_names(module, optimizer)
+    by_name = {
+        "state": {names[i]: s for i, s in optimizer_state["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in optimizer_state["param_groups"]],
+    }
+    set_optimizer_state_dict(module, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
