@@ -49,8 +49,10 @@ def claim_row(claim: Claim, section: dict | None) -> dict:
         return row
     base = seed_values(section, claim.baseline.name, claim.baseline_metric or claim.metric)
     meth = seed_values(section, claim.method.name, claim.metric)
-    row |= {"baseline": base, "method": meth}
-    if not base or not meth or (len(base) != len(meth) and 1 not in (len(base), len(meth))):
+    if claim.baseline.trained and claim.method.trained:  # paired by seed: the seeds both arms have
+        base, meth = base[: len(meth)], meth[: len(base)]
+    row |= {"baseline": base, "method": meth}  # an untrained arm (the start model) has one value for every seed
+    if not base or not meth:
         row["verdict"] = "not measured"
         return row
     diff = difference(meth, base)
