@@ -35,4 +35,4 @@ print(" ".join(sections()))')"
     $PY -m bench.evidence.run $section --data $PREPARED --work $W/evidence --eval $EVAL --python $PY
   done
 fi
-$PY -m bench.evidence.write --command "PREPARED=$PREPARED flock /tmp/polyalign-cpu.lock bench/evidence.sh SECTION"
+$PY -m bench.evidence.write --command "PREPARED=$PREPARED flock /tmp/polyalign-cpu.lock bench/evidence.sh${*:+ $*}"
