@@ -215,3 +215,21 @@ def test_a_claim_row_pairs_the_seeds_both_arms_have():
     assert (row["baseline"], row["method"], row["seeds"]) == ([4.0], [8.0], 1)
     assert row["verdict"] == NOT_REPRODUCED  # +4.0 where the ablation should lose
     assert claim_row(claim, None)["verdict"] == NOT_RUN
+
+
+def test_flop_budget_claims_are_plotted_against_training_flops_and_translation_curves_drawn(tmp_path):
+    sections = tmp_path / "sections"
+    sections.mkdir()
+    for i, flops in ((1, 8e12), (2, 2e13)):
+        arm = lambda t14, flops=flops: {"0": {"tatoeba14@dev": t14, "train": {"flops": flops}}}  # noqa: E731
+        section = {"section": f"xlm-e-{i}", "code": "abc", "results": {"xlm": arm(1.0 * i), "xlm-e": arm(2.0 * i)}}
+        (sections / f"xlm-e-{i}.json").write_text(json.dumps(section))
+    curve = [{"step": 20, "loss": 9.0}, {"step": 40, "loss": 8.0}]
+    veco = {"0": {"curve/mt-veco": curve, "curve/mt-random": curve, "train": {"flops": 2.5e13}}}
+    (sections / "veco.json").write_text(json.dumps({"section": "veco", "code": "abc", "results": {"veco": veco}}))
+    page = write(sections, tmp_path, "bench/evidence.sh").read_text()
+    assert (tmp_path / "evidence" / "xlm-e-tatoeba14-dev-flops.png").is_file()
+    assert (tmp_path / "evidence" / "veco-translation-loss.png").is_file()
+    assert "evidence/xlm-e-tatoeba14-dev-flops.png" in page
+    rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence.json").read_text())["rows"]}
+    assert rows["xlm-e-tatoeba14-2"]["difference"] == 2.0 and rows["xlm-e-aer-ot-2"]["verdict"] == "not measured"
