@@ -424,6 +424,8 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.data / "dev").is_dir():
         sys.exit(f"{args.data}/dev: no dev split; prepare with --dev-pairs 1000")
     section = sections()[args.section]
+    if section.first.start and not Path(section.first.start).exists():
+        sys.exit(f"section {section.name} starts from {section.first.start}, which is missing (see claims.py)")
     ctx = Context(section, args.data, args.work / args.section, args.eval, args.python, args.dry_run)
     if not args.dry_run:
         ctx.work.mkdir(parents=True, exist_ok=True)
