@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"{args.data}/dev: no dev split; prepare with --dev-pairs 1000")
     section = sections()[args.section]
     if section.first.start and not Path(section.first.start).exists():
-        print(f"section {section.name} skipped: its start {section.first.start} is missing (claims.py)", file=sys.stderr)
+        print(f"section {section.name} skipped: no start model {section.first.start}", file=sys.stderr)
         sys.exit(3)  # bench/evidence.sh goes on with the next section
     ctx = Context(section, args.data, args.work / args.section, args.eval, args.python, args.dry_run)
     if not args.dry_run:
