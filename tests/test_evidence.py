@@ -146,13 +146,14 @@ def test_aer_means_over_gold_sets_and_the_self_labeling_layer():
 
 
 def test_dry_run_builds_the_pretrain_commands_from_the_claims(tmp_path, capsys):
-    section = C.sections()["ppa"]
+    section = C.sections()["ppa-no-tlm"]
     ctx = Context(section, tmp_path / "prepared", tmp_path / "work", tmp_path / "eval", "python", dry_run=True)
     run_section(ctx)
     lines = [line for line in capsys.readouterr().out.splitlines() if " pretrain " in line]
-    assert len(lines) == 4  # four trained arms, seed 0 (seed 1 waits for seed 0's numbers)
+    assert len(lines) == 2  # two trained arms, seed 0 (seed 1 waits for seed 0's numbers)
+    steps = f"trainer.max_steps={C.PPA_STEPS.steps}"
     for line in lines:
-        assert f"--init-from {C.SMALL_BASE}" in line and "trainer.seed=0" in line and "trainer.max_steps=60" in line
+        assert f"--init-from {C.SMALL_BASE}" in line and "trainer.seed=0" in line and steps in line
     assert any("objectives.0.config.tlm=false" in line for line in lines)
     assert not (tmp_path / "work").exists()
 
@@ -195,6 +196,7 @@ def test_a_finished_section_gives_rows_verdicts_and_an_investigation(tmp_path):
     sections = tmp_path / "sections"
     sections.mkdir()
     (sections / "ppa.json").write_text(json.dumps(fake_ppa_section()))
+    (sections / "ppa-no-tlm.json").write_text(json.dumps({**fake_ppa_section(), "section": "ppa-no-tlm"}))
     page = write(sections, tmp_path, "bench/evidence.sh").read_text()
     rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence.json").read_text())["rows"]}
     # ppa vs mlm-tlm: diffs -1.0 and -1.2 -> mean -1.1 +- 0.1: the wrong way beyond the spread
