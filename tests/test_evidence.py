@@ -8,7 +8,7 @@ import pytest
 from bench.evidence import claims as C
 from bench.evidence.run import Context, aer_metrics, budget_overrides, retrieval_metrics, run_section, seeds_to_run
 from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, difference, needs_second_seed, verdict
-from bench.evidence.write import NOT_RUN, claim_row, write
+from bench.evidence.write import NOT_RUN, claim_row, investigation, write
 from polyalign.config import TrainerConfig, load_recipe
 
 HAS_MAX_FLOPS = "max_flops" in {f.name for f in dataclasses.fields(TrainerConfig)}
@@ -207,8 +207,27 @@ def test_a_finished_section_gives_rows_verdicts_and_an_investigation(tmp_path):
     assert rows["xlm-align-dwa"]["verdict"] == NOT_RUN
     assert "-1.10 ± 0.10 (2 seeds)" in page
     assert "### ppa-vs-mlm-tlm" in page and "6.000 -> 5.200" in page  # the MoCo loss check, seed 0
-    assert "points to scale" in page
+    assert "Code or scale is not separated" in page
     assert (tmp_path / "evidence" / "ppa-tatoeba14-layers.png").is_file()
+
+
+def test_an_unmet_premise_is_read_as_the_start_model_not_the_code(tmp_path):
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-align-dwa-aligned")
+    aer = lambda value: {"aer-ot@default": value, "aer-ot@best": value}  # noqa: E731
+    section = {
+        "section": claim.section,
+        "code": "abc",
+        "results": {
+            "start": {"0": {"aer-ot@label": 72.2}},
+            "mlm-tlm": {"0": aer(64.9)},
+            "dwa": {"0": {**aer(82.2), "train": {"dwa/dwa_loss": [3.3, 2.3]}}},
+        },
+    }
+    lines = "\n".join(investigation(claim, claim_row(claim, section), section))
+    assert "premise is not met" in lines and "72.20 > 37.8" in lines
+    section["results"]["start"]["0"]["aer-ot@label"] = 20.0  # a start as aligned as the paper's
+    lines = "\n".join(investigation(claim, claim_row(claim, section), section))
+    assert "premise is not met" not in lines and "Code or scale is not separated" in lines
 
 
 def test_a_claim_row_pairs_the_seeds_both_arms_have():

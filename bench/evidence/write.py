@@ -105,6 +105,7 @@ def investigation(claim: Claim, row: dict, section: dict) -> list[str]:
         f"{difference_text(row)}."
     )
     falls = []  # per logged loss among the checks: did it fall from the first to the last 10 values?
+    unmet = []  # premises measured outside the range the paper's start model had
     for check in claim.checks:
         value = check_value(check, section)
         ref = f" (reference: {check.reference})" if check.reference else ""
@@ -112,11 +113,18 @@ def investigation(claim: Claim, row: dict, section: dict) -> list[str]:
         if value and check.key.startswith("log:") and "loss" in check.key:
             first, last = (float(x) for x in value.split(" -> "))
             falls.append(last < first)
-    if falls and all(falls):
+        if value and check.premise_max is not None and float(value) > check.premise_max:
+            unmet.append(f"{check.label} {value} > {check.premise_max:g}")
+    if unmet:
+        lines.append(
+            f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
+            "tested under its own conditions: the start model (scale) stands in the way; these checks do not "
+            "clear or convict the code."
+        )
+    elif falls and all(falls):
         lines.append(
             "- Reading: the objective's loss falls during training (the mechanism trains), yet the decisive "
-            "metric did not move the paper's way: this points to scale (steps, data, model size), not code; "
-            "no check here measures scale directly."
+            "metric did not move the paper's way. Code or scale is not separated by these checks."
         )
     elif falls:
         lines.append("- Reading: a logged loss does not fall: the mechanism itself is suspect (code).")
