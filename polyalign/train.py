@@ -119,6 +119,10 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
                 f"data's ({sp.vocab_size}); prepare the data with --tokenizer-from {recipe.init_from}"
             )
         base = loaded.model.config.to_dict()
+        # A checkpoint with language embeddings numbers them by its own codes: `auto` keeps its row count.
+        with_rows = bool(loaded.model.config.num_languages)
+        if recipe.model.get("num_languages") == "auto" and with_rows:
+            overrides["num_languages"] = loaded.model.config.num_languages
         # The checkpoint fixes the architecture (a recipe sized for training from scratch may say otherwise);
         # the recipe still sets the rest: dropout, language embeddings, position bias, cross-attention.
         ignored = {k: v for k, v in overrides.items() if k in ARCHITECTURE and v != base[k]}
@@ -135,8 +139,10 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
             # Language embeddings added to a model trained without them start at zero, so the continued model
             # computes exactly what the checkpoint did (ERNIE-M §3.2 starts from XLM-R, which has none).
             nn.init.zeros_(model.encoder.embeddings.language.weight)
-        # Language embeddings are looked up by code, so keep the checkpoint's order when it has them.
-        return model, (loaded.languages or languages)
+        # Language embeddings are looked up by code, so keep the checkpoint's order when it has them; a checkpoint
+        # without them (num_languages 0) may still name every language it saw, which must not number new rows
+        # sized for this run's data (`auto` with data.languages a subset: index out of range).
+        return model, (loaded.languages if with_rows and loaded.languages else languages)
     config = EncoderConfig.from_dict({**overrides, "vocab_size": sp.vocab_size, "pad_token_id": sp.pad})
     return MaskedLanguageModel(config), languages
 

@@ -347,6 +347,21 @@ def test_warm_start_adds_zero_language_embeddings_and_keeps_the_outputs(sample_p
     torch.testing.assert_close(got, expected)
 
 
+def test_warm_start_without_language_embeddings_numbers_the_new_rows_by_the_data(sample_prepared, tmp_path):
+    # A checkpoint trained without language embeddings that still lists more languages than this run trains on
+    # (data.languages a subset): the new rows follow the data's languages, not the checkpoint's list.
+    prepared = PreparedData(sample_prepared)
+    tokenizer = prepared.tokenizer()
+    overrides = tiny_recipe_overrides(sample_prepared)
+    recipe = load_recipe("xlm", [*overrides, "model.num_languages=0"])
+    model, _ = build_model(recipe, tokenizer, prepared.languages)
+    save_model_folder(tmp_path / "plain", model, tokenizer, [*prepared.languages, "xx", "yy"])
+    recipe = load_recipe("xlm", [*overrides, f"init_from={tmp_path / 'plain'}"])
+    subset = prepared.languages[:2]
+    model, languages = build_model(recipe, tokenizer, subset)
+    assert languages == subset and model.config.num_languages == len(subset)
+
+
 def test_ernie_m_recipe_runs_both_stages(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2) + ["objectives.3.start_step=1"]
     pretrain(load_recipe("ernie-m", overrides), tmp_path / "run", progress=False)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 19's one bench harness: every claim of bench/evidence/claims.py (PPA, XLM-Align, ERNIE-M, XLM-E, VECO) as
+# an A/B at equal compute, trained and measured by bench/evidence/run.py, one section at a time; then
+# bench/evidence/write.py writes bench/results/evidence.md, evidence.json and evidence/*.png from every
+# section's JSON (bench/results/evidence/sections/SECTION.json).
+# CPU-minutes per section on the shared 2-core machine, worst case (seed 1 for every trained arm; about half
+# when seed 0 settles every claim); `python -m bench.evidence.claims` prints them from the claims:
+#   ppa ~41   ppa-no-moco ~42   ppa-no-tlm ~42   ppa-xnli ~42   xlm-align ~44   ernie-m ~44   xlm-e-1 ~27
+#   xlm-e-2 ~31   xlm-e-3 ~37   xlm-e-xnli ~26   veco ~44
+#   xlm-align-aligned ~32 (DWA from a sentence-aligned start: needs bench/work/runs/best-sentences, bench/best.sh)
+#   plus ~4 to prepare bench/work/prepared-all24 when it is missing (bench/best.sh's folder, --dev-pairs 1000).
+# Resumable: every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun, or a run of an
+# interrupted section, only does what is missing. The script takes no lock: run one section at a time under
+# the shared CPU lock, e.g.
+#   flock /tmp/polyalign-cpu.lock bench/evidence.sh ppa
+#   PREPARED=/work/runs/prepared/all24 flock /tmp/polyalign-cpu.lock bench/evidence.sh xlm-align
+# No section: all of them (about 5 hours), then the page. `bench/evidence.sh --write`: only the page.
+# The FLOP-budget sections (xlm-e-*, veco) need `trainer.max_flops` in the trainer.
+# Environment: PREPARED (prepared folder with a dev split), PY (Python), W (work folder, default bench/work).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+W=${W:-bench/work}
+PREPARED=${PREPARED:-$W/prepared-all24}
+EVAL=../shared/data/eval
+
+if [ "${1:-}" != --write ]; then
+  # The same command as bench/best.sh, so the benches share the folder.
+  [ -d $PREPARED ] || $PY -m polyalign.cli prepare --mono ../shared/data/train/mono \
+    --parallel ../shared/data/train/parallel --tokenizer-from ../shared/models/small-base --exclude $EVAL/tatoeba \
+    --dev-pairs 1000 --out $PREPARED --no-progress
+  SECTIONS=("$@")
+  [ ${#SECTIONS[@]} -gt 0 ] || read -ra SECTIONS <<< "$($PY -c 'from bench.evidence.claims import sections; \
+print(" ".join(sections()))')"
+  for section in "${SECTIONS[@]}"; do
+    # exit code 3: the section's start model is missing (xlm-align-aligned before bench/best.sh): skipped
+    $PY -m bench.evidence.run $section --data $PREPARED --work $W/evidence --eval $EVAL --python $PY || \
+      { rc=$?; [ $rc = 3 ] || exit $rc; }
+  done
+fi
+$PY -m bench.evidence.write --command "PREPARED=$PREPARED flock /tmp/polyalign-cpu.lock bench/evidence.sh${*:+ $*}"

@@ -1,0 +1,256 @@
+"""The evidence harness (bench/evidence): claims that resolve, the verdict rule, the runner's pure parts, the page."""
+
+import dataclasses
+import json
+
+import pytest
+
+from bench.evidence import claims as C
+from bench.evidence.run import Context, aer_metrics, budget_overrides, retrieval_metrics, run_section, seeds_to_run
+from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, difference, needs_second_seed, verdict
+from bench.evidence.write import NOT_RUN, claim_row, investigation, write
+from polyalign.config import TrainerConfig, load_recipe
+
+HAS_MAX_FLOPS = "max_flops" in {f.name for f in dataclasses.fields(TrainerConfig)}
+
+
+def recipe_overrides(claim: C.Claim, arm: C.Arm) -> list[str]:
+    steps = claim.budget.estimated_steps(arm)
+    sets = [s for s in budget_overrides(claim, steps) if HAS_MAX_FLOPS or not s.startswith("trainer.max_flops=")]
+    return [*sets, *(C.fill(o, steps) for o in arm.overrides)]
+
+
+@pytest.mark.parametrize("claim", C.CLAIMS, ids=lambda c: c.id)
+def test_every_arm_of_every_claim_loads_with_its_overrides(claim):
+    # Every recipe name resolves and every --set key exists in the recipe schema (load_recipe raises otherwise).
+    for arm in claim.arms:
+        if arm.trained:
+            recipe = load_recipe(arm.recipe, recipe_overrides(claim, arm))
+            assert recipe.trainer.max_steps == claim.budget.estimated_steps(arm)
+            objectives = {spec.name for spec in recipe.objectives}
+            for check in claim.checks:  # a logged check names an objective the arm trains
+                if check.arm == arm.name and check.key.startswith("log:"):
+                    assert check.key.removeprefix("log:").split("/")[0] in objectives, check
+        assert (arm.init_from is None) == (claim.start is None) or not arm.trained
+
+
+@pytest.mark.skipif(not HAS_MAX_FLOPS, reason="trainer.max_flops is not in this branch's trainer yet")
+def test_flop_budgets_set_trainer_max_flops():
+    claim = next(c for c in C.CLAIMS if c.budget.max_flops)
+    recipe = load_recipe(claim.method.recipe, recipe_overrides(claim, claim.method))
+    assert recipe.trainer.max_flops == claim.budget.max_flops
+
+
+def test_a_misspelt_override_does_not_load():
+    arm = dataclasses.replace(C.PPA, overrides=("objectives.0.config.queue_sise=4096",))
+    with pytest.raises(Exception, match="queue_sise"):
+        load_recipe(arm.recipe, recipe_overrides(C.CLAIMS[0], arm))
+
+
+def test_every_section_is_one_ab_within_the_cpu_limit():
+    for section in C.sections().values():
+        assert C.section_problems(section) == [], section.name
+        assert 0 < section.estimated_minutes() <= C.SECTION_LIMIT_MINUTES
+    # and the limit is enforced: the same section at ten times the steps is refused
+    ppa = C.sections()["ppa"]
+    longer = C.Section("ppa", [dataclasses.replace(c, budget=C.Budget(steps=600)) for c in ppa.claims])
+    assert any("CPU-minutes" in p for p in C.section_problems(longer))
+
+
+def test_claims_of_a_section_must_share_start_and_budget():
+    a, b = C.sections()["ppa"].claims[:2]
+    broken = C.Section("ppa", [a, dataclasses.replace(b, budget=C.Budget(steps=61))])
+    assert any("another budget" in p for p in C.section_problems(broken))
+
+
+def test_the_start_model_is_measured_with_every_measure_of_the_trained_arms():
+    section = C.sections()["xlm-align"]
+    start = next(a for a in section.arms if a.name == "start")
+    assert {"aer-ot", "aer-argmax", "aer-itermax", "retrieval"} <= set(section.measures_of(start))
+    assert section.arms[0].name == "start" and not section.arms[0].trained
+
+
+# --------------------------------------------------------------------------------------------------------
+# The verdict rule
+
+
+def test_difference_is_paired_by_seed_and_spread_is_half_the_range():
+    d = difference([10.0, 20.0], [9.0, 21.0])  # per-seed differences +1 and -1
+    assert (d.mean, d.spread, d.seeds) == (0.0, 1.0, 2)
+    d = difference([5.0, 7.0], [4.0])  # an untrained start model pairs with every seed
+    assert (d.mean, d.spread) == (2.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "method, baseline, direction, expected",
+    [
+        ([13.0, 13.4], [10.0, 10.0], 1, REPRODUCED),
+        ([13.0, 13.4], [10.0, 10.0], -1, NOT_REPRODUCED),  # the paper wants lower (AER): the wrong way
+        ([7.0, 7.4], [10.0, 10.0], -1, REPRODUCED),
+        ([11.0, 9.8], [10.0, 10.0], 1, INCONCLUSIVE),  # mean +0.4 inside the spread 0.6
+        ([10.5, 8.9], [10.0, 10.0], 1, INCONCLUSIVE),  # mean -0.3 inside the spread 0.8
+        ([9.0, 8.0], [10.0, 10.0], 1, NOT_REPRODUCED),
+        ([11.5], [10.0], 1, INCONCLUSIVE),  # one seed, under 2 points
+        ([12.5], [10.0], 1, REPRODUCED),
+        ([7.5], [10.0], 1, NOT_REPRODUCED),
+    ],
+)
+def test_verdict(method, baseline, direction, expected):
+    assert verdict(difference(method, baseline), direction) == expected
+
+
+def test_an_unseeded_comparison_is_decided_by_its_sign():
+    # two aligners on one untrained model: nothing varies with a seed, so 0.3 points is a real difference
+    assert verdict(difference([20.3], [20.0]), 1, varies=False) == REPRODUCED
+    assert verdict(difference([20.3], [20.0]), 1, varies=True) == INCONCLUSIVE
+
+
+def test_second_seed_only_for_close_differences():
+    assert needs_second_seed(difference([11.9], [10.0]))
+    assert not needs_second_seed(difference([12.1], [10.0]))
+    assert not needs_second_seed(difference([11.0, 11.0], [10.0, 10.0]))
+
+
+def test_seed_one_is_scheduled_for_the_arms_of_close_claims_only():
+    section = C.sections()["ernie-m"]
+    results = {
+        "start": {"0": {"tatoeba14@dev": 1.0}},
+        "exp2-mlm-tlm": {"0": {"tatoeba14@dev": 2.0}},
+        "exp3-camlm": {"0": {"tatoeba14@dev": 2.5}},  # close: +0.5
+        "exp4-camlm-btmlm": {"0": {"tatoeba14@dev": 9.0, "pseudo": 30.0, "pseudo-copy": 10.0}},  # far: +7, +20
+    }
+    assert seeds_to_run(section, results) == {"exp2-mlm-tlm", "exp3-camlm"}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading the measures
+
+
+def sweep(values):
+    return [{"layer": i, "average": {"both": v}} for i, v in enumerate(values)]
+
+
+def test_the_tatoeba_layer_is_chosen_on_the_dev_split_not_the_test_set():
+    dev = {"sweep": sweep([10.0, 50.0, 30.0, 20.0])}  # dev's best: layer 1
+    test = {"sweep": sweep([1.0, 2.0, 3.0, 9.0]), "reported": {"layer": 2}}  # test's best: layer 3
+    m = retrieval_metrics(dev, test)
+    assert (m["tatoeba14@dev"], m["layer@dev"], m["tatoeba14@last"], m["tatoeba14@default"]) == (2.0, 1, 9.0, 3.0)
+    assert m["dev@best"] == 50.0
+
+
+def test_aer_means_over_gold_sets_and_the_self_labeling_layer():
+    gold = lambda aers, reported: {"aer": reported, "sweep": [{"aer": a} for a in aers]}  # noqa: E731
+    m = aer_metrics("ot", {"de-en": gold([80, 60, 70, 75, 90], 70), "en-fr": gold([60, 40, 50, 55, 70], 50)})
+    assert m["aer-ot@default"] == 60 and m["aer-ot@best"] == 50
+    assert m["aer-ot@label"] == 65  # depth 4: round(10 * 4 / 12) = layer 3
+
+
+def test_dry_run_builds_the_pretrain_commands_from_the_claims(tmp_path, capsys):
+    section = C.sections()["ppa-no-tlm"]
+    ctx = Context(section, tmp_path / "prepared", tmp_path / "work", tmp_path / "eval", "python", dry_run=True)
+    run_section(ctx)
+    lines = [line for line in capsys.readouterr().out.splitlines() if " pretrain " in line]
+    assert len(lines) == 2  # two trained arms, seed 0 (seed 1 waits for seed 0's numbers)
+    steps = f"trainer.max_steps={C.PPA_STEPS.steps}"
+    for line in lines:
+        assert f"--init-from {C.SMALL_BASE}" in line and "trainer.seed=0" in line and steps in line
+    assert any("objectives.0.config.tlm=false" in line for line in lines)
+    assert not (tmp_path / "work").exists()
+
+
+# --------------------------------------------------------------------------------------------------------
+# The page
+
+
+def fake_ppa_section() -> dict:
+    trained = lambda t14, moco: {  # noqa: E731
+        "tatoeba14@last": t14,
+        "tatoeba14@dev": t14,
+        "dev@best": t14 + 1,
+        "xnli": 40.0,
+        "sweep/tatoeba14": [t14 - 1, t14],
+        "train": {"moco/moco_loss": moco, "steps": 60, "flops": 1e13, "seconds": 100.0},
+    }
+    return {
+        "section": "ppa",
+        "code": "abc1234",
+        "results": {
+            "start": {"0": {"tatoeba14@last": 1.6, "tatoeba14@dev": 1.6, "dev@best": 2.3}},
+            "mlm-tlm": {"0": trained(5.0, None), "1": trained(5.4, None)},
+            "ppa": {"0": trained(4.0, [6.0, 5.2]), "1": trained(4.2, [6.1, 5.3])},
+            "ppa-no-moco": {"0": trained(8.0, None)},
+            "ppa-no-tlm": {"0": trained(3.0, [6.0, 5.0])},
+        },
+    }
+
+
+def test_missing_sections_are_not_run_yet_rows(tmp_path):
+    (tmp_path / "sections").mkdir()
+    page = write(tmp_path / "sections", tmp_path, "bench/evidence.sh").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) == len(C.CLAIMS) and all(NOT_RUN in row for row in rows)
+    assert json.loads((tmp_path / "evidence.json").read_text())["rows"][0]["baseline"] is None
+
+
+def test_a_finished_section_gives_rows_verdicts_and_an_investigation(tmp_path):
+    sections = tmp_path / "sections"
+    sections.mkdir()
+    (sections / "ppa.json").write_text(json.dumps(fake_ppa_section()))
+    (sections / "ppa-no-tlm.json").write_text(json.dumps({**fake_ppa_section(), "section": "ppa-no-tlm"}))
+    page = write(sections, tmp_path, "bench/evidence.sh").read_text()
+    rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence.json").read_text())["rows"]}
+    # ppa vs mlm-tlm: diffs -1.0 and -1.2 -> mean -1.1 +- 0.1: the wrong way beyond the spread
+    assert rows["ppa-vs-mlm-tlm"]["verdict"] == NOT_REPRODUCED
+    assert rows["ppa-vs-mlm-tlm"]["difference"] == pytest.approx(-1.1)
+    assert rows["ppa-vs-start"]["verdict"] == REPRODUCED  # +2.4, +2.6 over the start's 1.6
+    assert rows["ppa-no-tlm"]["verdict"] == INCONCLUSIVE  # one seed (ppa's seed 0), -1.0: under 2 points
+    assert rows["xlm-align-dwa"]["verdict"] == NOT_RUN
+    assert "-1.10 ± 0.10 (2 seeds)" in page
+    assert "### ppa-vs-mlm-tlm" in page and "6.000 -> 5.200" in page  # the MoCo loss check, seed 0
+    assert "Code or scale is not separated" in page
+    assert (tmp_path / "evidence" / "ppa-tatoeba14-layers.png").is_file()
+
+
+def test_an_unmet_premise_is_read_as_the_start_model_not_the_code(tmp_path):
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-align-dwa-aligned")
+    aer = lambda value: {"aer-ot@default": value, "aer-ot@best": value}  # noqa: E731
+    section = {
+        "section": claim.section,
+        "code": "abc",
+        "results": {
+            "start": {"0": {"aer-ot@label": 72.2}},
+            "mlm-tlm": {"0": aer(64.9)},
+            "dwa": {"0": {**aer(82.2), "train": {"dwa/dwa_loss": [3.3, 2.3]}}},
+        },
+    }
+    lines = "\n".join(investigation(claim, claim_row(claim, section), section))
+    assert "premise is not met" in lines and "72.20 > 37.8" in lines
+    section["results"]["start"]["0"]["aer-ot@label"] = 20.0  # a start as aligned as the paper's
+    lines = "\n".join(investigation(claim, claim_row(claim, section), section))
+    assert "premise is not met" not in lines and "Code or scale is not separated" in lines
+
+
+def test_a_claim_row_pairs_the_seeds_both_arms_have():
+    claim = next(c for c in C.CLAIMS if c.id == "ppa-no-moco")
+    row = claim_row(claim, fake_ppa_section())  # ppa has seeds 0 and 1, ppa-no-moco only seed 0
+    assert (row["baseline"], row["method"], row["seeds"]) == ([4.0], [8.0], 1)
+    assert row["verdict"] == NOT_REPRODUCED  # +4.0 where the ablation should lose
+    assert claim_row(claim, None)["verdict"] == NOT_RUN
+
+
+def test_flop_budget_claims_are_plotted_against_training_flops_and_translation_curves_drawn(tmp_path):
+    sections = tmp_path / "sections"
+    sections.mkdir()
+    for i, flops in ((1, 8e12), (2, 2e13)):
+        arm = lambda t14, flops=flops: {"0": {"tatoeba14@dev": t14, "train": {"flops": flops}}}  # noqa: E731
+        section = {"section": f"xlm-e-{i}", "code": "abc", "results": {"xlm": arm(1.0 * i), "xlm-e": arm(2.0 * i)}}
+        (sections / f"xlm-e-{i}.json").write_text(json.dumps(section))
+    curve = [{"step": 20, "loss": 9.0}, {"step": 40, "loss": 8.0}]
+    veco = {"0": {"curve/mt-veco": curve, "curve/mt-random": curve, "train": {"flops": 2.5e13}}}
+    (sections / "veco.json").write_text(json.dumps({"section": "veco", "code": "abc", "results": {"veco": veco}}))
+    page = write(sections, tmp_path, "bench/evidence.sh").read_text()
+    assert (tmp_path / "evidence" / "xlm-e-tatoeba14-dev-flops.png").is_file()
+    assert (tmp_path / "evidence" / "veco-translation-loss.png").is_file()
+    assert "evidence/xlm-e-tatoeba14-dev-flops.png" in page
+    rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence.json").read_text())["rows"]}
+    assert rows["xlm-e-tatoeba14-2"]["difference"] == 2.0 and rows["xlm-e-aer-ot-2"]["verdict"] == "not measured"
