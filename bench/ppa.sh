@@ -13,6 +13,7 @@
 #            MoCo + TLM, same pairs, batch, lr and steps                             key encoder)
 #   scratch  `inbatch` from a randomly initialised model of small-base's size       (the start model)
 #   nolag    `notlm` with momentum 0: keys from the current weights (no gradient)   (the key encoder's lag)
+#   noproj   `notlm` without the projection head of Eq. 2 (projection_size 0)      (the head retrieval skips)
 # Every start model and every trained model is measured on the representation MoCo trains (POOLING over the
 # last layer; a layer sweep comes free): Tatoeba-14 acc@1, and retrieval among the held-out dev pairs of the
 # training bitext (`prepare --dev-pairs 1000`: 1,000 pairs per language, never trained on). The MoCo loss
@@ -69,6 +70,8 @@ for arm in $ARMS; do
     short) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1) ;;
     inbatch) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.name=contrast
                     --set "objectives.0.config={temperature: 0.05, pooling: $POOLING}") ;;
+    noproj) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.config.tlm=false
+                   --set objectives.0.config.projection_size=0) ;;
     nolag) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.config.tlm=false
                   --set objectives.0.config.momentum=0) ;;
     scratch) init=$W/random-init; extra=(--set trainer.lr=$HIGH_LR --set objectives.0.name=contrast
@@ -77,7 +80,7 @@ for arm in $ARMS; do
       [ -d $init ] || $PA pretrain best-sentences --data $PREPARED --run-dir $init --no-progress \
         --set trainer.max_steps=1 --set trainer.lr=0 --set trainer.warmup_steps=0 >/dev/null
       evaluate $init start-random ;;
-    *) echo "unknown arm $arm (base, lr, tau, aligned, notlm, short, inbatch, scratch, nolag)" >&2; exit 2 ;;
+    *) echo "unknown arm $arm (base, lr, tau, aligned, notlm, short, inbatch, scratch, nolag, noproj)" >&2; exit 2 ;;
   esac
   run=$W/runs/$arm
   if [ ! -f $run/done ]; then

@@ -44,6 +44,7 @@ WHAT = {
     "inbatch": "in-batch translation ranking in place of MoCo + TLM",
     "scratch": "in-batch ranking from a randomly initialised model",
     "nolag": "-TLM with momentum 0, keys from the current weights",
+    "noproj": "-TLM without the projection head (Eq. 2)",
 }
 # The arm each one changes one setting of (bench/ppa.sh): the later arms start from `lr`, the arm that learned most.
 REFERENCE = {
@@ -55,6 +56,7 @@ REFERENCE = {
     "inbatch": "lr",
     "scratch": "inbatch",
     "nolag": "notlm",
+    "noproj": "notlm",
 }
 
 
@@ -74,6 +76,7 @@ def settings(recipe: dict) -> dict:
         "temperature": config["temperature"],
         "pooling": config["pooling"],
         "tlm": config.get("tlm", True) if moco else False,
+        "projection_size": config.get("projection_size", 300) if moco else "-",
     }
 
 
@@ -209,6 +212,12 @@ def limits(arms: dict) -> list[str]:
             f"{t['uniform_loss'] - t['loss_end']:.2f} nats below ln(K+1), and retrieval falls to Tatoeba-14 "
             f"{level('nolag', 'tatoeba'):.1f} / dev {level('nolag', 'dev'):.1f}, below the start: without the slowly "
             "moving key encoder MoCo unlearns what the start model had, so the momentum update (Eq. 1) is needed."
+        )
+    if {"notlm", "noproj"} <= set(arms):
+        out.append(
+            f"- Without the projection head (InfoNCE on the pooled states that retrieval reads): Tatoeba-14 gain "
+            f"{gain('noproj', 'tatoeba'):+.1f} vs {gain('notlm', 'tatoeba'):+.1f} with it, dev gain "
+            f"{gain('noproj', 'dev'):+.1f} vs {gain('notlm', 'dev'):+.1f}."
         )
     if {"lr", "notlm"} <= set(arms):
         out.append(

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
@@ -16,6 +17,7 @@ from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import ParallelBatch, ParallelStream, StreamConfig
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.objectives.base import model_inputs
 from polyalign.objectives.moco import MoCo, MoCoConfig, enqueue, info_nce, queue_in_order, sentence_vectors
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
@@ -280,6 +282,20 @@ def translation_pairs(n: int, rng: np.random.Generator) -> ParallelBatch:
     return ParallelBatch(
         source, [s[::-1] + 49 for s in source], np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)
     )
+
+
+def test_projection_size_0_scores_the_pooled_states_themselves():
+    # The ablation of Eq. (2): no head, so the queries are the normalised pooled states retrieval reads.
+    model, objective = moco(projection_size=0, tlm=False)
+    assert not list(objective.query_projection.parameters())
+    assert objective.queue.shape == (16, model.config.hidden_size)
+    batch = objective.make_batch(translation_pairs(4, np.random.default_rng(0)), np.random.default_rng(0))
+    hidden = model(**model_inputs(batch)).last_hidden_state
+    expected = sentence_vectors(hidden, batch["attention_mask"], "mean")
+    torch.testing.assert_close(F.normalize(objective.query_projection(expected), dim=-1), expected)
+    objective(model, batch)  # trains through the whole path with hidden-size keys
+    with pytest.raises(ValueError, match="projection_size"):
+        MoCoConfig(projection_size=-1)
 
 
 def test_moco_learns_to_pick_the_translation_out_of_the_queue():

@@ -43,7 +43,8 @@ class MoCoConfig(MLMConfig):
     temperature: float = 0.05
     """tau of Eq. (3)."""
     projection_size: int = 300
-    """d_k of Eq. (2)."""
+    """d_k of Eq. (2). 0: no projection head, InfoNCE on the pooled states themselves (the vectors retrieval
+    reads), an ablation of Eq. (2) that PPA does not run."""
     tlm: bool = True
     """Add PPA-style TLM on the same pairs in the same order (Eq. 4); false gives the -TLM ablation."""
     pooling: str = "mean"
@@ -57,8 +58,11 @@ class MoCoConfig(MLMConfig):
             raise ValueError(f"moco pooling={self.pooling!r}: use one of {POOLINGS}")
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"moco momentum={self.momentum}: must lie in [0, 1)")
-        if self.queue_size < 1 or self.projection_size < 1:
-            raise ValueError(f"moco queue_size={self.queue_size}, projection_size={self.projection_size}: must be >= 1")
+        if self.queue_size < 1 or self.projection_size < 0:
+            raise ValueError(
+                f"moco queue_size={self.queue_size}, projection_size={self.projection_size}: need queue_size >= 1 "
+                "and projection_size >= 0 (0 = no projection head)"
+            )
         if self.temperature <= 0:
             raise ValueError(f"moco temperature={self.temperature}: must be > 0")
 
@@ -146,13 +150,15 @@ class MoCo(Objective):
 
     def __init__(self, config: MoCoConfig, special, model_config):
         super().__init__(config, special, model_config)
-        self.query_projection = Projection(model_config.hidden_size, config.projection_size)
+        head = config.projection_size > 0
+        self.query_projection = Projection(model_config.hidden_size, config.projection_size) if head else nn.Identity()
+        key_size = config.projection_size if head else model_config.hidden_size
         self.tlm = None
         if config.tlm:
             tlm_config = TLMConfig(mask_prob=config.mask_prob, replace_probs=config.replace_probs, style="ppa")
             self.tlm = TLM(tlm_config, special, model_config)
         # Buffers, so checkpoints and --resume keep the queue. Randomly initialised, as in MoCo (PPA §2.1).
-        self.register_buffer("queue", F.normalize(torch.randn(config.queue_size, config.projection_size), dim=1))
+        self.register_buffer("queue", F.normalize(torch.randn(config.queue_size, key_size), dim=1))
         self.register_buffer("queue_pointer", torch.zeros((), dtype=torch.long))
         self.key_encoder: nn.Module | None = None
         self.key_projection: nn.Module | None = None
