@@ -254,3 +254,10 @@ def test_flop_budget_claims_are_plotted_against_training_flops_and_translation_c
     assert "evidence/xlm-e-tatoeba14-dev-flops.png" in page
     rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence.json").read_text())["rows"]}
     assert rows["xlm-e-tatoeba14-2"]["difference"] == 2.0 and rows["xlm-e-aer-ot-2"]["verdict"] == "not measured"
+
+
+def test_a_difference_within_the_noise_floor_is_inconclusive_however_steady_the_seeds():
+    steady = difference([1.75, 1.73], [1.61])  # +0.13 +- 0.01: two seeds agree, the effect is sampling noise
+    assert verdict(steady, 1) == REPRODUCED
+    assert verdict(steady, 1, floor=C.NOISE_FLOOR) == INCONCLUSIVE
+    assert verdict(difference([3.0, 3.1], [1.6]), 1, floor=C.NOISE_FLOOR) == REPRODUCED

@@ -31,11 +31,14 @@ def difference(method: list[float], baseline: list[float]) -> Difference:
     return Difference(mean, spread, len(diffs))
 
 
-def verdict(diff: Difference, direction: int, close: float = 2.0, varies: bool = True) -> str:
+def verdict(diff: Difference, direction: int, close: float = 2.0, varies: bool = True, floor: float = 0.0) -> str:
     """Reproduced when the mean difference goes the paper's way (`direction` +1 or -1) by more than the seeds'
-    spread; not reproduced when it goes the other way by more than the spread; inconclusive otherwise, and when
-    one seed moved the number by less than `close` points. `varies=False`: nothing seeded differs between the
+    spread; not reproduced when it goes the other way by more than the spread; inconclusive otherwise, when
+    one seed moved the number by less than `close` points, and when the difference is within `floor` (the test
+    set's own sampling error, which seeds do not see). `varies=False`: nothing seeded differs between the
     two (e.g. one untrained model under two aligners), so one value is exact and the sign decides."""
+    if abs(diff.mean) <= floor:
+        return INCONCLUSIVE
     signed = diff.mean * direction
     if diff.spread is None:
         if varies and abs(diff.mean) < close:

@@ -13,7 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
-from bench.evidence.claims import CLAIMS, METRICS, Check, Claim, sections
+from bench.evidence.claims import CLAIMS, METRICS, NOISE_FLOOR, Check, Claim, sections
 from bench.evidence.verdict import NOT_REPRODUCED, difference, verdict
 from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
@@ -58,7 +58,7 @@ def claim_row(claim: Claim, section: dict | None) -> dict:
     diff = difference(meth, base)
     varies = claim.baseline.trained or claim.method.trained
     row |= {"difference": diff.mean, "spread": diff.spread, "seeds": diff.seeds}
-    row["verdict"] = verdict(diff, claim.direction, claim.close, varies)
+    row["verdict"] = verdict(diff, claim.direction, claim.close, varies, claim.floor)
     return row
 
 
@@ -202,7 +202,8 @@ def write(sections_dir: Path, out: Path, command: str) -> Path:
         "(XLM-E, VECO). Seed 0 first; seed 1 when the difference is under 2 points (0.1 for translation losses). "
         "Difference = method - baseline paired by seed, ± half its range over seeds. Verdict: reproduced when the "
         "mean difference goes the paper's way by more than the spread, not reproduced when it goes the other way "
-        "by more than the spread, inconclusive otherwise and when one seed moved it by less than 2 points. "
+        "by more than the spread, inconclusive otherwise, when one seed moved it by less than 2 points, and when "
+        f"the difference is within {NOISE_FLOOR:g} points (the test sets' own sampling error; none for losses). "
         "Layers for Tatoeba-14 are chosen on the dev split (held-out training pairs), never on the test set; "
         "`@best` AER layers are chosen on the gold sets and labelled so.",
         "",
