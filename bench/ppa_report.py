@@ -33,6 +33,7 @@ SETTINGS = (
     "temperature",
     "pooling",
     "tlm",
+    "projection_size",
 )
 WHAT = {
     "base": "the calibration settings",
