@@ -182,7 +182,7 @@ def reading(arms: dict) -> list[str]:
     out += limits(arms)
     out.append(
         "- One seed per arm; no run-to-run spread was measured. Settings not varied here (queue size, batch, "
-        "the projection head of Eq. 2, steps beyond this length) are not ruled in or out by these rows."
+        "steps beyond this length) are not ruled in or out by these rows."
     )
     return out
 
