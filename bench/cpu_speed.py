@@ -193,7 +193,9 @@ def measure_prepare(scratch: Path, scales: list[int], workers: list[int], sample
 
 def steady_rates(metrics: Path) -> dict:
     """tokens/s and model FLOP/s over every log window after the first, from cumulative counters."""
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    from reporting import records  # bench/ is this script's folder
+
+    rows = records(metrics)
     first, last = rows[0], rows[-1]
     seconds = last["seconds"] - first["seconds"]
     return {

@@ -9,15 +9,12 @@ from bench.evidence import claims as C
 from bench.evidence.run import Context, aer_metrics, budget_overrides, retrieval_metrics, run_section, seeds_to_run
 from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, difference, needs_second_seed, verdict
 from bench.evidence.write import NOT_RUN, claim_row, investigation, write
-from polyalign.config import TrainerConfig, load_recipe
-
-HAS_MAX_FLOPS = "max_flops" in {f.name for f in dataclasses.fields(TrainerConfig)}
+from polyalign.config import load_recipe
 
 
 def recipe_overrides(claim: C.Claim, arm: C.Arm) -> list[str]:
     steps = claim.budget.estimated_steps(arm)
-    sets = [s for s in budget_overrides(claim, steps) if HAS_MAX_FLOPS or not s.startswith("trainer.max_flops=")]
-    return [*sets, *(C.fill(o, steps) for o in arm.overrides)]
+    return [*budget_overrides(claim, steps), *(C.fill(o, steps) for o in arm.overrides)]
 
 
 @pytest.mark.parametrize("claim", C.CLAIMS, ids=lambda c: c.id)
@@ -34,7 +31,6 @@ def test_every_arm_of_every_claim_loads_with_its_overrides(claim):
         assert (arm.init_from is None) == (claim.start is None) or not arm.trained
 
 
-@pytest.mark.skipif(not HAS_MAX_FLOPS, reason="trainer.max_flops is not in this branch's trainer yet")
 def test_flop_budgets_set_trainer_max_flops():
     claim = next(c for c in C.CLAIMS if c.budget.max_flops)
     recipe = load_recipe(claim.method.recipe, recipe_overrides(claim, claim.method))

@@ -145,134 +145,69 @@ def dev_languages(ctx: Context) -> str:
     return "all" if langs is None else ",".join(x for x in langs if x != "en")
 
 
-def measure(ctx: Context, arm: Arm, run: Path, name: str) -> None:
+def commands(ctx: Context, arm: Arm, run: Path, name: str) -> list[tuple[Path, list[str]]]:
+    """The (JSON it writes, command) pairs of one measure."""
     evals = run / "eval"
     encoder = str(run / "plugged-out") if cross_attention(arm) else str(run if arm.trained else model_of(arm))
+    cli = ctx.cli
     if name == "retrieval":
-        for split, data, langs in (
-            ("dev", ctx.data / "dev", dev_languages(ctx)),
-            ("test", ctx.eval_root / "tatoeba", "tatoeba14"),
-        ):
-            if not (evals / split / "tatoeba.json").is_file():
-                sh(
-                    ctx,
-                    [
-                        *ctx.cli,
-                        "evaluate",
-                        "tatoeba",
-                        "--model",
-                        encoder,
-                        "--data",
-                        str(data),
-                        "--langs",
-                        langs,
-                        "--layers",
-                        "all",
-                        "--out",
-                        str(evals / split),
-                        "--no-progress",
-                    ],
-                )
-    elif name.startswith("aer-"):
-        method = name.removeprefix("aer-")
-        for gold in gold_sets_for(ctx.section.first.languages):
-            out = evals / name / gold
-            if not (out / "alignment.json").is_file():
-                sh(
-                    ctx,
-                    [
-                        *ctx.cli,
-                        "evaluate",
-                        "alignment",
-                        "--model",
-                        encoder,
-                        "--gold",
-                        str(ctx.eval_root / "word_alignment" / gold),
-                        "--method",
-                        method,
-                        "--encoding",
-                        "pair",
-                        "--layers",
-                        "all",
-                        "--out",
-                        str(out),
-                        "--no-progress",
-                    ],
-                )
-    elif name == "xnli":
-        if not (evals / "xnli" / "finetune.json").is_file():
-            sh(
-                ctx,
-                [
-                    *ctx.cli,
-                    "finetune",
-                    "xnli",
-                    "--model",
-                    encoder,
-                    "--data",
-                    str(ctx.eval_root),
-                    "--seeds",
-                    "1",
-                    "--max-train",
-                    "2000",
-                    "--max-select",
-                    "100",
-                    "--max-eval",
-                    "100",
-                    "--set",
-                    "epochs=1",
-                    "--out",
-                    str(evals / "xnli"),
-                    "--no-progress",
-                ],
+        return [
+            (
+                evals / split / "tatoeba.json",
+                [*cli, "evaluate", "tatoeba", "--model", encoder, "--data", str(data), "--langs", langs]
+                + ["--layers", "all", "--out", str(evals / split), "--no-progress"],
             )
-    elif name == "pseudo":
-        if not (evals / "pseudo.json").is_file():
-            sh(
-                ctx,
-                [
-                    ctx.python,
-                    "bench/ernie_m_pseudo_tokens.py",
-                    "--data",
-                    str(ctx.data / "dev"),
-                    "--langs",
-                    dev_languages(ctx),
-                    "--max-pairs",
-                    "100",
-                    "--out",
-                    str(evals / "pseudo.json"),
-                    "--model",
-                    f"{arm.name}={encoder}",
-                ],
+            for split, data, langs in (
+                ("dev", ctx.data / "dev", dev_languages(ctx)),
+                ("test", ctx.eval_root / "tatoeba", "tatoeba14"),
             )
-    elif name.startswith("mt-"):
-        init = name.removeprefix("mt-")
-        if not (evals / f"{name}.json").is_file():
-            sh(
-                ctx,
-                [
-                    ctx.python,
-                    "bench/veco_translation.py",
-                    "--model",
-                    str(run),
-                    "--init",
-                    init,
-                    "--pair",
-                    "de-en",
-                    "--steps",
-                    str(MT_STEPS),
-                    "--test-size",
-                    "200",
-                    "--tatoeba-size",
-                    "0",
-                    "--out",
-                    str(evals / f"{name}.json"),
-                ],
+        ]
+    if name.startswith("aer-"):
+        gold_root = ctx.eval_root / "word_alignment"
+        return [
+            (
+                evals / name / gold / "alignment.json",
+                [*cli, "evaluate", "alignment", "--model", encoder, "--gold", str(gold_root / gold)]
+                + ["--method", name.removeprefix("aer-"), "--encoding", "pair", "--layers", "all"]
+                + ["--out", str(evals / name / gold), "--no-progress"],
             )
-    else:
-        raise ValueError(f"unknown measure {name!r}")
-    if not ctx.dry_run:
-        evals.mkdir(parents=True, exist_ok=True)
+            for gold in gold_sets_for(ctx.section.first.languages)
+        ]
+    if name == "xnli":
+        smoke = ["--seeds", "1", "--max-train", "2000", "--max-select", "100", "--max-eval", "100", "--set", "epochs=1"]
+        return [
+            (
+                evals / "xnli" / "finetune.json",
+                [*cli, "finetune", "xnli", "--model", encoder, "--data", str(ctx.eval_root), *smoke]
+                + ["--out", str(evals / "xnli"), "--no-progress"],
+            )
+        ]
+    if name == "pseudo":
+        return [
+            (
+                evals / "pseudo.json",
+                [ctx.python, "bench/ernie_m_pseudo_tokens.py", "--data", str(ctx.data / "dev")]
+                + ["--langs", dev_languages(ctx), "--max-pairs", "100", "--out", str(evals / "pseudo.json")]
+                + ["--model", f"{arm.name}={encoder}"],
+            )
+        ]
+    if name.startswith("mt-"):
+        return [
+            (
+                evals / f"{name}.json",
+                [ctx.python, "bench/veco_translation.py", "--model", str(run), "--init", name.removeprefix("mt-")]
+                + ["--pair", "de-en", "--steps", str(MT_STEPS), "--test-size", "200", "--tatoeba-size", "0"]
+                + ["--out", str(evals / f"{name}.json")],
+            )
+        ]
+    raise ValueError(f"unknown measure {name!r}")
+
+
+def measure(ctx: Context, arm: Arm, run: Path, name: str) -> None:
+    """Run the measure's commands whose JSON is not there yet."""
+    for done, command in commands(ctx, arm, run, name):
+        if not done.is_file():
+            sh(ctx, command)
 
 
 # --------------------------------------------------------------------------------------------------------
