@@ -10,7 +10,8 @@
 #   flock /tmp/polyalign-cpu.lock bench/preset_sweep.sh PREPARED
 # PREPARED: a prepared-data folder (e.g. /work/runs/prepared/all24, made with small-base's tokenizer).
 # Environment: MINUTES (4), CONFIGS (all of the grid, in its order; a subset is a space-separated list of names),
-# PA / PY: polyalign and Python; W: the work folder (bench/work; runs go to $W/preset/runs/CONFIG).
+# PA / PY: polyalign and Python; W: the work folder (bench/work; runs go to $W/preset/runs/CONFIG); RESULTS:
+# where the page goes (bench/results; another folder for a trial run).
 # Resumable: a config whose run has a `done` marker for the same MINUTES is skipped; any other is started again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ MINUTES=${MINUTES:-4}
 PA=${PA:-.venv/bin/polyalign}
 PY=${PY:-.venv/bin/python}
 W=${W:-bench/work}/preset
+RESULTS=${RESULTS:-bench/results}
 
 # The grid: name -> --set values over the `xlm` recipe (hidden 384, 6 layers, 6 heads, FFN 1536, lr 5e-4,
 # 8,192 tokens per stream and step). Edit here; names say layers x hidden - lr [- tokens per stream].
@@ -52,5 +54,5 @@ for name in $CONFIGS; do
   echo "$MINUTES" > $run/done
 done
 
-$PY bench/preset_sweep_report.py --work $W --configs $CONFIGS --minutes $MINUTES --command \
+$PY bench/preset_sweep_report.py --work $W --configs $CONFIGS --minutes $MINUTES --results $RESULTS --command \
   "env MINUTES=$MINUTES$([ "$CONFIGS" = "$ORDER" ] || echo " CONFIGS='$CONFIGS'") flock /tmp/polyalign-cpu.lock bench/preset_sweep.sh $PREPARED"
