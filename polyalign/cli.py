@@ -174,6 +174,10 @@ def pretrain(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a recipe value, e.g. trainer.max_steps=100.")
     ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(help="Model size, batch and lr settings from polyalign/recipes/presets/NAME.yaml (--set wins)."),
+    ] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --run from its latest checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
@@ -188,11 +192,11 @@ def pretrain(
     if init_from is not None:
         overrides.append(f"init_from={init_from}")
     if resume and not (recipe is not None and run_started_before_saving_its_recipe(run_dir)):
-        spec = load_run_recipe(run_dir, overrides)
+        spec = load_run_recipe(run_dir, overrides, preset)
     elif recipe is None:
         raise DataError("name a recipe (e.g. `polyalign pretrain xlm --data prepared/ --run-dir runs/xlm`)")
     else:
-        spec = load_recipe(recipe, overrides)
+        spec = load_recipe(recipe, overrides, preset)
     summary = run_pretrain(spec, run_dir, resume=resume, progress=progress)
     console.print(
         f"done: {summary['step']} steps, {summary['tokens']:,} tokens, {summary['seconds'] / 60:.1f} min -> {run_dir}"

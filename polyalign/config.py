@@ -3,6 +3,10 @@
 A recipe names the encoder, the objectives with their weights, the data streams and the trainer settings.
 Built-in recipes live in `polyalign/recipes/`; any YAML path works too. Overrides look like
 `trainer.max_steps=100` or `objectives.1.weight=0.5` (values are parsed as YAML).
+
+A preset (`polyalign/recipes/presets/NAME.yaml`) is a partial recipe of `model:`, `data:` and `trainer:` keys
+(a model size and the batch and learning-rate settings that go with it on some machine); it is merged over
+any recipe before the overrides, so an override still wins, and the recipe's objectives are left as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from polyalign.data.streams import StreamConfig
 from polyalign.io import DataError
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
+PRESETS_DIR = RECIPES_DIR / "presets"
+PRESET_SECTIONS = ("model", "data", "trainer")
+"""The recipe sections a preset may set: sizes, batches and schedules, never objectives."""
 
 
 @dataclass
@@ -311,9 +318,56 @@ def resolve_recipe_path(name_or_path: str) -> Path:
     return builtin
 
 
-def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read, override and check a recipe; a bad value is reported at its file:line or at its --set."""
+def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None, preset: str | None = None) -> Recipe:
+    """Read, preset, override and check a recipe; a bad value is reported at its file:line, its preset or its --set."""
     path = resolve_recipe_path(str(name_or_path))
+    tree, lines = _read_yaml(path, "a recipe is a mapping (model:, objectives:, data:, trainer:)")
+    tree.setdefault("name", path.stem)
+    preset_by: dict[str, str] = {}
+    if preset is not None:
+        preset_path = resolve_preset_path(preset)
+        preset_tree, preset_lines = _read_yaml(preset_path, f"a preset is a mapping of {', '.join(PRESET_SECTIONS)}")
+        for key in merge_preset(tree, preset_tree, preset):
+            preset_by[key] = f"preset {preset} ({preset_path}:{preset_lines.get(key, 1)})"
+    set_by = {apply_override(tree, o): f"--set {o}" for o in overrides or []}
+    try:
+        return recipe_from_dict(tree, str(path))
+    except RecipeError as err:
+        by = set_by | {k: v for k, v in preset_by.items() if k not in set_by}
+        raise DataError(_locate(err, path, lines, by)) from None
+
+
+def resolve_preset_path(name: str) -> Path:
+    path = PRESETS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+        raise DataError(f"preset {name!r} not found; built-in presets: {', '.join(known)}")
+    return path
+
+
+def merge_preset(tree: dict, preset_tree: dict, name: str) -> list[str]:
+    """Deep-merge a preset into a recipe tree (mappings merge, anything else replaces); returns the dotted keys
+    it set. Only `model:`, `data:` and `trainer:` may be named: a preset never changes the objectives."""
+    other = [k for k in preset_tree if k not in PRESET_SECTIONS]
+    if other:
+        raise DataError(f"preset {name}: {', '.join(map(str, other))}: a preset sets only {', '.join(PRESET_SECTIONS)}")
+    return _merge(tree, preset_tree, "")
+
+
+def _merge(into: dict, tree: dict, prefix: str) -> list[str]:
+    keys = []
+    for k, v in tree.items():
+        key = _join(prefix, str(k))
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            keys += _merge(into[k], v, key)
+        else:
+            into[k] = v
+            keys.append(key)
+    return keys
+
+
+def _read_yaml(path: Path, what: str) -> tuple[dict, dict[str, int]]:
+    """A YAML mapping and the line of each of its dotted keys; invalid YAML or a non-mapping is a DataError."""
     text = path.read_text(encoding="utf-8")
     try:
         tree = yaml.safe_load(text)
@@ -324,20 +378,15 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None) ->
     if tree is None:
         tree = {}
     if not isinstance(tree, dict):
-        raise DataError(f"{path}:1: a recipe is a mapping (model:, objectives:, data:, trainer:), not {tree!r}")
-    tree.setdefault("name", path.stem)
-    set_by = {apply_override(tree, o): o for o in overrides or []}
-    try:
-        return recipe_from_dict(tree, str(path))
-    except RecipeError as err:
-        raise DataError(_locate(err, path, lines, set_by)) from None
+        raise DataError(f"{path}:1: {what}, not {tree!r}")
+    return tree, lines
 
 
 def _locate(err: RecipeError, path: Path, lines: dict[str, int], set_by: dict[str, str]) -> str:
-    """Prefix an error with the --set that caused it, or with the file:line of its key."""
-    for key, override in set_by.items():
+    """Prefix an error with what set its key (`--set ...`, `preset ...`), or with the file:line of its key."""
+    for key, source in set_by.items():
         if err.key == key or err.key.startswith(key + ".") or key.startswith(err.key + "."):
-            return f"--set {override}: {err}"
+            return f"{source}: {err}"
     parts = err.key.split(".")
     while parts and ".".join(parts) not in lines:
         parts.pop()

@@ -730,9 +730,10 @@ def run_started_before_saving_its_recipe(run_dir: str | Path) -> bool:
     return not (run_dir / RECIPE_FILE).exists() and not (run_dir / "checkpoints").exists()
 
 
-def load_run_recipe(run_dir: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """The recipe a run was started with (for --resume), with optional overrides (e.g. a longer max_steps)."""
+def load_run_recipe(run_dir: str | Path, overrides: list[str] | None = None, preset: str | None = None) -> Recipe:
+    """The recipe a run was started with (for --resume), with optional overrides (e.g. a longer max_steps).
+    The saved recipe already holds a preset's values; naming the preset again sets them again (same command)."""
     path = Path(run_dir) / RECIPE_FILE
     if not path.is_file():
         raise DataError(f"{path}: not found; is {run_dir} a polyalign run folder?")
-    return load_recipe(path, overrides)
+    return load_recipe(path, overrides, preset)
