@@ -14,6 +14,9 @@
 #   scratch  `inbatch` from a randomly initialised model of small-base's size       (the start model)
 #   nolag    `notlm` with momentum 0: keys from the current weights (no gradient)   (the key encoder's lag)
 #   noproj   `notlm` without the projection head of Eq. 2 (projection_size 0)      (the head retrieval skips)
+# and two that change one setting of `short`, after its batch accuracy showed the queue task won by freshness:
+#   batchneg the batch's other keys as negatives too (batch_negatives: true)         (stale queue negatives)
+#   m999     the paper's momentum 0.999 instead of MOMENTUM                          (the key encoder's drift)
 # Every start model and every trained model is measured on the representation MoCo trains (POOLING over the
 # last layer; a layer sweep comes free): Tatoeba-14 acc@1, and retrieval among the held-out dev pairs of the
 # training bitext (`prepare --dev-pairs 1000`: 1,000 pairs per language, never trained on). The MoCo loss
@@ -72,6 +75,9 @@ for arm in $ARMS; do
                     --set "objectives.0.config={temperature: 0.05, pooling: $POOLING}") ;;
     noproj) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.config.tlm=false
                    --set objectives.0.config.projection_size=0) ;;
+    batchneg) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1
+                     --set objectives.0.config.batch_negatives=true) ;;
+    m999) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1 --set objectives.0.config.momentum=0.999) ;;
     nolag) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.config.tlm=false
                   --set objectives.0.config.momentum=0) ;;
     scratch) init=$W/random-init; extra=(--set trainer.lr=$HIGH_LR --set objectives.0.name=contrast
@@ -80,7 +86,7 @@ for arm in $ARMS; do
       [ -d $init ] || $PA pretrain best-sentences --data $PREPARED --run-dir $init --no-progress \
         --set trainer.max_steps=1 --set trainer.lr=0 --set trainer.warmup_steps=0 >/dev/null
       evaluate $init start-random ;;
-    *) echo "unknown arm $arm (base, lr, tau, aligned, notlm, short, inbatch, scratch, nolag, noproj)" >&2; exit 2 ;;
+    *) echo "unknown arm $arm (base, lr, tau, aligned, notlm, short, inbatch, scratch, nolag, noproj, batchneg, m999)" >&2; exit 2 ;;
   esac
   run=$W/runs/$arm
   if [ ! -f $run/done ]; then

@@ -34,6 +34,7 @@ SETTINGS = (
     "pooling",
     "tlm",
     "projection_size",
+    "batch_negatives",
 )
 WHAT = {
     "base": "the calibration settings",
@@ -46,6 +47,8 @@ WHAT = {
     "scratch": "in-batch ranking from a randomly initialised model",
     "nolag": "-TLM with momentum 0, keys from the current weights",
     "noproj": "-TLM without the projection head (Eq. 2)",
+    "batchneg": "the batch's other keys as negatives too",
+    "m999": "the paper's momentum 0.999",
 }
 # The arm each one changes one setting of (bench/ppa.sh): the later arms start from `lr`, the arm that learned most.
 REFERENCE = {
@@ -58,6 +61,8 @@ REFERENCE = {
     "scratch": "inbatch",
     "nolag": "notlm",
     "noproj": "notlm",
+    "batchneg": "short",
+    "m999": "short",
 }
 
 
@@ -78,6 +83,7 @@ def settings(recipe: dict) -> dict:
         "pooling": config["pooling"],
         "tlm": config.get("tlm", True) if moco else False,
         "projection_size": config.get("projection_size", 300) if moco else "-",
+        "batch_negatives": config.get("batch_negatives", False) if moco else True,
     }
 
 
@@ -115,6 +121,11 @@ def training(run: Path) -> dict:
         "minutes": recs[-1]["seconds"] / 60,
         "loss_curve": [[r["step"], r[loss_key]] for r in recs],
     }
+    if "moco/moco_batch_accuracy" in recs[0]:  # runs since the metric exists
+        out |= {
+            "batch_accuracy_end": mean([r["moco/moco_batch_accuracy"] for r in last]),
+            "batch_chance": 1 / s["batch_pairs"],
+        }
     if "moco/tlm_loss" in recs[0]:
         out |= {
             "tlm_loss_start": mean([r["moco/tlm_loss"] for r in after]),
@@ -156,7 +167,14 @@ def reading(arms: dict) -> list[str]:
             f"- `{name}` ({WHAT.get(name, name)}): {t['loss_name']} {t['loss_start']:.2f} -> {t['loss_end']:.2f} "
             f"({when}), {abs(gap):.2f} nats {'below' if gap > 0 else 'above'} ln(K+1) = {t['uniform_loss']:.2f} "
             f"(K = {t['negatives']} negatives); accuracy {100 * t['accuracy_start']:.1f}% -> "
-            f"{100 * t['accuracy_end']:.1f}% (chance {100 * t['chance_accuracy']:.3f}%). Tatoeba-14 "
+            f"{100 * t['accuracy_end']:.1f}% (chance {100 * t['chance_accuracy']:.3f}%)"
+            + (
+                f", among the batch's own {round(1 / t['batch_chance'])} fresh keys "
+                f"{100 * t['batch_accuracy_end']:.1f}% at the end"
+                if "batch_accuracy_end" in t
+                else ""
+            )
+            + ". Tatoeba-14 "
             f"{moved['tatoeba']}, dev retrieval {moved['dev']}."
         )
     gains = lambda x, key: x["end"][key]["acc"] - x["start"][key]["acc"]  # noqa: E731
@@ -231,6 +249,28 @@ def limits(arms: dict) -> list[str]:
             f"{gain('short', 'tatoeba'):+.1f} vs {gain('lr', 'tatoeba'):+.1f}, dev gain {gain('short', 'dev'):+.1f} "
             f"vs {gain('lr', 'dev'):+.1f}."
         )
+    fresh = {n for n in ("short", "batchneg", "m999") if "batch_accuracy_end" in arms.get(n, {}).get("training", {})}
+    if "short" in fresh:
+        t = arms["short"]["training"]
+        out.append(
+            f"- Fresh against stale keys (`short`): at the end the query ranks its key first among {t['negatives']} "
+            f"queued keys {100 * t['accuracy_end']:.1f}% of the time, but among the {round(1 / t['batch_chance'])} "
+            f"keys of its own batch only {100 * t['batch_accuracy_end']:.1f}%. Every queued key comes from an older "
+            "key encoder than the positive, so the queue task can be won by telling a fresh key from stale ones; "
+            "the batch accuracy, where all keys are equally fresh, measures what retrieval needs."
+        )
+    for name in sorted(fresh - {"short"}):
+        if "short" in arms:
+            out.append(
+                f"- `{name}` ({WHAT[name]}): batch accuracy {100 * arms[name]['training']['batch_accuracy_end']:.1f}%"
+                + (
+                    f" vs {100 * arms['short']['training']['batch_accuracy_end']:.1f}% in `short`"
+                    if "short" in fresh
+                    else ""
+                )
+                + f"; Tatoeba-14 gain {gain(name, 'tatoeba'):+.1f} vs {gain('short', 'tatoeba'):+.1f}, dev gain "
+                f"{gain(name, 'dev'):+.1f} vs {gain('short', 'dev'):+.1f}."
+            )
     return out
 
 

@@ -59,6 +59,13 @@ def test_claims_of_a_section_must_share_start_and_budget():
     assert any("another budget" in p for p in C.section_problems(broken))
 
 
+def test_the_arms_of_a_section_share_their_preset():
+    # an A/B at equal compute compares objectives, not model sizes: one arm on another preset is refused
+    claim = C.sections()["xlm-e-1"].first
+    broken = dataclasses.replace(claim, baseline=dataclasses.replace(claim.baseline, preset=None))
+    assert any("preset" in p for p in C.section_problems(C.Section("xlm-e-1", [broken])))
+
+
 def test_the_start_model_is_measured_with_every_measure_of_the_trained_arms():
     section = C.sections()["xlm-align"]
     start = next(a for a in section.arms if a.name == "start")

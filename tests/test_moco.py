@@ -18,7 +18,15 @@ from polyalign.data.streams import ParallelBatch, ParallelStream, StreamConfig
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives.base import model_inputs
-from polyalign.objectives.moco import MoCo, MoCoConfig, enqueue, info_nce, queue_in_order, sentence_vectors
+from polyalign.objectives.moco import (
+    MoCo,
+    MoCoConfig,
+    batch_accuracy,
+    enqueue,
+    info_nce,
+    queue_in_order,
+    sentence_vectors,
+)
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
 from tests.conftest import tiny_config, tiny_recipe_overrides
@@ -123,6 +131,33 @@ def test_info_nce_equals_a_hand_computation():
     loss, accuracy = info_nce(queries, keys, negatives, tau)
     assert float(loss) == pytest.approx(sum(by_hand) / 2, rel=1e-6)
     assert float(accuracy) == 0.5
+
+
+def test_batch_negatives_add_the_other_keys_of_the_batch_and_only_them():
+    # Same vectors as above; with batch negatives query 0 also meets key 1 and query 1 key 0 (never its own).
+    queries = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    keys = torch.tensor([[0.6, 0.8], [-0.8, 0.6]])
+    negatives = torch.tensor([[0.0, 1.0], [-1.0, 0.0]])
+    tau = 0.5
+    e = lambda x: math.exp(x / tau)  # noqa: E731
+    by_hand = [
+        -math.log(e(0.6) / (e(0.6) + e(0) + e(-1) + e(-0.8))),  # + query 0 . key 1
+        -math.log(e(0.6) / (e(0.6) + e(1) + e(0) + e(0.8))),  # + query 1 . key 0
+    ]
+    loss, _ = info_nce(queries, keys, negatives, tau, batch_negatives=True)
+    assert float(loss) == pytest.approx(sum(by_hand) / 2, rel=1e-6)
+    without, _ = info_nce(queries, keys, negatives, tau)
+    assert float(without) < float(loss)
+
+
+def test_batch_accuracy_ranks_each_query_among_the_batch_keys():
+    queries = torch.eye(3)
+    keys = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.2, 0.9], [0.0, 0.0, 1.0]])
+    # query 1 scores keys (0, 0.2, 0): its own wins; query 2 scores (0, 0.9, 1.0): its own wins
+    assert float(batch_accuracy(queries, keys)) == 1.0
+    # key 0 now matches query 1 (0.5) better than query 1's own key (0.2): query 1 is wrong, the others not
+    keys[0] = torch.tensor([0.3, 0.5, 0.0])
+    assert float(batch_accuracy(queries, keys)) == pytest.approx(2 / 3)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -265,9 +300,9 @@ def test_info_nce_runs_in_fp32_outside_autocast(monkeypatch):
 
     seen = []
 
-    def spy(queries, keys, negatives, temperature):
+    def spy(queries, keys, negatives, temperature, batch_negatives=False):
         seen.append((queries.dtype, keys.dtype, negatives.dtype, torch.is_autocast_enabled("cpu")))
-        return info_nce(queries, keys, negatives, temperature)
+        return info_nce(queries, keys, negatives, temperature, batch_negatives)
 
     monkeypatch.setattr(moco_module, "info_nce", spy)
     model, objective = moco()
@@ -298,24 +333,38 @@ def test_projection_size_0_scores_the_pooled_states_themselves():
         MoCoConfig(projection_size=-1)
 
 
-def test_moco_learns_to_pick_the_translation_out_of_the_queue():
-    # The defining property: the query ranks its own translation's key above K queued keys of other
-    # sentences. Chance is loss ln(K + 1) and accuracy 1 / (K + 1); a dead signal (a pooled vector that does
-    # not depend on the sentence, no gradient into the query side, keys not the queries' translations)
-    # stays there.
-    K, B = 64, 32
-    model, objective = moco(queue_size=K, momentum=0.9, tlm=False, projection_size=16)
+def train_toy(steps: int = 50, **config) -> tuple[list[float], list[float], list[float]]:
+    """MoCo on the toy bitext (K = 64, B = 32): losses, queue accuracies, batch accuracies per step."""
+    model, objective = moco(queue_size=64, tlm=False, projection_size=16, **config)
     trainable = [p for p in [*model.parameters(), *objective.parameters()] if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=3e-3)
     rng = np.random.default_rng(0)
-    losses, accuracies = [], []
-    for _ in range(50):
-        out = objective(model, objective.make_batch(translation_pairs(B, rng), rng))
+    losses, accuracies, fresh = [], [], []
+    for _ in range(steps):
+        out = objective(model, objective.make_batch(translation_pairs(32, rng), rng))
         optimizer.zero_grad()
         out.loss.backward()
         optimizer.step()
         losses.append(float(out.metrics["moco_loss"]))
         accuracies.append(float(out.metrics["moco_accuracy"]))
-    chance = math.log(K + 1)
-    assert np.mean(losses[-10:]) < 0.5 * chance
+        fresh.append(float(out.metrics["moco_batch_accuracy"]))
+    return losses, accuracies, fresh
+
+
+def test_moco_learns_to_pick_the_translation_out_of_the_queue():
+    # The defining property: the query ranks its own translation's key above K queued keys of other
+    # sentences. Chance is loss ln(K + 1) and accuracy 1 / (K + 1); a dead signal (a pooled vector that does
+    # not depend on the sentence, no gradient into the query side, keys not the queries' translations)
+    # stays there.
+    losses, accuracies, _ = train_toy(momentum=0.9)
+    assert np.mean(losses[-10:]) < 0.5 * math.log(64 + 1)
     assert np.mean(accuracies[-10:]) > 0.5  # chance: 1 / 65
+
+
+def test_batch_negatives_make_moco_tell_translations_apart_from_fresh_keys():
+    # Without them the toy run above ranks its positive first among 65 queue keys 84% of the time, but among
+    # its own batch's 32 fresh keys only 41% (a query can spot the one key from the current key encoder);
+    # scoring the batch's other keys too removes that shortcut, and the batch accuracy follows.
+    _, accuracies, fresh = train_toy(momentum=0.9, batch_negatives=True)
+    assert np.mean(fresh[-10:]) > 0.8  # chance: 1 / 32
+    assert np.mean(accuracies[-10:]) > 0.5

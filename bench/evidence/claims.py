@@ -37,6 +37,9 @@ class Arm:
     """`--set` strings; `{steps}` and `{warmup}` are filled with the run's step count and a tenth of it."""
     init_from: str | None = SMALL_BASE
     """The start model; None trains from scratch."""
+    preset: str | None = None
+    """`pretrain --preset` (model size, batch, lr; the arm's overrides still win): the from-scratch arms use
+    `cpu-small`, the settings that learn fastest per CPU-minute here (bench/results/preset.md)."""
     seconds_per_step: float = 1.0
     """Estimated wall seconds per step on the 2-core machine (for the CPU-minute estimate only)."""
     flops_per_step: float | None = None
@@ -589,6 +592,8 @@ def section_problems(section: Section) -> list[str]:
         for arm in claim.arms:
             if seen.setdefault(arm.name, arm) != arm:
                 problems.append(f"{section.name}: two different arms are named {arm.name}")
+            if arm.trained and arm.preset != first.method.preset:
+                problems.append(f"{section.name}: arm {arm.name} has preset {arm.preset}, the method another")
             if arm.trained and (arm.init_from is None) != (first.start is None):
                 problems.append(
                     f"{section.name}: arm {arm.name} starts from {arm.init_from}, the section from {first.start}"

@@ -76,6 +76,8 @@ def pretrain_command(ctx: Context, arm: Arm, seed: int, steps: int, out: Path) -
     cmd = [*ctx.cli, "pretrain", arm.recipe, "--data", str(ctx.data), "--run-dir", str(out), "--no-progress"]
     if arm.init_from is not None:
         cmd += ["--init-from", arm.init_from]
+    if arm.preset is not None:
+        cmd += ["--preset", arm.preset]
     sets = [
         f"trainer.seed={seed}",
         *budget_overrides(ctx.section.first, steps),
@@ -335,7 +337,7 @@ def run_section(ctx: Context) -> dict:
         "budget": first.budget.label(),
         "data": str(ctx.data),
         "arms": {
-            a.name: {"recipe": a.recipe, "overrides": list(a.overrides), "init_from": a.init_from}
+            a.name: {"recipe": a.recipe, "overrides": list(a.overrides), "init_from": a.init_from, "preset": a.preset}
             for a in ctx.section.arms
         },
         "results": results,

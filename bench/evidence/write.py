@@ -64,6 +64,8 @@ def claim_row(claim: Claim, section: dict | None) -> dict:
 
 def protocol(claim: Claim) -> str:
     start = f"from {claim.start}" if claim.start else "from scratch"
+    if claim.method.preset:
+        start += f", preset {claim.method.preset}"
     languages = "all languages" if claim.languages is None else "languages " + ",".join(claim.languages)
     arms = f"{claim.baseline.name} ({claim.baseline.recipe or 'no training'}) vs {claim.method.name} "
     arms += f"({claim.method.recipe or 'no training'})"

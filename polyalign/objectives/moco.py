@@ -47,6 +47,11 @@ class MoCoConfig(MLMConfig):
     reads), an ablation of Eq. (2) that PPA does not run."""
     tlm: bool = True
     """Add PPA-style TLM on the same pairs in the same order (Eq. 4); false gives the -TLM ablation."""
+    batch_negatives: bool = False
+    """Also score each query against the other keys of its own batch (fresh keys from the current key
+    encoder), as in-batch contrast does. Off in PPA: its negatives are the queue alone. Every queue key is older
+    than every positive, so while the key encoder drifts a query can tell its positive by freshness rather than
+    content; the batch's own keys are as fresh as the positive and close that shortcut (see ppa.md)."""
     pooling: str = "mean"
     """Sentence vector: `first` = the first token's final state (PPA §2.1, mBERT's trained [CLS]); `mean` =
     mean over real tokens, specials included (PPA footnote 1; the `mean` of `evaluate tatoeba`). Default
@@ -85,17 +90,33 @@ def momentum_update(key: nn.Module, query: nn.Module, momentum: float) -> None:
 
 
 def info_nce(
-    queries: torch.Tensor, keys: torch.Tensor, negatives: torch.Tensor, temperature: float
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    negatives: torch.Tensor,
+    temperature: float,
+    batch_negatives: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. (3): query i's positive is key i, its negatives are every row of `negatives`.
-    queries, keys (B, D); negatives (K, D). Returns (mean loss, share of queries ranking their positive first)."""
+    """Eq. (3): query i's positive is key i, its negatives are every row of `negatives` (and, with
+    `batch_negatives`, every other key of the batch). queries, keys (B, D); negatives (K, D).
+    Returns (mean loss, share of queries ranking their positive first)."""
     positive = (queries * keys).sum(-1, keepdim=True)  # (B, 1)
     negative = queries @ negatives.T  # (B, K)
-    logits = torch.cat([positive, negative], dim=1) / temperature  # (B, 1 + K): the positive is class 0
+    parts = [positive, negative]
+    if batch_negatives:
+        own = torch.eye(len(keys), dtype=torch.bool, device=keys.device)
+        parts.append((queries @ keys.T).masked_fill(own, float("-inf")))  # (B, B): key i is the positive already
+    logits = torch.cat(parts, dim=1) / temperature  # the positive is class 0
     target = torch.zeros(len(queries), dtype=torch.long, device=queries.device)
     with torch.no_grad():
         accuracy = (logits.argmax(-1) == 0).float().mean()
     return cross_entropy(logits, target), accuracy
+
+
+@torch.no_grad()
+def batch_accuracy(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Share of queries whose own key scores highest among the batch's keys: all as fresh as the positive, so
+    unlike the queue accuracy this cannot be won by telling fresh keys from stale ones."""
+    return ((queries @ keys.T).argmax(-1) == torch.arange(len(keys), device=keys.device)).float().mean()
 
 
 def enqueue(queue: torch.Tensor, pointer: int, keys: torch.Tensor) -> int:
@@ -205,16 +226,20 @@ class MoCo(Objective):
                 key_vectors = sentence_vectors(key_hidden, key_batch["attention_mask"], pooling)
                 keys = F.normalize(self.key_projection(key_vectors), dim=-1)
             # InfoNCE against the queue as it was before this batch (a copy: the queue changes below).
-            moco_loss, accuracy = info_nce(queries, keys, self.queue.clone().float(), self.config.temperature)
+            moco_loss, accuracy = info_nce(
+                queries, keys, self.queue.clone().float(), self.config.temperature, self.config.batch_negatives
+            )
+            fresh_accuracy = batch_accuracy(queries.detach(), keys)
         # 4) enqueue this step's keys from every process, oldest out.
         pointer = enqueue(self.queue, int(self.queue_pointer), gather_across_processes(keys))
         self.queue_pointer.fill_(pointer)
 
         B, T = batch["input_ids"].shape
         K, D = self.queue.shape
-        flops = training_flops(encoder_forward_flops(model.config, B, T) + 2.0 * B * (K + 1) * D)
+        scored = K + 1 + (B if self.config.batch_negatives else 0)
+        flops = training_flops(encoder_forward_flops(model.config, B, T) + 2.0 * B * scored * D)
         flops += encoder_forward_flops(model.config, *key_batch["input_ids"].shape)  # key side: forward only
-        metrics = {"moco_loss": moco_loss.detach(), "moco_accuracy": accuracy}
+        metrics = {"moco_loss": moco_loss.detach(), "moco_accuracy": accuracy, "moco_batch_accuracy": fresh_accuracy}
         loss = moco_loss
         if self.tlm is not None:  # Eq. (4)
             tlm = self.tlm(model, {k[len(TLM_PREFIX) :]: v for k, v in batch.items() if k.startswith(TLM_PREFIX)})
