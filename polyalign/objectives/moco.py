@@ -50,8 +50,10 @@ class MoCoConfig(MLMConfig):
     batch_negatives: bool = False
     """Also score each query against the other keys of its own batch (fresh keys from the current key
     encoder), as in-batch contrast does. Off in PPA: its negatives are the queue alone. Every queue key is older
-    than every positive, so while the key encoder drifts a query can tell its positive by freshness rather than
-    content; the batch's own keys are as fresh as the positive and close that shortcut (see ppa.md)."""
+    than every positive, so while the key encoder drifts fast a query can tell its positive by freshness rather
+    than content (the toy test shows it at momentum 0.9); the batch's own keys are as fresh as the positive and
+    close that shortcut. From small-base at lr 1e-3, momentum 0.99 it did not show and this option did not
+    change retrieval (bench/results/ppa.md, `batchneg`)."""
     pooling: str = "mean"
     """Sentence vector: `first` = the first token's final state (PPA §2.1, mBERT's trained [CLS]); `mean` =
     mean over real tokens, specials included (PPA footnote 1; the `mean` of `evaluate tatoeba`). Default
