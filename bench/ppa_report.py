@@ -254,15 +254,16 @@ def limits(arms: dict) -> list[str]:
         t = arms["short"]["training"]
         queue, batch = 100 * t["accuracy_end"], 100 * t["batch_accuracy_end"]
         shortcut = batch < queue  # fewer candidates, yet ranked first less often: the queue is the easier task
+        fewer = round((t["negatives"] + 1) * t["batch_chance"])
         out.append(
             f"- Fresh against stale keys (`short`): at the end the query ranks its key first among {t['negatives']} "
             f"queued keys {queue:.1f}% of the time and among the {round(1 / t['batch_chance'])} equally fresh keys "
             f"of its own batch {batch:.1f}%. Every queued key comes from an older key encoder than the positive, so "
             "the queue task could be won by telling a fresh key from stale ones; "
             + (
-                "here it is: with 32 times fewer candidates the batch accuracy is lower."
+                f"here it is: with {fewer} times fewer candidates the batch accuracy is lower."
                 if shortcut
-                else "here it is not: the batch accuracy, with 32 times fewer candidates, is the higher, as it is when "
+                else f"here it is not: the batch accuracy, with {fewer} times fewer candidates, is the higher, as it is when "
                 "the keys are told apart by content (in the toy test of tests/test_moco.py, with momentum 0.9, it "
                 "is the other way round: 84% of 65 queued keys against 41% of 32 batch keys)."
             )
