@@ -263,8 +263,8 @@ def limits(arms: dict) -> list[str]:
             + (
                 f"here it is: with {fewer} times fewer candidates the batch accuracy is lower."
                 if shortcut
-                else f"here it is not: the batch accuracy, with {fewer} times fewer candidates, is the higher, as it is when "
-                "the keys are told apart by content (in the toy test of tests/test_moco.py, with momentum 0.9, it "
+                else f"here it is not: the batch accuracy, with {fewer} times fewer candidates, is higher, as it is "
+                "when the keys are told apart by content (in the toy test of tests/test_moco.py, with momentum 0.9, it "
                 "is the other way round: 84% of 65 queued keys against 41% of 32 batch keys)."
             )
         )
