@@ -5,8 +5,8 @@
 # section's JSON (bench/results/evidence/sections/SECTION.json).
 # CPU-minutes per section on the shared 2-core machine, worst case (seed 1 for every trained arm; about half
 # when seed 0 settles every claim); `python -m bench.evidence.claims` prints them from the claims:
-#   ppa ~41   ppa-no-moco ~42   ppa-no-tlm ~42   ppa-xnli ~42   xlm-align ~44   ernie-m ~44   xlm-e-1 ~27
-#   xlm-e-2 ~31   xlm-e-3 ~37   xlm-e-xnli ~26   veco ~44
+#   ppa ~41   ppa-no-moco ~42   ppa-no-tlm ~42   ppa-xnli ~42   xlm-align ~44   ernie-m ~44   xlm-e-1 ~21
+#   xlm-e-2 ~28   xlm-e-3 ~44   xlm-e-xnli ~20   veco ~32 (from scratch with the cpu-small preset)
 #   xlm-align-aligned ~32 (DWA from a sentence-aligned start: needs bench/work/runs/best-sentences, bench/best.sh)
 #   plus ~4 to prepare bench/work/prepared-all24 when it is missing (bench/best.sh's folder, --dev-pairs 1000).
 # Resumable: every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun, or a run of an
