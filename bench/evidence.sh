@@ -4,9 +4,12 @@
 # bench/evidence/write.py writes bench/results/evidence.md, evidence.json and evidence/*.png from every
 # section's JSON (bench/results/evidence/sections/SECTION.json).
 # CPU-minutes per section on the shared 2-core machine, worst case (seed 1 for every trained arm; about half
-# when seed 0 settles every claim); `python -m bench.evidence.claims` prints them from the claims:
-#   ppa ~41   ppa-no-moco ~42   ppa-no-tlm ~42   ppa-xnli ~42   xlm-align ~44   ernie-m ~44   xlm-e-1 ~21
-#   xlm-e-2 ~28   xlm-e-3 ~44   xlm-e-xnli ~20   veco ~32 (from scratch with the cpu-small preset)
+# when seed 0 settles every claim), run in this order: runs live in $W/evidence/runs under a hash of what they
+# train, so a section reuses the runs and measures of the sections before it (the PPA ablations and XNLI reuse
+# `ppa`'s full system and MLM + TLM; xlm-e-xnli reuses xlm-e-1's runs; veco reuses xlm-e-2's MLM + TLM).
+# `python -m bench.evidence.claims` prints them from the claims:
+#   ppa ~41   ppa-no-moco ~13   ppa-no-tlm ~13   ppa-xnli ~15   xlm-align ~44   ernie-m ~43   xlm-e-1 ~21
+#   xlm-e-2 ~28   xlm-e-3 ~44   xlm-e-xnli ~12 (~20 alone)   veco ~20 (~32 alone, from scratch with cpu-small)
 #   xlm-align-aligned ~32 (DWA from a sentence-aligned start: needs bench/work/runs/best-sentences, bench/best.sh)
 #   plus ~4 to prepare bench/work/prepared-all24 when it is missing (bench/best.sh's folder, --dev-pairs 1000).
 # Resumable: every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun, or a run of an
@@ -14,7 +17,7 @@
 # the shared CPU lock, e.g.
 #   flock /tmp/polyalign-cpu.lock bench/evidence.sh ppa
 #   PREPARED=/work/runs/prepared/all24 flock /tmp/polyalign-cpu.lock bench/evidence.sh xlm-align
-# No section: all of them (about 5 hours), then the page. `bench/evidence.sh --write`: only the page.
+# No section: all of them (about 4.5 hours), then the page. `bench/evidence.sh --write`: only the page.
 # The FLOP-budget sections (xlm-e-*, veco) need `trainer.max_flops` in the trainer.
 # Environment: PREPARED (prepared folder with a dev split), PY (Python), W (work folder, default bench/work).
 set -euo pipefail

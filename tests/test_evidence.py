@@ -6,7 +6,15 @@ import json
 import pytest
 
 from bench.evidence import claims as C
-from bench.evidence.run import Context, aer_metrics, budget_overrides, retrieval_metrics, run_section, seeds_to_run
+from bench.evidence.run import (
+    Context,
+    aer_metrics,
+    budget_overrides,
+    retrieval_metrics,
+    run_dir,
+    run_section,
+    seeds_to_run,
+)
 from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, difference, needs_second_seed, verdict
 from bench.evidence.write import NOT_RUN, claim_row, investigation, write
 from polyalign.config import load_recipe
@@ -44,13 +52,47 @@ def test_a_misspelt_override_does_not_load():
 
 
 def test_every_section_is_one_ab_within_the_cpu_limit():
-    for section in C.sections().values():
-        assert C.section_problems(section) == [], section.name
-        assert 0 < section.estimated_minutes() <= C.SECTION_LIMIT_MINUTES
+    minutes, done = C.estimates(), set()
+    for name, section in C.sections().items():  # in order: what an earlier section did is not counted again
+        assert C.section_problems(section, done) == [], name
+        assert 0 < minutes[name] <= C.SECTION_LIMIT_MINUTES
+        done |= section.work()
     # and the limit is enforced: the same section at ten times the steps is refused
     ppa = C.sections()["ppa"]
     longer = C.Section("ppa", [dataclasses.replace(c, budget=C.Budget(steps=600)) for c in ppa.claims])
     assert any("CPU-minutes" in p for p in C.section_problems(longer))
+
+
+def test_sections_share_the_runs_of_the_same_arm_and_nothing_else(tmp_path):
+    ctx = lambda name: Context(C.sections()[name], tmp_path / "prepared", tmp_path / "work" / name, tmp_path, "py")  # noqa: E731
+    ppa, no_tlm, xnli = ctx("ppa"), ctx("ppa-no-tlm"), ctx("ppa-xnli")
+    assert run_dir(ppa, C.PPA, 0) == run_dir(no_tlm, C.PPA, 0) == run_dir(xnli, C.PPA, 0)
+    assert run_dir(ppa, C.PPA, 0) != run_dir(ppa, C.PPA, 1)
+    assert run_dir(no_tlm, C.PPA_NO_TLM, 0) != run_dir(no_tlm, C.PPA, 0)
+    # any change to what is trained is another run: an override, the budget, the languages, the data
+    other = dataclasses.replace(C.PPA, overrides=(*C.PPA.overrides, "objectives.0.config.temperature=0.1"))
+    assert run_dir(ppa, other, 0) != run_dir(ppa, C.PPA, 0)
+    longer = C.Section("ppa", [dataclasses.replace(c, budget=C.Budget(steps=300)) for c in ppa.section.claims])
+    assert run_dir(dataclasses.replace(ppa, section=longer), C.PPA, 0) != run_dir(ppa, C.PPA, 0)
+    fewer = C.Section("ppa", [dataclasses.replace(c, languages=("en", "de")) for c in ppa.section.claims])
+    assert run_dir(dataclasses.replace(ppa, section=fewer), C.PPA, 0) != run_dir(ppa, C.PPA, 0)
+    assert run_dir(dataclasses.replace(ppa, data=tmp_path / "other"), C.PPA, 0) != run_dir(ppa, C.PPA, 0)
+    # the start model's measures depend on the languages, not on the budget
+    start = ppa.section.arms[0]
+    assert run_dir(ppa, start, 0) == run_dir(dataclasses.replace(ppa, section=longer), start, 0)
+    assert run_dir(ppa, start, 0) != run_dir(dataclasses.replace(ppa, section=fewer), start, 0)
+
+
+def test_a_section_trains_only_the_arms_no_earlier_section_trained(tmp_path, capsys):
+    ctx = Context(C.sections()["ppa-no-tlm"], tmp_path / "prepared", tmp_path / "work" / "ppa-no-tlm", tmp_path, "py")
+    ctx.dry_run = True
+    done = run_dir(ctx, C.PPA, 0) / "done"  # the full system's seed 0, as section `ppa` leaves it
+    done.parent.mkdir(parents=True)
+    done.write_text("250\n")
+    run_section(ctx)
+    lines = [line for line in capsys.readouterr().out.splitlines() if " pretrain " in line]
+    assert len(lines) == 1 and "objectives.0.config.tlm=false" in lines[0]
+    assert C.estimates()["ppa-no-tlm"] < C.sections()["ppa-no-tlm"].estimated_minutes() / 2
 
 
 def test_claims_of_a_section_must_share_start_and_budget():

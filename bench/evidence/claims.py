@@ -264,8 +264,8 @@ ALIGN_LANGUAGES = ("en", "de", "fr", "hi", "ja", "ro", "zh")  # every gold set's
 XNLI15 = ("en", "ar", "bg", "de", "el", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
 
 # 250 steps: bench/results/ppa.md found 60-step MoCo runs too short to move anything (its arms ran 300). Each
-# ablation and XNLI is a section of its own (the full system trained again in each) so that every section, seed 1
-# included, stays under 45 minutes; XNLI's section trains 200 steps for the same reason.
+# ablation and XNLI is a section of its own so that every section, seed 1 included, stays under 45 minutes; the
+# full system and MLM + TLM are the same runs in all four (trained by `ppa`, the first, and reused).
 PPA_STEPS = Budget(steps=250)
 _ppa = dict(paper="PPA", section="ppa", budget=PPA_STEPS, measures=("dev@best", "tatoeba14@dev"))
 _moco = Check("MoCo loss (first -> last 10 steps)", "ppa", "log:moco/moco_loss", "chance: ln(4096 + 1) = 8.32")
@@ -350,7 +350,7 @@ CLAIMS: tuple[Claim, ...] = (
         direction=1,
         paper="PPA",
         section="ppa-xnli",
-        budget=Budget(steps=200),
+        budget=PPA_STEPS,
     ),
     # XLM-Align: DWA against MLM + TLM continued; the OT aligner against SimAlign on the same hidden states.
     Claim(
@@ -559,21 +559,49 @@ class Section:
     def checks(self) -> list[Check]:
         return [c for claim in self.claims for c in claim.checks]
 
-    def estimated_minutes(self, seeds: int = 2) -> float:
-        """Worst case: every trained arm for `seeds` seeds, trained and measured; measure-only arms once."""
+    def training_key(self, arm: Arm) -> tuple:
+        """What makes two sections' runs of an arm one and the same training, measured once: the arm itself
+        (recipe, overrides, start, preset) and the section's budget and languages; the start model's measures
+        depend on the languages alone. bench/evidence/run.py keeps runs under a hash of this key, so a section
+        whose arm another section trained (the full PPA system in each PPA ablation, xlm-e-1's runs for XNLI)
+        trains and measures only what is new."""
+        first = self.first
+        if not arm.trained:
+            return ("start", arm.init_from, first.languages)
+        return (arm.recipe, arm.overrides, arm.init_from, arm.preset, first.budget, first.languages)
+
+    def work(self) -> set[tuple]:
+        """(training key, TRAIN) and (training key, measure) for everything this section trains and measures."""
+        out = set()
+        for arm in self.arms:
+            key = self.training_key(arm)
+            out |= {(key, m) for m in self.measures_of(arm)} | ({(key, TRAIN)} if arm.trained else set())
+        return out
+
+    def estimated_minutes(self, seeds: int = 2, earlier: set[tuple] = frozenset()) -> float:
+        """Worst case: every trained arm for `seeds` seeds, trained and measured; measure-only arms once. What
+        `earlier` sections already trained or measured (their `work()`) costs nothing."""
         total = 0.0
         for arm in self.arms:
+            key = self.training_key(arm)
             scale = MEASURE_SCALE_SCRATCH if self.first.start is None and not arm.preset else 1.0
             share = {m: len(gold_sets_for(self.first.languages)) / len(GOLD_SETS) for m in MEASURE_MINUTES}
             share |= {m: 1.0 for m in MEASURE_MINUTES if not m.startswith("aer-")}
-            measure = scale * sum(MEASURE_MINUTES[m] * share[m] for m in self.measures_of(arm))
+            new = [m for m in self.measures_of(arm) if (key, m) not in earlier]
+            measure = scale * sum(MEASURE_MINUTES[m] * share[m] for m in new)
             if not arm.trained:
                 total += measure
                 continue
-            steps = self.first.budget.estimated_steps(arm)
-            probe = 3 * arm.seconds_per_step / 60 if self.first.budget.max_flops else 0.0
-            total += probe + seeds * (steps * arm.seconds_per_step / 60 + measure)
+            training = 0.0
+            if (key, TRAIN) not in earlier:
+                steps = self.first.budget.estimated_steps(arm)
+                total += 3 * arm.seconds_per_step / 60 if self.first.budget.max_flops else 0.0  # the FLOP probe
+                training = steps * arm.seconds_per_step / 60
+            total += seeds * (training + measure)
         return total
+
+
+TRAIN = "train"
 
 
 def sections(claims: tuple[Claim, ...] = CLAIMS) -> dict[str, Section]:
@@ -583,7 +611,18 @@ def sections(claims: tuple[Claim, ...] = CLAIMS) -> dict[str, Section]:
     return out
 
 
-def section_problems(section: Section) -> list[str]:
+def estimates(seeds: int = 2, claims: tuple[Claim, ...] = CLAIMS) -> dict[str, float]:
+    """CPU-minutes of every section when they run in the listed order (as bench/evidence.sh runs them): what an
+    earlier section trained or measured is not counted again."""
+    done: set[tuple] = set()
+    out = {}
+    for name, section in sections(claims).items():
+        out[name] = section.estimated_minutes(seeds, done)
+        done |= section.work()
+    return out
+
+
+def section_problems(section: Section, earlier: set[tuple] = frozenset()) -> list[str]:
     """What makes a section unrunnable as one A/B: claims that disagree on what they share, arm names reused
     for different arms, a budget over the section limit."""
     problems = []
@@ -603,7 +642,7 @@ def section_problems(section: Section) -> list[str]:
                 problems.append(
                     f"{section.name}: arm {arm.name} starts from {arm.init_from}, the section from {first.start}"
                 )
-    minutes = section.estimated_minutes()
+    minutes = section.estimated_minutes(earlier=earlier)
     if minutes > SECTION_LIMIT_MINUTES:
         problems.append(f"{section.name}: about {minutes:.0f} CPU-minutes > {SECTION_LIMIT_MINUTES:g}")
     return problems
@@ -616,10 +655,11 @@ def fill(override: str, steps: int) -> str:
     return override
 
 
-if __name__ == "__main__":  # print the CPU-minute estimate of every section
+if __name__ == "__main__":  # print the CPU-minute estimate of every section, run in order
+    two, one = estimates(2), estimates(1)
     for name, section in sections().items():
         arms = ", ".join(a.name for a in section.arms)
         print(
-            f"{name:10s} ~{section.estimated_minutes():4.0f} CPU-min worst case (2 seeds) "
-            f"~{section.estimated_minutes(1):4.0f} with one seed; {section.first.budget.label()}; arms: {arms}"
+            f"{name:17s} ~{two[name]:4.0f} CPU-min worst case (2 seeds) ~{one[name]:4.0f} with one seed "
+            f"(alone: ~{section.estimated_minutes():3.0f}); {section.first.budget.label()}; arms: {arms}"
         )

@@ -10,6 +10,7 @@ bench/evidence/write.py turns into bench/results/evidence.md.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import statistics
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.evidence.claims import Arm, Claim, Section, fill, gold_sets_for, sections
+from bench.evidence.claims import Arm, Claim, Section, estimates, fill, gold_sets_for, sections
 from bench.evidence.verdict import difference, needs_second_seed
 from bench.reporting import commit, records, write_json
 
@@ -34,10 +35,15 @@ class Context:
     data: Path
     """Prepared folder (`polyalign prepare ... --dev-pairs 1000`)."""
     work: Path
-    """Runs and evaluations of this section."""
+    """This section's folder (WORK/SECTION); its runs and their evaluations live in WORK/runs, shared by every
+    section (see `run_dir`)."""
     eval_root: Path
     python: str
     dry_run: bool = False
+
+    @property
+    def runs(self) -> Path:
+        return self.work.parent / "runs"
 
     @property
     def cli(self) -> list[str]:
@@ -54,8 +60,17 @@ def sh(ctx: Context, cmd: list[str]) -> None:
 # Training
 
 
+def run_key(ctx: Context, arm: Arm) -> str:
+    """A short hash of the arm's training key (claims.Section.training_key) and the prepared data: equal for the
+    same training in any section, different for any change that would train or measure something else."""
+    key = repr((ctx.section.training_key(arm), str(ctx.data)))
+    return hashlib.sha1(key.encode()).hexdigest()[:10]
+
+
 def run_dir(ctx: Context, arm: Arm, seed: int) -> Path:
-    return ctx.work / (arm.name if not arm.trained else f"{arm.name}-s{seed}")
+    """The run (and its eval/ folder) of one arm and seed, shared by every section that trains the same arm."""
+    name = arm.name if not arm.trained else f"{arm.name}-s{seed}"
+    return ctx.runs / f"{name}-{run_key(ctx, arm)}"
 
 
 def model_of(arm: Arm) -> str:
@@ -93,9 +108,9 @@ def probe_steps(ctx: Context, arm: Arm) -> int:
     budget = ctx.section.first.budget
     if budget.steps:
         return budget.steps
-    cached = ctx.work / f"probe-{arm.name}.json"
+    cached = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}.json"
     if not cached.is_file():
-        probe = ctx.work / f"probe-{arm.name}"
+        probe = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}"
         shutil.rmtree(probe, ignore_errors=True)
         sh(ctx, _drop_flops(pretrain_command(ctx, arm, 0, 3, probe)))
         if ctx.dry_run:
@@ -341,7 +356,7 @@ def run_section(ctx: Context) -> dict:
             for a in ctx.section.arms
         },
         "results": results,
-        "estimated_minutes": round(ctx.section.estimated_minutes(), 1),
+        "estimated_minutes": round(estimates()[ctx.section.name], 1),
         "minutes_this_call": round((time.time() - started) / 60, 1),
         "code": commit(),
         "command": "bench/evidence.sh " + ctx.section.name,
@@ -366,8 +381,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(3)  # bench/evidence.sh goes on with the next section
     ctx = Context(section, args.data, args.work / args.section, args.eval, args.python, args.dry_run)
     if not args.dry_run:
-        ctx.work.mkdir(parents=True, exist_ok=True)
-    print(f"section {section.name}: about {section.estimated_minutes():.0f} CPU-minutes at most", flush=True)
+        ctx.runs.mkdir(parents=True, exist_ok=True)
+    print(
+        f"section {section.name}: about {estimates()[section.name]:.0f} CPU-minutes at most after the sections "
+        f"before it (alone {section.estimated_minutes():.0f})",
+        flush=True,
+    )
     result = run_section(ctx)
     if not args.dry_run:
         args.out.mkdir(parents=True, exist_ok=True)
