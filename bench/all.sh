@@ -15,9 +15,9 @@ step ernie-m flock $LOCK bench/ernie-m.sh                # Table 6 (40 steps eac
 step alignment bench/alignment.sh 3                      # takes the lock per step; 3 idle minutes per arm
 step ppa flock $LOCK bench/ppa.sh bench/work/prepared-all24 # 300 steps per arm (the folder: bench/best.sh)
 step scale bench/scale.sh                                # takes the lock per step
-step veco env K=30 CHUNK=30 MT_STEPS=40 flock $LOCK bench/veco.sh
+step veco flock $LOCK bench/veco.sh                      # 60 steps of the veco recipe from small-base, plug-in XNLI
 step xtreme env EXTRA="--max-train 400 --max-select 200 --max-eval 150" flock $LOCK bench/xtreme.sh
-step xlm-e bench/xlm-e.sh 2.5e13                         # locks itself; 2.5e13 training FLOPs per recipe
+step xlm-e bench/xlm-e.sh 2.5e13                         # -TRTD ablation; locks itself; 2.5e13 FLOPs per recipe
 # The papers' claims as A/B at equal compute (bench/results/evidence.md), one section at a time under the lock
 for section in $($PY -c 'from bench.evidence.claims import sections; print(" ".join(sections()))'); do
   step evidence-$section flock $LOCK bench/evidence.sh $section

@@ -9,6 +9,9 @@
 #    exp3 and exp4 (bench/ernie_m_pseudo_tokens.py).
 # 3) Figure 5: BTMLM perplexity against the pseudo-token ratio (5/10/15/20%): exp3 continued with BTMLM
 #    alone for PPL_STEPS steps per ratio; training curves plus held-out perplexity on XNLI dev premises.
+# Issue 19: section ernie-m of bench/evidence.sh (bench/results/evidence.md) measures exp2-exp4 and the BTMLM
+# pseudo-tokens as claims (120 steps, a second seed when close); this script stays for what it does not: exp1
+# (MLM alone, Table 6's comparison of the runs with and without parallel data) and Figure 5, which continues exp3.
 # About 11 CPU-minutes with the defaults (plus ~4 to prepare $W/prepared-all24 when it is missing). Heavy: run
 # the whole script under the shared CPU lock (it takes no lock itself):
 #   PY=/work/main/.venv/bin/python flock /tmp/polyalign-cpu.lock bench/ernie-m.sh

@@ -25,7 +25,7 @@ from bench.evidence.verdict import difference, needs_second_seed
 from bench.reporting import commit, records, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
-MT_STEPS = 60  # translation fine-tuning steps (bench/veco.sh used 40; 60 gives a 3-point loss curve)
+MT_STEPS = 60  # translation fine-tuning steps (bench/veco.sh used 40 before issue 19; 60: a 3-point loss curve)
 LOG_WINDOW = 10
 
 
@@ -140,7 +140,7 @@ def train(ctx: Context, arm: Arm, seed: int) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     steps = probe_steps(ctx, arm)
     sh(ctx, pretrain_command(ctx, arm, seed, steps, out))
-    if cross_attention(arm):  # VECO: evaluate the plugged-out encoder (§3.1), as bench/veco.sh
+    if cross_attention(arm):  # VECO: evaluate the plugged-out encoder (§3.1), as bench/veco.sh did
         sh(ctx, [*ctx.cli, "plug-out", "--model", str(out), "--out", str(out / "plugged-out")])
     if not ctx.dry_run:
         (out / "done").write_text(f"{steps}\n")
