@@ -29,6 +29,7 @@ RUN_COMMAND = "bench/xlm-e.sh {budget:g}"
 # the code up to 0d6bcd6 (1c3dcfd added their results), when `evaluate alignment` encoded each side separately.
 UNRECORDED_COMMITS = "up to 0d6bcd6 (not recorded; 1c3dcfd added the results)"
 UNRECORDED_ENCODING = "separate"
+EARLIER = "1e2ccae"  # the last commit whose page and results.json have the `xlm` run
 
 
 def tatoeba_point(path: Path) -> dict | None:
@@ -234,7 +235,8 @@ def render(report: dict, plots: list[Path], page_command: str) -> str:
         "`xlm-e-mono` is XLM-E without TRTD (MRTD alone), the `-TRTD` rows of XLM-E Tables 3 and 4; the paper "
         "trains it with fewer FLOPs than XLM-E (6.3e19 vs 9.5e19, its Table 2), here both get the same budget. "
         "XLM-E against MLM + TLM at equal FLOPs is on `bench/results/evidence.md` (sections xlm-e-1/2/3 and "
-        "xlm-e-xnli of `bench/evidence.sh`).",
+        "xlm-e-xnli of `bench/evidence.sh`); this bench's own `xlm` run, removed in issue 19, is in git history: "
+        f"`git show {EARLIER}:bench/results/xlm-e.md`.",
         "",
         "| run | objectives | absolute positions | position bias | steps | tokens/s "
         "| last logged losses and accuracies |",
