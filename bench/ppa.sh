@@ -17,6 +17,12 @@
 # and two that change one setting of `short`, after its batch accuracy showed the queue task won by freshness:
 #   batchneg the batch's other keys as negatives too (batch_negatives: true)         (stale queue negatives)
 #   m999     the paper's momentum 0.999 instead of MOMENTUM                          (the key encoder's drift)
+# and two that change `batchneg`'s momentum to 0.9, so that the key encoder's time constant 1/(1-m) is 10 steps:
+# 300 steps are then 30 time constants, as PPA's ~20,000 steps (10 epochs of 250k pairs at batch 128) are at
+# its m = 0.999 (1,000 steps); at MOMENTUM 0.99 300 steps are 3:
+#   m90      `batchneg` with momentum 0.9                                             (the key encoder's lag)
+#   m90notlm `m90` without TLM                                                        (the same, MoCo alone)
+#   m90queue `m90notlm` with the queue as the only negatives, as PPA                  (the freshness shortcut)
 # Every start model and every trained model is measured on the representation MoCo trains (POOLING over the
 # last layer; a layer sweep comes free): Tatoeba-14 acc@1, and retrieval among the held-out dev pairs of the
 # training bitext (`prepare --dev-pairs 1000`: 1,000 pairs per language, never trained on). The MoCo loss
@@ -78,6 +84,11 @@ for arm in $ARMS; do
     batchneg) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1
                      --set objectives.0.config.batch_negatives=true) ;;
     m999) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1 --set objectives.0.config.momentum=0.999) ;;
+    m90|m90notlm) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1
+                         --set objectives.0.config.batch_negatives=true --set objectives.0.config.momentum=0.9)
+      [ $arm = m90 ] || extra+=(--set objectives.0.config.tlm=false) ;;
+    m90queue) extra=(--set trainer.lr=$HIGH_LR --set data.parallel.min_length=1 --set objectives.0.config.momentum=0.9
+                     --set objectives.0.config.tlm=false) ;;
     nolag) extra=(--set trainer.lr=$HIGH_LR --set objectives.0.config.tlm=false
                   --set objectives.0.config.momentum=0) ;;
     scratch) init=$W/random-init; extra=(--set trainer.lr=$HIGH_LR --set objectives.0.name=contrast
@@ -86,7 +97,7 @@ for arm in $ARMS; do
       [ -d $init ] || $PA pretrain best-sentences --data $PREPARED --run-dir $init --no-progress \
         --set trainer.max_steps=1 --set trainer.lr=0 --set trainer.warmup_steps=0 >/dev/null
       evaluate $init start-random ;;
-    *) echo "unknown arm $arm (base, lr, tau, aligned, notlm, short, inbatch, scratch, nolag, noproj, batchneg, m999)" >&2; exit 2 ;;
+    *) echo "unknown arm $arm (base, lr, tau, aligned, notlm, short, inbatch, scratch, nolag, noproj, batchneg, m999, m90, m90notlm, m90queue)" >&2; exit 2 ;;
   esac
   run=$W/runs/$arm
   if [ ! -f $run/done ]; then

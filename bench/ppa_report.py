@@ -49,6 +49,9 @@ WHAT = {
     "noproj": "-TLM without the projection head (Eq. 2)",
     "batchneg": "the batch's other keys as negatives too",
     "m999": "the paper's momentum 0.999",
+    "m90": "`batchneg` at momentum 0.9: the key encoder's time constant 1/(1-m) is 10 steps",
+    "m90notlm": "`m90` without TLM",
+    "m90queue": "`m90notlm` with the queue as the only negatives, as in PPA",
 }
 # The arm each one changes one setting of (bench/ppa.sh): the later arms start from `lr`, the arm that learned most.
 REFERENCE = {
@@ -63,6 +66,9 @@ REFERENCE = {
     "noproj": "notlm",
     "batchneg": "short",
     "m999": "short",
+    "m90": "batchneg",
+    "m90notlm": "m90",
+    "m90queue": "m90notlm",
 }
 
 
@@ -290,7 +296,32 @@ def limits(arms: dict) -> list[str]:
                 + f"; Tatoeba-14 gain {gain(name, 'tatoeba'):+.1f} vs {gain('short', 'tatoeba'):+.1f}, dev gain "
                 f"{gain(name, 'dev'):+.1f} vs {gain('short', 'dev'):+.1f}."
             )
+    if {"m90", "batchneg"} <= set(arms):
+        out.append(
+            f"- The key encoder's lag: at momentum 0.9 (time constant 10 steps, so {arms['m90']['settings']['steps']} "
+            f"steps are {arms['m90']['settings']['steps'] // 10} time constants, as PPA's ~20,000 steps are at its "
+            f"0.999) MoCo + TLM gains {gain('m90', 'tatoeba'):+.1f} Tatoeba-14 and {gain('m90', 'dev'):+.1f} dev "
+            f"points, against {gain('batchneg', 'tatoeba'):+.1f} and {gain('batchneg', 'dev'):+.1f} at "
+            f"{arms['batchneg']['settings']['momentum']} (time constant 100 steps)."
+        )
     return out
+
+
+def group_by_provenance(arms: dict) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, arm in arms.items():
+        out.setdefault(arm["provenance"], []).append(name)
+    return out
+
+
+def carried_over(previous: dict, rerun: list[str]) -> dict:
+    """Arms of the previous page that this run did not train again, each with the command that produced it, so
+    that a bench run of a few new arms adds rows instead of replacing the page."""
+    return {
+        name: {**arm, "provenance": arm.get("provenance", previous["provenance"])}
+        for name, arm in previous.get("arms", {}).items()
+        if name not in rerun
+    }
 
 
 def main() -> None:
@@ -300,16 +331,18 @@ def main() -> None:
     ap.add_argument("--command", required=True, help="the command that ran the bench, for the page")
     args = ap.parse_args()
 
-    starts = {}
-    arms = {}
+    previous = read_json(RESULTS / "ppa.json") if (RESULTS / "ppa.json").exists() else {}
+    arms = carried_over(previous, args.arms)
+    starts = {a["start_model"]: a["start"] for a in arms.values()}
     for name in args.arms:
         run = args.work / "runs" / name
         s = settings(yaml.safe_load((run / "recipe.yaml").read_text()))
         start = {"small-base": "start-small-base", "random-init": "start-random"}.get(
             Path(s["init_from"]).name, "start-aligned"
         )
-        starts.setdefault(start, retrieval(args.work / "evals" / start))
+        starts[start] = retrieval(args.work / "evals" / start)  # measured again: the same model, the same numbers
         arms[name] = {
+            "provenance": provenance(args.command),
             "settings": s,
             "start_model": start,
             "training": training(run),
@@ -356,6 +389,12 @@ def main() -> None:
         "# PPA from small-base: MoCo + TLM on the representation it trains",
         "",
         f"{report['provenance']} Page: `bench/ppa_report.py`, {report['date']}.",
+        "",
+        *(
+            f"Arms {', '.join(f'`{n}`' for n in names)}: {line}"
+            for line, names in group_by_provenance(arms).items()
+            if line != report["provenance"]
+        ),
         "",
         "Protocol. Each arm continues a start model with the `ppa` recipe (MoCo with PPA-style TLM on the same "
         "pairs, PPA §2.1-2.2; InfoNCE in fp32; the pair filter of §3.1; the `inbatch` arm swaps in in-batch "
