@@ -304,6 +304,18 @@ def limits(arms: dict) -> list[str]:
             f"points, against {gain('batchneg', 'tatoeba'):+.1f} and {gain('batchneg', 'dev'):+.1f} at "
             f"{arms['batchneg']['settings']['momentum']} (time constant 100 steps)."
         )
+    if {"m90notlm", "m90queue"} <= set(arms):
+        queued, fresh = arms["m90queue"]["training"], arms["m90notlm"]["training"]
+        out.append(
+            "- At momentum 0.9 the queue alone (PPA's negatives) is won by freshness: without the batch's own keys "
+            f"as negatives the query ranks its key first among the queue {100 * queued['accuracy_end']:.1f}% of the "
+            f"time but among its batch's {round(1 / queued['batch_chance'])} equally fresh keys only "
+            f"{100 * queued['batch_accuracy_end']:.1f}% (with them: {100 * fresh['batch_accuracy_end']:.1f}%), and "
+            f"retrieval gains {gain('m90queue', 'tatoeba'):+.1f} Tatoeba-14 / {gain('m90queue', 'dev'):+.1f} dev "
+            f"against {gain('m90notlm', 'tatoeba'):+.1f} / {gain('m90notlm', 'dev'):+.1f}: a key encoder that moves "
+            "fast enough to learn in 300 steps makes every queued key visibly older than the positive, and the batch "
+            "negatives are what keeps MoCo learning content."
+        )
     return out
 
 
