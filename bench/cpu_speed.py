@@ -99,6 +99,7 @@ def measure_aligner(model: Path, pairs: int, rounds: int, scratch: Path) -> dict
         "eflomal": eflomal_command(src, tgt, scratch / "eflomal.links"),
     }
     seconds: dict[str, list[float]] = {name: [] for name in commands}
+    bound = aligner_bound(model, src, tgt, rounds)
     for r in range(rounds):
         for name in list(commands)[r % 2 :] + list(commands)[: r % 2]:  # alternate who goes first
             with open(scratch / f"{name}.stdout", "wb") as out:
@@ -108,7 +109,56 @@ def measure_aligner(model: Path, pairs: int, rounds: int, scratch: Path) -> dict
         name: {"seconds": s, "median_seconds": statistics.median(s), "pairs_per_s": pairs / statistics.median(s)}
         for name, s in seconds.items()
     }
-    return {"model": str(model), "pairs": pairs, "rounds": rounds, "command": " ".join(commands["polyalign"]), **result}
+    command = " ".join(commands["polyalign"])
+    return {"model": str(model), "pairs": pairs, "rounds": rounds, "command": command, **result, "bound": bound}
+
+
+def linear_rate(rows: int, inputs: int, outputs: int, repeats: int = 10) -> float:
+    """Best bf16 GFLOP/s of F.linear on a (rows, inputs) x (inputs, outputs) product on this machine."""
+    import torch
+    import torch.nn.functional as F
+
+    x, w, b = torch.randn(rows, inputs), torch.randn(outputs, inputs), torch.randn(outputs)
+    x, w, b = (t.to(torch.bfloat16) for t in (x, w, b))
+    F.linear(x, w, b)  # warm-up: oneDNN picks its kernel on the first call
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        F.linear(x, w, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * rows * inputs * outputs / best / 1e9
+
+
+def aligner_bound(model: Path, src: Path, tgt: Path, rounds: int) -> dict:
+    """The least time `polyalign align` could take on these pairs on this machine with this model: starting
+    Python with torch imported, plus the encoder's linear layers up to the aligner's default layer run at the
+    best bf16 rate F.linear reaches here at the model's shapes (8,192-token batches, as the aligner's). The
+    rest of the work (attention, GELU, LayerNorm, Sinkhorn, tokenisation, I/O) is left out, so the real time
+    lies above the bound: a goal above `max_pairs_per_s` cannot be met on this machine by any schedule of the
+    same model's computation."""
+    from polyalign.align.aer import read_word_pairs
+    from polyalign.align.aligner import Aligner
+    from polyalign.checkpoint import load_model
+
+    aligner = Aligner(load_model(model), encoding="pair")
+    encoded = aligner.encode_words([(s, t) for _, s, t in read_word_pairs(src, tgt)])
+    tokens = sum(len(p.source_ids) + len(p.target_ids) + 3 for p in encoded)  # <s> x </s> y </s>
+    c, layers = aligner.model.config, aligner.default_layer
+    shapes = {"qkv": (c.hidden_size, 3 * c.hidden_size), "output": (c.hidden_size, c.hidden_size)}
+    shapes |= {"ffn_up": (c.hidden_size, c.ffn_size), "ffn_down": (c.ffn_size, c.hidden_size)}
+    rates = {name: linear_rate(8192, i, o) for name, (i, o) in shapes.items()}
+    linear_seconds = sum(layers * 2 * tokens * i * o / (rates[n] * 1e9) for n, (i, o) in shapes.items())
+    start = statistics.median(run([sys.executable, "-c", "import torch"])[0] for _ in range(rounds))
+    bound = start + linear_seconds
+    return {
+        "tokens": tokens,
+        "layers": layers,
+        "bf16_linear_gflops": rates,
+        "linear_seconds": linear_seconds,
+        "python_torch_start_seconds": start,
+        "bound_seconds": bound,
+        "max_pairs_per_s": len(encoded) / bound,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -252,6 +302,13 @@ def cpu_speed_section(path: Path) -> list[str]:
         "processes, start-up included, wall clock.",
         "",
     ]
+    for part, stamp in r.get("measured", {}).items():
+        if stamp["date"] != r["date"]:
+            lines += [
+                f"The {part} part was measured earlier: {stamp['date']}, command `{stamp['command']}`, 1-minute load "
+                f"average {stamp['load_average_1min'][0]:.1f} before, {stamp['load_average_1min'][-1]:.1f} after.",
+                "",
+            ]
     if a := r.get("aligner"):
         lines += [
             f"Aligner: {a['pairs']} tokenised en-de training pairs, {a['rounds']} interleaved rounds, median; "
@@ -265,6 +322,18 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"| eflomal | {a['eflomal']['median_seconds']:.1f} | {a['eflomal']['pairs_per_s']:.0f} | |",
             "",
         ]
+        if b := a.get("bound"):
+            rates = ", ".join(f"{k} {v:.0f}" for k, v in b["bf16_linear_gflops"].items())
+            lines += [
+                f"What this machine allows (`aligner_bound`): the pairs are {b['tokens']:,} tokens in the pair "
+                f"encoding; the encoder's linear layers up to layer {b['layers']} at the best bf16 rate F.linear "
+                f"reaches here at the model's shapes (GFLOP/s: {rates}) take {b['linear_seconds']:.2f} s, and "
+                f"starting Python with torch imported {b['python_torch_start_seconds']:.2f} s: at least "
+                f"{b['bound_seconds']:.2f} s before attention, GELU, LayerNorm, Sinkhorn, tokenisation and I/O, so "
+                f"at most {b['max_pairs_per_s']:.0f} pairs/s for any implementation of this model's computation "
+                "on this machine.",
+                "",
+            ]
     if t := r.get("tatoeba"):
         lines += [
             f"Tatoeba-14 with a layer sweep (`{Path(t['model']).name}`, {t['sentences']} sentences, {t['layers']} "
@@ -346,7 +415,18 @@ def main() -> None:
             result["pretrain"] = measure_pretrain(args.before, args.prepared, args.steps, args.rounds, scratch)
     result["load_average_1min"].append(os.getloadavg()[0])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cpu_speed.json").write_text(json.dumps(result, indent=2) + "\n")
+    path = args.out / "cpu_speed.json"
+    # Parts not measured this time stay as they were, each with the date, command and load of its own run.
+    stamp = {k: result[k] for k in ("date", "command", "load_average_1min")}
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    measured = earlier.get("measured", {part: {k: earlier[k] for k in stamp} for part in PARTS if part in earlier})
+    for part in PARTS:
+        if part in result:
+            measured[part] = stamp
+        elif part in earlier:
+            result[part] = earlier[part]
+    result["measured"] = {part: measured[part] for part in PARTS if part in result}
+    path.write_text(json.dumps(result, indent=2) + "\n")
     print("\n".join(cpu_speed_section(args.out / "cpu_speed.json")))
 
 
