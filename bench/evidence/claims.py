@@ -240,7 +240,7 @@ PPA_NO_MOCO = Arm(
     "ppa-no-moco",
     "ppa",
     ("trainer.lr=1e-3", "data.parallel.min_length=1", "objectives=[{name: tlm, config: {style: ppa}}]"),
-    seconds_per_step=1.2,
+    seconds_per_step=2.0,  # evidence run ppa-no-moco-s0: 250 steps in 497 s
 )
 DWA = Arm("dwa", "xlm-align", CONTINUED, seconds_per_step=2.5)
 # ERNIE-M Table 6 at bench/ernie-m.sh's scale (2,048 tokens, 40 steps in 0.3-0.7 min); exp4 adds BTMLM half way.
