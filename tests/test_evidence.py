@@ -306,3 +306,10 @@ def test_a_difference_within_the_noise_floor_is_inconclusive_however_steady_the_
     assert verdict(steady, 1) == REPRODUCED
     assert verdict(steady, 1, floor=C.NOISE_FLOOR) == INCONCLUSIVE
     assert verdict(difference([3.0, 3.1], [1.6]), 1, floor=C.NOISE_FLOOR) == REPRODUCED
+
+
+def test_xnli_smoke_claims_read_differences_within_its_sampling_error_as_inconclusive():
+    # 1,500 test pairs near chance: one standard error is 1.2 points, so the Tatoeba floor (0.5) is too small.
+    xnli = [c for c in C.CLAIMS if c.metric == "xnli"]
+    assert xnli and all(c.floor == C.XNLI_SMOKE_FLOOR for c in xnli)
+    assert verdict(difference([33.9, 34.5], [33.1, 33.6]), 1, 2.0, True, xnli[0].floor) == INCONCLUSIVE

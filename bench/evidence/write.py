@@ -13,7 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
-from bench.evidence.claims import CLAIMS, METRICS, NOISE_FLOOR, Check, Claim, sections
+from bench.evidence.claims import CLAIMS, METRICS, NOISE_FLOOR, XNLI_SMOKE_FLOOR, Check, Claim, sections
 from bench.evidence.verdict import NOT_REPRODUCED, difference, verdict
 from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
@@ -205,7 +205,8 @@ def write(sections_dir: Path, out: Path, command: str) -> Path:
         "Difference = method - baseline paired by seed, ± half its range over seeds. Verdict: reproduced when the "
         "mean difference goes the paper's way by more than the spread, not reproduced when it goes the other way "
         "by more than the spread, inconclusive otherwise, when one seed moved it by less than 2 points, and when "
-        f"the difference is within {NOISE_FLOOR:g} points (the test sets' own sampling error; none for losses). "
+        f"the difference is within {NOISE_FLOOR:g} points ({XNLI_SMOKE_FLOOR:g} for the XNLI smoke test) (the test "
+        "sets' own sampling error; none for losses). "
         "Layers for Tatoeba-14 are chosen on the dev split (held-out training pairs), never on the test set; "
         "`@best` AER layers are chosen on the gold sets and labelled so.",
         "",
