@@ -297,12 +297,15 @@ def limits(arms: dict) -> list[str]:
                 f"{gain(name, 'dev'):+.1f} vs {gain('short', 'dev'):+.1f}."
             )
     if {"m90", "batchneg"} <= set(arms):
+        lag = lambda name: 1 / (1 - arms[name]["settings"]["momentum"])  # noqa: E731  (steps, Eq. 1's EMA)
+        steps = arms["m90"]["settings"]["steps"]
         out.append(
-            f"- The key encoder's lag: at momentum 0.9 (time constant 10 steps, so {arms['m90']['settings']['steps']} "
-            f"steps are {arms['m90']['settings']['steps'] // 10} time constants, as PPA's ~20,000 steps are at its "
-            f"0.999) MoCo + TLM gains {gain('m90', 'tatoeba'):+.1f} Tatoeba-14 and {gain('m90', 'dev'):+.1f} dev "
-            f"points, against {gain('batchneg', 'tatoeba'):+.1f} and {gain('batchneg', 'dev'):+.1f} at "
-            f"{arms['batchneg']['settings']['momentum']} (time constant 100 steps)."
+            f"- The key encoder's lag: at momentum {arms['m90']['settings']['momentum']} (time constant 1/(1-m) = "
+            f"{lag('m90'):.0f} steps, so {steps} steps are {steps / lag('m90'):.0f} time constants, as PPA's ~20,000 "
+            f"steps are 20 at its 0.999) MoCo + TLM gains {gain('m90', 'tatoeba'):+.1f} Tatoeba-14 and "
+            f"{gain('m90', 'dev'):+.1f} dev points, against {gain('batchneg', 'tatoeba'):+.1f} and "
+            f"{gain('batchneg', 'dev'):+.1f} at {arms['batchneg']['settings']['momentum']} (time constant "
+            f"{lag('batchneg'):.0f} steps)."
         )
     if {"m90notlm", "m90queue"} <= set(arms):
         queued, fresh = arms["m90queue"]["training"], arms["m90notlm"]["training"]

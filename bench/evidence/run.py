@@ -108,9 +108,9 @@ def probe_steps(ctx: Context, arm: Arm) -> int:
     budget = ctx.section.first.budget
     if budget.steps:
         return budget.steps
-    cached = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}.json"
+    probe = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}"
+    cached = probe.with_suffix(".json")
     if not cached.is_file():
-        probe = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}"
         shutil.rmtree(probe, ignore_errors=True)
         sh(ctx, _drop_flops(pretrain_command(ctx, arm, 0, 3, probe)))
         if ctx.dry_run:
