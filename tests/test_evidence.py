@@ -2,10 +2,13 @@
 
 import dataclasses
 import json
+import math
 
+import numpy as np
 import pytest
 
 from bench.evidence import claims as C
+from bench.evidence import floor
 from bench.evidence.run import (
     Context,
     aer_metrics,
@@ -313,3 +316,56 @@ def test_xnli_smoke_claims_read_differences_within_its_sampling_error_as_inconcl
     xnli = [c for c in C.CLAIMS if c.metric == "xnli"]
     assert xnli and all(c.floor == C.XNLI_SMOKE_FLOOR for c in xnli)
     assert verdict(difference([33.9, 34.5], [33.1, 33.6]), 1, 2.0, True, xnli[0].floor) == INCONCLUSIVE
+
+
+def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
+    assert floor.entropy(np.array([5, 5, 5, 5, 0])) == pytest.approx(math.log(4))
+    # two languages with disjoint vocabularies: pooling them would add ln 2, the language already tells it
+    by_language = {"en": np.array([3, 3, 0, 0]), "de": np.array([0, 0, 1, 1])}
+    assert floor.conditional_entropy(by_language) == pytest.approx(math.log(2))
+    prepared = tmp_path / "prepared"
+    (prepared / "mono").mkdir(parents=True)
+    (prepared / "parallel").mkdir()
+    (prepared / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 8, "languages": ["en", "de"]}))
+    np.array([1, 1, 2, 2], dtype=np.uint16).tofile(prepared / "mono" / "en.ids")
+    np.array([3, 3], dtype=np.uint16).tofile(prepared / "parallel" / "en-de.en.ids")  # the parallel side counts
+    np.array([5, 5, 5, 5, 5, 5], dtype=np.uint16).tofile(prepared / "mono" / "de.ids")
+    assert floor.unigram_floor("unigram:en", prepared, None) == pytest.approx(math.log(3))
+    # en: 6 tokens at ln 3; de: 6 tokens at 0
+    assert floor.unigram_floor("unigram", prepared, None) == pytest.approx(math.log(3) / 2)
+    with pytest.raises(ValueError, match="floor"):
+        floor.unigram_floor("bigram", prepared, None)
+
+
+def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-e-aer-ot-1")
+    section = {
+        "section": claim.section,
+        "code": "abc",
+        "results": {
+            "xlm": {"0": {"aer-ot@default": 77.0, "train": {"mlm/loss": [10.1, 7.8]}}},
+            "xlm-e": {"0": {"aer-ot@default": 81.0, "train": {"mrtd/generator_loss": [10.0, 8.8]}}},
+        },
+    }
+    row = claim_row(claim, section)
+    assert row["verdict"] == NOT_REPRODUCED
+    lines = "\n".join(investigation(claim, row, section, {"unigram": 6.6}))
+    assert "unigram floor: 6.60 nats" in lines and "The cause is the scale" in lines
+    # one model below the floor has learned from context: the floor no longer explains the result
+    section["results"]["xlm"]["0"]["train"]["mlm/loss"] = [10.1, 5.9]
+    lines = "\n".join(investigation(claim, row, section, {"unigram": 6.6}))
+    assert "The cause is the scale" not in lines and "Code or scale is not separated" in lines
+    # no floor measured (prepared data absent): no reading from it
+    lines = "\n".join(investigation(claim, row, section, {}))
+    assert "The cause is the scale" not in lines
+
+
+def test_an_investigation_shows_the_same_comparison_at_every_budget():
+    rows = {c.id: claim_row(c, None) for c in C.CLAIMS}
+    rows["xlm-e-aer-ot-1"] |= {"difference": 4.2, "spread": 0.1, "seeds": 2}
+    rows["xlm-e-aer-ot-3"] |= {"difference": 1.0, "spread": None, "seeds": 1}
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-e-aer-ot-1")
+    section = {"section": claim.section, "code": "abc", "results": {}}
+    lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows))
+    assert "2e+13 FLOPs +4.20 ± 0.10 (2 seeds), 4e+13 FLOPs not run yet, 8e+13 FLOPs +1.00 (1 seed)" in lines
+    assert "tatoeba" not in lines.split("Across budgets")[1]  # the AER claims only, not the Tatoeba ones
