@@ -387,8 +387,8 @@ AlignEncoding = Annotated[
 AlignPrecision = Annotated[
     Precision,
     typer.Option(
-        help="Encoder precision: `bf16` (weights and activations in bf16; about twice as fast on CPUs with bf16 instructions, a few links "
-        "differ from fp32's) or `fp32`."
+        help="Encoder precision: `bf16` (weights and activations in bf16; about twice as fast on CPUs with bf16 "
+        "instructions, a few links differ from fp32's) or `fp32`."
     ),
 ]
 TrustPickle = TrustPickle

@@ -81,7 +81,8 @@ class SentencePieceTokenizer:
         # call over the distinct words keeps this fast (a corpus repeats most of its words).
         flat = [w for words in sentences for w in words]
         distinct = list(dict.fromkeys(flat))
-        encoded = dict(zip(distinct, self.sp.encode(distinct, out_type=int, num_threads=2) if distinct else []))
+        pieces_of = self.sp.encode(distinct, out_type=int, num_threads=2) if distinct else []
+        encoded = dict(zip(distinct, pieces_of, strict=True))
         pieces = [encoded[w] for w in flat]
         out, k = [], 0
         for words in sentences:

@@ -13,13 +13,16 @@ from bench.evidence.run import (
     Context,
     aer_metrics,
     budget_overrides,
+    measured,
+    read_measures,
     retrieval_metrics,
     run_dir,
     run_section,
     seeds_to_run,
 )
 from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, difference, needs_second_seed, verdict
-from bench.evidence.write import NOT_RUN, claim_row, investigation, write
+from bench.evidence.write import NOT_RUN, ONE_CLASS_VERDICT, STALE, claim_row, investigation, write
+from polyalign.align.extract import OT_FILTERING
 from polyalign.config import load_recipe
 
 
@@ -343,8 +346,10 @@ def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():
         "section": claim.section,
         "code": "abc",
         "results": {
-            "xlm": {"0": {"aer-ot@default": 77.0, "train": {"mlm/loss": [10.1, 7.8]}}},
-            "xlm-e": {"0": {"aer-ot@default": 81.0, "train": {"mrtd/generator_loss": [10.0, 8.8]}}},
+            "xlm": {"0": {"aer-ot@default": 77.0, C.RELEASED_FILTERING: True, "train": {"mlm/loss": [10.1, 7.8]}}},
+            "xlm-e": {
+                "0": {"aer-ot@default": 81.0, C.RELEASED_FILTERING: True, "train": {"mrtd/generator_loss": [10.0, 8.8]}}
+            },
         },
     }
     row = claim_row(claim, section)
@@ -369,3 +374,50 @@ def test_an_investigation_shows_the_same_comparison_at_every_budget():
     lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows))
     assert "2e+13 FLOPs +4.20 ± 0.10 (2 seeds), 4e+13 FLOPs not run yet, 8e+13 FLOPs +1.00 (1 seed)" in lines
     assert "tatoeba" not in lines.split("Across budgets")[1]  # the AER claims only, not the Tatoeba ones
+
+
+def test_ot_aer_from_before_the_itermax_filtering_is_stale_and_measured_again(tmp_path):
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-align-ot-vs-argmax-default")
+    seed = {"aer-ot@default": 80.0, "aer-argmax@default": 82.0, C.RELEASED_FILTERING: True}
+    section = {"section": claim.section, "code": "abc", "results": {"dwa": {"0": seed}}}
+    assert claim_row(claim, section)["verdict"] == REPRODUCED
+    seed[C.RELEASED_FILTERING] = False  # one OT evaluation of the run carried no filtering tag
+    assert claim_row(claim, section)["verdict"] == STALE
+    # the runner treats such an evaluation as not done
+    done = tmp_path / "alignment.json"
+    done.write_text(json.dumps({"aer": 80.0}))
+    assert not measured(done, "aer-ot") and measured(done, "aer-argmax")
+    done.write_text(json.dumps({"aer": 80.0, "ot_filtering": OT_FILTERING}))
+    assert measured(done, "aer-ot")
+    assert not measured(tmp_path / "missing.json", "aer-argmax")
+
+
+def test_an_xnli_classifier_that_predicts_one_class_makes_the_claim_inconclusive():
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-e-xnli")
+    section = {
+        "section": claim.section,
+        "code": "abc",
+        "results": {
+            "xlm": {"0": {"xnli": 31.5, C.ONE_CLASS: False}},
+            "xlm-e": {"0": {"xnli": 38.0, C.ONE_CLASS: True}},
+        },
+    }
+    assert claim_row(claim, section)["verdict"] == ONE_CLASS_VERDICT  # +6.5 would otherwise read reproduced
+    section["results"]["xlm-e"]["0"][C.ONE_CLASS] = False
+    assert claim_row(claim, section)["verdict"] == REPRODUCED
+
+
+def test_the_runner_flags_an_xnli_run_that_scores_the_same_in_every_language(tmp_path):
+    def finetune(per_language):
+        (tmp_path / "eval" / "xnli").mkdir(parents=True, exist_ok=True)
+        result = {
+            "average": {"mean": sum(per_language) / 3},
+            "per_language": {
+                lang: {"mean": v, "std": 0.0} for lang, v in zip(("en", "de", "fr"), per_language, strict=True)
+            },
+        }
+        (tmp_path / "eval" / "xnli" / "finetune.json").write_text(json.dumps({"results": [result]}))
+        return read_measures(C.SCRATCH_XLM, tmp_path, ["xnli"], None)
+
+    assert finetune([38.0, 38.0, 38.0])[C.ONE_CLASS] is True
+    assert finetune([38.0, 36.0, 35.0])[C.ONE_CLASS] is False

@@ -13,13 +13,25 @@ import json
 import statistics
 from pathlib import Path
 
-from bench.evidence.claims import CLAIMS, METRICS, NOISE_FLOOR, XNLI_SMOKE_FLOOR, Check, Claim, sections
+from bench.evidence.claims import (
+    CLAIMS,
+    METRICS,
+    NOISE_FLOOR,
+    ONE_CLASS,
+    RELEASED_FILTERING,
+    XNLI_SMOKE_FLOOR,
+    Check,
+    Claim,
+    sections,
+)
 from bench.evidence.floor import unigram_floor
 from bench.evidence.verdict import NOT_REPRODUCED, difference, verdict
 from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
 
 NOT_RUN = "not run yet"
+STALE = "stale: OT AER from before the Itermax filtering, rerun"
+ONE_CLASS_VERDICT = "inconclusive: a classifier predicts one class"
 
 
 def seed_values(section: dict, arm: str, metric: str) -> list[float]:
@@ -56,11 +68,34 @@ def claim_row(claim: Claim, section: dict | None) -> dict:
     if not base or not meth:
         row["verdict"] = "not measured"
         return row
+    if stale_ot(claim, section):
+        row["verdict"] = STALE
     diff = difference(meth, base)
     varies = claim.baseline.trained or claim.method.trained
     row |= {"difference": diff.mean, "spread": diff.spread, "seeds": diff.seeds}
-    row["verdict"] = verdict(diff, claim.direction, claim.close, varies, claim.floor)
+    if row["verdict"] != STALE:
+        row["verdict"] = verdict(diff, claim.direction, claim.close, varies, claim.floor)
+    if one_class(claim, section):  # its accuracy is the label distribution's, not the representation's
+        row["verdict"] = ONE_CLASS_VERDICT
     return row
+
+
+def one_class(claim: Claim, section: dict) -> bool:
+    """Some seed of either arm fine-tuned into a classifier that ignores its input (run.py's ONE_CLASS)."""
+    if claim.metric != "xnli":
+        return False
+    seeds = [s for arm in claim.arms for s in section["results"].get(arm.name, {}).values()]
+    return any(s.get(ONE_CLASS) for s in seeds if "xnli" in s)
+
+
+def stale_ot(claim: Claim, section: dict) -> bool:
+    """The claim reads an OT AER that some run of it measured before the released Itermax filtering."""
+    for arm, metric in ((claim.baseline, claim.baseline_metric or claim.metric), (claim.method, claim.metric)):
+        if metric.startswith("aer-ot"):
+            seeds = section["results"].get(arm.name, {}).values()
+            if any(metric in s and s.get(RELEASED_FILTERING) is not True for s in seeds):
+                return True
+    return False
 
 
 def protocol(claim: Claim) -> str:
@@ -126,10 +161,14 @@ def budget_trend(claim: Claim, rows: dict[str, dict]) -> str | None:
     points = [(c.budget.max_flops, rows[c.id]) for c in sorted(same, key=lambda c: c.budget.max_flops)]
     if len(points) < 2:
         return None
-    return "- Across budgets (method - baseline): " + ", ".join(
-        f"{flops:.2g} FLOPs {difference_text(row) if row['difference'] is not None else row['verdict']}"
-        for flops, row in points
-    ) + "."
+    return (
+        "- Across budgets (method - baseline): "
+        + ", ".join(
+            f"{flops:.2g} FLOPs {difference_text(row) if row['difference'] is not None else row['verdict']}"
+            for flops, row in points
+        )
+        + "."
+    )
 
 
 def investigation(
@@ -167,7 +206,7 @@ def investigation(
     if unmet:
         lines.append(
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
-            "tested under its own conditions: the start model (scale) stands in the way; these checks do not "
+            "tested under its own conditions: the model (scale) stands in the way; these checks do not "
             "clear or convict the code."
         )
     elif at_floor and all(flag for _, flag in at_floor):
