@@ -2,7 +2,8 @@
 
 - `ot` (XLM-Align §3.1): Sinkhorn plan of f_sim = log max(eps, h·h), then iterative alignment filtering
   (Eqs. 7-9, as the released code runs them: Itermax on the plan). Defaults from XLM-Align Table 11: mu = 1,
-  2 Sinkhorn iterations, 2 filtering iterations, alpha = 0.9. With filtering `disable` (§5.4), the union of the plan's forward and backward argmax instead.
+  2 Sinkhorn iterations, 2 filtering iterations, alpha = 0.9. With filtering `disable` (§5.4), the union of
+  the plan's forward and backward argmax instead.
 - `argmax` (SimAlign): links where the forward and backward argmax of cosine similarity agree.
 - `itermax` (SimAlign): argmax, then further rounds that favour still-unaligned rows and columns.
 All functions take padded (..., n, m) matrices and a boolean mask of real token pairs; links are booleans.
