@@ -321,6 +321,12 @@ def test_xnli_smoke_claims_read_differences_within_its_sampling_error_as_inconcl
     assert verdict(difference([33.9, 34.5], [33.1, 33.6]), 1, 2.0, True, xnli[0].floor) == INCONCLUSIVE
 
 
+def claim_section(claim_id: str, results: dict) -> tuple[C.Claim, dict]:
+    """A claim and a finished section of it with these results ({arm: {seed: metrics}})."""
+    claim = next(c for c in C.CLAIMS if c.id == claim_id)
+    return claim, {"section": claim.section, "code": "abc", "results": results}
+
+
 def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
     assert floor.entropy(np.array([5, 5, 5, 5, 0])) == pytest.approx(math.log(4))
     # two languages with disjoint vocabularies: pooling them would add ln 2, the language already tells it
@@ -341,17 +347,15 @@ def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
 
 
 def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():
-    claim = next(c for c in C.CLAIMS if c.id == "xlm-e-aer-ot-1")
-    section = {
-        "section": claim.section,
-        "code": "abc",
-        "results": {
+    claim, section = claim_section(
+        "xlm-e-aer-ot-1",
+        {
             "xlm": {"0": {"aer-ot@default": 77.0, C.RELEASED_FILTERING: True, "train": {"mlm/loss": [10.1, 7.8]}}},
             "xlm-e": {
                 "0": {"aer-ot@default": 81.0, C.RELEASED_FILTERING: True, "train": {"mrtd/generator_loss": [10.0, 8.8]}}
             },
         },
-    }
+    )
     row = claim_row(claim, section)
     assert row["verdict"] == NOT_REPRODUCED
     lines = "\n".join(investigation(claim, row, section, {"unigram": 6.6}))
@@ -393,15 +397,13 @@ def test_ot_aer_from_before_the_itermax_filtering_is_stale_and_measured_again(tm
 
 
 def test_an_xnli_classifier_that_predicts_one_class_makes_the_claim_inconclusive():
-    claim = next(c for c in C.CLAIMS if c.id == "xlm-e-xnli")
-    section = {
-        "section": claim.section,
-        "code": "abc",
-        "results": {
+    claim, section = claim_section(
+        "xlm-e-xnli",
+        {
             "xlm": {"0": {"xnli": 31.5, C.ONE_CLASS: False}},
             "xlm-e": {"0": {"xnli": 38.0, C.ONE_CLASS: True}},
         },
-    }
+    )
     assert claim_row(claim, section)["verdict"] == ONE_CLASS_VERDICT  # +6.5 would otherwise read reproduced
     section["results"]["xlm-e"]["0"][C.ONE_CLASS] = False
     assert claim_row(claim, section)["verdict"] == REPRODUCED
