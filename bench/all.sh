@@ -17,7 +17,6 @@ step ppa flock $LOCK bench/ppa.sh bench/work/prepared-all24 # 300 steps per arm 
 step scale bench/scale.sh                                # takes the lock per step
 step veco flock $LOCK bench/veco.sh                      # 60 steps of the veco recipe from small-base, plug-in XNLI
 step xtreme env EXTRA="--max-train 400 --max-select 200 --max-eval 150" flock $LOCK bench/xtreme.sh
-step xlm-e bench/xlm-e.sh 2.5e13                         # -TRTD ablation; locks itself; 2.5e13 FLOPs per recipe
 # The papers' claims as A/B at equal compute (bench/results/evidence.md), one section at a time under the lock
 for section in $($PY -c 'from bench.evidence.claims import sections; print(" ".join(sections()))'); do
   step evidence-$section flock $LOCK bench/evidence.sh $section

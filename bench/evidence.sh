@@ -42,4 +42,4 @@ print(" ".join(sections()))')"
       { rc=$?; [ $rc = 3 ] || exit $rc; }
   done
 fi
-$PY -m bench.evidence.write --command "PREPARED=$PREPARED flock /tmp/polyalign-cpu.lock bench/evidence.sh${*:+ $*}"
+$PY -m bench.evidence.write --data $PREPARED --command "PREPARED=$PREPARED flock /tmp/polyalign-cpu.lock bench/evidence.sh${*:+ $*}"

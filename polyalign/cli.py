@@ -364,12 +364,12 @@ def quickstart(
 def _quickstart_scores(loaded, tatoeba: Path, gold_sets: list[Path]) -> dict:
     """Retrieval on the sample's held-out pairs at the layer the recipe trains (the last), and AER of the
     optimal-transport aligner (pair encoding, as XLM-Align evaluates) on each sample gold set."""
-    from polyalign.align.aligner import Aligner
     from polyalign.evaluate.alignment import evaluate_alignment
+    from polyalign.evaluate.embed import default_layer
     from polyalign.evaluate.tatoeba import available_languages, evaluate_tatoeba
 
     last = loaded.model.config.num_layers
-    layer = Aligner(loaded).default_layer
+    layer = default_layer(last)
     retrieval = evaluate_tatoeba(loaded, tatoeba, available_languages(tatoeba), layer=last)
     aer = {g.name: evaluate_alignment(loaded, g, "ot", layer, encoding="pair").aer for g in gold_sets}
     return {"tatoeba": retrieval, "aer": aer, "aer_layer": layer}
@@ -387,8 +387,8 @@ AlignEncoding = Annotated[
 AlignPrecision = Annotated[
     Precision,
     typer.Option(
-        help="Encoder precision: `bf16` (autocast; about twice as fast on CPUs with bf16 instructions, a few links "
-        "differ from fp32's) or `fp32`."
+        help="Encoder precision: `bf16` (weights and activations in bf16; about twice as fast on CPUs with bf16 "
+        "instructions, a few links differ from fp32's) or `fp32`."
     ),
 ]
 TrustPickle = TrustPickle

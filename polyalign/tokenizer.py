@@ -77,10 +77,13 @@ class SentencePieceTokenizer:
 
     def encode_words(self, sentences: list[list[str]]) -> list[tuple[list[int], list[int]]]:
         # Encoding each word on its own gives exactly the pieces it has inside the sentence (SentencePiece
-        # marks a word start with "▁", so a standalone "▁" piece belongs to the word after it). One flat
-        # batched call keeps this fast.
+        # marks a word start with "▁", so a standalone "▁" piece belongs to the word after it). One batched
+        # call over the distinct words keeps this fast (a corpus repeats most of its words).
         flat = [w for words in sentences for w in words]
-        pieces = self.sp.encode(flat, out_type=int, num_threads=2) if flat else []
+        distinct = list(dict.fromkeys(flat))
+        pieces_of = self.sp.encode(distinct, out_type=int, num_threads=2) if distinct else []
+        encoded = dict(zip(distinct, pieces_of, strict=True))
+        pieces = [encoded[w] for w in flat]
         out, k = [], 0
         for words in sentences:
             ids, word_ids = [], []

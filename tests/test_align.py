@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -74,6 +75,57 @@ def test_filtering_reproduces_the_hand_worked_example():
     # Without the discount row 1 prefers column 0 (0.45 > 0.42), and column 0 now prefers row 1.
     assert link_lists(filter_alignments(A_STAR.log(), mask, 2, alpha=1.0)[None])[0] == [(0, 0), (1, 0), (2, 2)]
     assert link_lists(filter_alignments(A_STAR.log(), mask, 1)[None])[0] == [(0, 0), (2, 2)]
+
+
+def released_iter_max(sim: np.ndarray, max_count: int = 2, alpha: float = 0.9) -> np.ndarray:
+    """XLM-Align's released self-labeling filter (`XlmAlignTask.iter_max`, microsoft/unilm
+    infoxlm/src-infoxlm/infoxlm/tasks/xlm_align.py), transcribed as the test oracle."""
+    m, n = sim.shape
+    inter = np.eye(n)[sim.argmax(axis=1)] * np.eye(m)[sim.argmax(axis=0)].transpose()
+    if min(m, n) > 2:
+        count = 1
+        while count < max_count:
+            mask_x = 1.0 - np.tile(inter.sum(1)[:, np.newaxis], (1, n)).clip(0.0, 1.0)
+            mask_y = 1.0 - np.tile(inter.sum(0)[np.newaxis, :], (m, 1)).clip(0.0, 1.0)
+            mask = ((alpha * mask_x) + (alpha * mask_y)).clip(0.0, 1.0)
+            mask_zeros = 1.0 - ((1.0 - mask_x) * (1.0 - mask_y))
+            if mask_x.sum() < 1.0 or mask_y.sum() < 1.0:
+                mask *= 0.0
+                mask_zeros *= 0.0
+            new_sim = sim * mask
+            fwd = np.eye(n)[new_sim.argmax(axis=1)] * mask_zeros
+            bac = np.eye(m)[new_sim.argmax(axis=0)].transpose() * mask_zeros
+            if np.array_equal(inter + fwd * bac, inter):
+                break
+            inter = inter + fwd * bac
+            count += 1
+    return inter > 0
+
+
+def test_ot_filtering_is_the_released_iter_max():
+    # The filtering of Eq. (9) against XLM-Align's released code, on Sinkhorn plans of every shape it meets.
+    # The literal reading of Eq. (9) (alpha also where row and column are both aligned) fails this test.
+    # (The released Sinkhorn normalises columns first, Eq. (6) rows first; we keep the paper's Eq. (6).)
+    generator = torch.Generator().manual_seed(0)
+    for n, m in [(1, 4), (2, 2), (3, 5), (7, 6), (12, 15), (25, 19)] * 5:
+        source = torch.randn(n, 8, generator=generator, dtype=torch.float64) + 0.3
+        target = torch.randn(m, 8, generator=generator, dtype=torch.float64) + 0.3
+        mask = torch.ones(n, m, dtype=torch.bool)
+        log_plan = sinkhorn(log_dot_similarity(source, target), mask)
+        expected = released_iter_max(log_plan.exp().numpy())
+        assert np.array_equal(filter_alignments(log_plan, mask).numpy(), expected), (n, m)
+        assert np.array_equal(subword_links("ot", source, target, mask).numpy(), expected), (n, m)
+
+
+def test_a_later_round_never_links_a_row_and_a_column_both_already_aligned():
+    # Round 1 links (0,0) and (1,1); row 0's best remaining entry is column 1 and column 1's is row 0,
+    # so a round that only discounted them by alpha would link (0,1). Itermax's weight there is 0.
+    plan = torch.tensor(
+        [[0.50, 0.40, 0.05, 0.05], [0.10, 0.60, 0.20, 0.10], [0.05, 0.10, 0.45, 0.40], [0.35, 0.05, 0.10, 0.50]]
+    )
+    links = filter_alignments(plan.log(), torch.ones(4, 4, dtype=torch.bool), iterations=3, alpha=0.9)
+    assert not links[0, 1]
+    assert link_lists(links[None])[0] == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
 
 def test_mutual_argmax_ignores_padding():

@@ -2,21 +2,27 @@
 
 import dataclasses
 import json
+import math
 
+import numpy as np
 import pytest
 
 from bench.evidence import claims as C
+from bench.evidence import floor
 from bench.evidence.run import (
     Context,
     aer_metrics,
     budget_overrides,
+    measured,
+    read_measures,
     retrieval_metrics,
     run_dir,
     run_section,
     seeds_to_run,
 )
 from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, difference, needs_second_seed, verdict
-from bench.evidence.write import NOT_RUN, claim_row, investigation, write
+from bench.evidence.write import NOT_RUN, ONE_CLASS_VERDICT, STALE, claim_row, investigation, write
+from polyalign.align.extract import OT_FILTERING
 from polyalign.config import load_recipe
 
 
@@ -313,3 +319,107 @@ def test_xnli_smoke_claims_read_differences_within_its_sampling_error_as_inconcl
     xnli = [c for c in C.CLAIMS if c.metric == "xnli"]
     assert xnli and all(c.floor == C.XNLI_SMOKE_FLOOR for c in xnli)
     assert verdict(difference([33.9, 34.5], [33.1, 33.6]), 1, 2.0, True, xnli[0].floor) == INCONCLUSIVE
+
+
+def claim_section(claim_id: str, results: dict) -> tuple[C.Claim, dict]:
+    """A claim and a finished section of it with these results ({arm: {seed: metrics}})."""
+    claim = next(c for c in C.CLAIMS if c.id == claim_id)
+    return claim, {"section": claim.section, "code": "abc", "results": results}
+
+
+def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
+    assert floor.entropy(np.array([5, 5, 5, 5, 0])) == pytest.approx(math.log(4))
+    # two languages with disjoint vocabularies: pooling them would add ln 2, the language already tells it
+    by_language = {"en": np.array([3, 3, 0, 0]), "de": np.array([0, 0, 1, 1])}
+    assert floor.conditional_entropy(by_language) == pytest.approx(math.log(2))
+    prepared = tmp_path / "prepared"
+    (prepared / "mono").mkdir(parents=True)
+    (prepared / "parallel").mkdir()
+    (prepared / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 8, "languages": ["en", "de"]}))
+    np.array([1, 1, 2, 2], dtype=np.uint16).tofile(prepared / "mono" / "en.ids")
+    np.array([3, 3], dtype=np.uint16).tofile(prepared / "parallel" / "en-de.en.ids")  # the parallel side counts
+    np.array([5, 5, 5, 5, 5, 5], dtype=np.uint16).tofile(prepared / "mono" / "de.ids")
+    assert floor.unigram_floor("unigram:en", prepared, None) == pytest.approx(math.log(3))
+    # en: 6 tokens at ln 3; de: 6 tokens at 0
+    assert floor.unigram_floor("unigram", prepared, None) == pytest.approx(math.log(3) / 2)
+    with pytest.raises(ValueError, match="floor"):
+        floor.unigram_floor("bigram", prepared, None)
+
+
+def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():
+    claim, section = claim_section(
+        "xlm-e-aer-ot-1",
+        {
+            "xlm": {"0": {"aer-ot@default": 77.0, C.RELEASED_FILTERING: True, "train": {"mlm/loss": [10.1, 7.8]}}},
+            "xlm-e": {
+                "0": {"aer-ot@default": 81.0, C.RELEASED_FILTERING: True, "train": {"mrtd/generator_loss": [10.0, 8.8]}}
+            },
+        },
+    )
+    row = claim_row(claim, section)
+    assert row["verdict"] == NOT_REPRODUCED
+    lines = "\n".join(investigation(claim, row, section, {"unigram": 6.6}))
+    assert "unigram floor: 6.60 nats" in lines and "The cause is the scale" in lines
+    # one model below the floor has learned from context: the floor no longer explains the result
+    section["results"]["xlm"]["0"]["train"]["mlm/loss"] = [10.1, 5.9]
+    lines = "\n".join(investigation(claim, row, section, {"unigram": 6.6}))
+    assert "The cause is the scale" not in lines and "Code or scale is not separated" in lines
+    # no floor measured (prepared data absent): no reading from it
+    lines = "\n".join(investigation(claim, row, section, {}))
+    assert "The cause is the scale" not in lines
+
+
+def test_an_investigation_shows_the_same_comparison_at_every_budget():
+    rows = {c.id: claim_row(c, None) for c in C.CLAIMS}
+    rows["xlm-e-aer-ot-1"] |= {"difference": 4.2, "spread": 0.1, "seeds": 2}
+    rows["xlm-e-aer-ot-3"] |= {"difference": 1.0, "spread": None, "seeds": 1}
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-e-aer-ot-1")
+    section = {"section": claim.section, "code": "abc", "results": {}}
+    lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows))
+    assert "2e+13 FLOPs +4.20 ± 0.10 (2 seeds), 4e+13 FLOPs not run yet, 8e+13 FLOPs +1.00 (1 seed)" in lines
+    assert "tatoeba" not in lines.split("Across budgets")[1]  # the AER claims only, not the Tatoeba ones
+
+
+def test_ot_aer_from_before_the_itermax_filtering_is_stale_and_measured_again(tmp_path):
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-align-ot-vs-argmax-default")
+    seed = {"aer-ot@default": 80.0, "aer-argmax@default": 82.0, C.RELEASED_FILTERING: True}
+    section = {"section": claim.section, "code": "abc", "results": {"dwa": {"0": seed}}}
+    assert claim_row(claim, section)["verdict"] == REPRODUCED
+    seed[C.RELEASED_FILTERING] = False  # one OT evaluation of the run carried no filtering tag
+    assert claim_row(claim, section)["verdict"] == STALE
+    # the runner treats such an evaluation as not done
+    done = tmp_path / "alignment.json"
+    done.write_text(json.dumps({"aer": 80.0}))
+    assert not measured(done, "aer-ot") and measured(done, "aer-argmax")
+    done.write_text(json.dumps({"aer": 80.0, "ot_filtering": OT_FILTERING}))
+    assert measured(done, "aer-ot")
+    assert not measured(tmp_path / "missing.json", "aer-argmax")
+
+
+def test_an_xnli_classifier_that_predicts_one_class_makes_the_claim_inconclusive():
+    claim, section = claim_section(
+        "xlm-e-xnli",
+        {
+            "xlm": {"0": {"xnli": 31.5, C.ONE_CLASS: False}},
+            "xlm-e": {"0": {"xnli": 38.0, C.ONE_CLASS: True}},
+        },
+    )
+    assert claim_row(claim, section)["verdict"] == ONE_CLASS_VERDICT  # +6.5 would otherwise read reproduced
+    section["results"]["xlm-e"]["0"][C.ONE_CLASS] = False
+    assert claim_row(claim, section)["verdict"] == REPRODUCED
+
+
+def test_the_runner_flags_an_xnli_run_that_scores_the_same_in_every_language(tmp_path):
+    def finetune(per_language):
+        (tmp_path / "eval" / "xnli").mkdir(parents=True, exist_ok=True)
+        result = {
+            "average": {"mean": sum(per_language) / 3},
+            "per_language": {
+                lang: {"mean": v, "std": 0.0} for lang, v in zip(("en", "de", "fr"), per_language, strict=True)
+            },
+        }
+        (tmp_path / "eval" / "xnli" / "finetune.json").write_text(json.dumps({"results": [result]}))
+        return read_measures(C.SCRATCH_XLM, tmp_path, ["xnli"], None)
+
+    assert finetune([38.0, 38.0, 38.0])[C.ONE_CLASS] is True
+    assert finetune([38.0, 36.0, 35.0])[C.ONE_CLASS] is False

@@ -14,6 +14,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from bench.evidence.floor import TARGET_PREFIX, UNIGRAM
+
 SMALL_BASE = "../shared/models/small-base"
 SECTION_LIMIT_MINUTES = 45.0
 """Issue 19: every section, seed 1 and evaluation included, fits in 45 CPU-minutes (the 2-core machine)."""
@@ -90,6 +92,9 @@ class Check:
     """What the number is compared with, in words (e.g. `chance: ln(K+1) = 8.32`)."""
     premise_max: float | None = None
     """For a premise: the largest value at which it holds (e.g. the worst AER of the paper's start model)."""
+    floor: str | None = None
+    """For a loss: the unigram floor it is compared with (bench/evidence/floor.py: `unigram`, H(token |
+    language) of the section's training text, for masked-token losses; `unigram:en` for a loss on English)."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -154,6 +159,12 @@ METRICS = {
     "mt-random-loss": ("mt-random", "held-out de-en loss, random init"),
     "mt-random-bleu": ("mt-random", "held-out de-en sacreBLEU, random init"),
 }
+
+
+ONE_CLASS = "xnli/one-class"
+"""Section result key: True when the XNLI classifier scored the same in every language (see run.py)."""
+RELEASED_FILTERING = "aer-ot/released-filtering"
+"""Section result key: True when every OT evaluation of the run used the released Itermax filtering."""
 
 
 def measure_of(metric: str) -> str:
@@ -307,6 +318,12 @@ _ernie = dict(paper="ERNIE-M", section="ernie-m", budget=ERNIE_STEPS, measures=(
 XLM_E_BUDGETS = (2e13, 4e13, 8e13)
 VECO_FLOPS = Budget(max_flops=4e13)
 _bleu_veco = Check("BLEU, VECO init", "veco", "mt-veco-bleu")
+# What the compared encoders learned in pre-training: CA-MLM's loss on the sentence's own context, XLM's MLM loss.
+_veco_floor = (
+    Check("CA-MLM loss (own context)", "veco", "log:ca_mlm/own_loss", floor=UNIGRAM),
+    Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
+)
+_mt_veco_loss = Check("translation loss, VECO init", "veco", "mt-veco-loss", floor=f"{TARGET_PREFIX}en")
 _veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
 
 CLAIMS: tuple[Claim, ...] = (
@@ -408,6 +425,16 @@ CLAIMS: tuple[Claim, ...] = (
             baseline_metric=f"aer-{other}@{layer}",
             metric=f"aer-ot@{layer}",
             direction=-1,
+            # The paper compares the aligners on states that align (XLM-R's, XLM-Align's): the premise.
+            checks=(
+                Check(
+                    f"AER of the states both aligners read ({other}, {layer} layer)",
+                    "dwa",
+                    f"aer-{other}@{layer}",
+                    "XLM-Align Table 2, SimAlign on XLM-R: 19 / 7 / 39 / 29 AER, worst pair 39",
+                    premise_max=39.0,
+                ),
+            ),
             **_xa,
         )
         for other in ("argmax", "itermax")
@@ -477,7 +504,8 @@ CLAIMS: tuple[Claim, ...] = (
             languages=XNLI15,
             checks=(
                 Check("MRTD discriminator loss", "xlm-e", "log:mrtd/discriminator_loss"),
-                Check("MLM loss", "xlm", "log:mlm/loss"),
+                Check("MRTD generator (masked-token) loss", "xlm-e", "log:mrtd/generator_loss", floor=UNIGRAM),
+                Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
             ),
         )
         for i, flops in enumerate(XLM_E_BUDGETS)
@@ -502,7 +530,11 @@ CLAIMS: tuple[Claim, ...] = (
             direction=direction,
             start=None,
             languages=XNLI15,
-            checks=(Check("MRTD discriminator loss", "xlm-e-mono", "log:mrtd/discriminator_loss"),),
+            checks=(
+                Check("MRTD discriminator loss", "xlm-e-mono", "log:mrtd/discriminator_loss"),
+                Check("MRTD generator loss, -TRTD", "xlm-e-mono", "log:mrtd/generator_loss", floor=UNIGRAM),
+                Check("MRTD generator loss, XLM-E", "xlm-e", "log:mrtd/generator_loss", floor=UNIGRAM),
+            ),
         )
         for metric, direction, number in (
             ("tatoeba14@dev", -1, "Table 3 Tatoeba-14 (en->xx / xx->en): XLM-E 74.4 / 72.3, -TRTD 55.8 / 55.1"),
@@ -524,6 +556,10 @@ CLAIMS: tuple[Claim, ...] = (
         start=None,
         languages=XNLI15,
         floor=XNLI_SMOKE_FLOOR,
+        checks=(
+            Check("MRTD generator (masked-token) loss", "xlm-e", "log:mrtd/generator_loss", floor=UNIGRAM),
+            Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
+        ),
     ),
     # VECO Table 5 (small models: XNLI, IWSLT de-en) and Table 3 (right: translation learning curves).
     Claim(
@@ -536,6 +572,7 @@ CLAIMS: tuple[Claim, ...] = (
         direction=1,
         measures=("aer-ot@default",),
         languages=XNLI15,
+        checks=_veco_floor,
         **_veco,
     ),
     Claim(
@@ -547,7 +584,13 @@ CLAIMS: tuple[Claim, ...] = (
         baseline_metric="mt-random-loss",
         metric="mt-veco-loss",
         direction=-1,
-        checks=(_bleu_veco, Check("BLEU, random init", "veco", "mt-random-bleu")),
+        checks=(
+            _bleu_veco,
+            Check("BLEU, random init", "veco", "mt-random-bleu"),
+            _mt_veco_loss,
+            Check("translation loss, random init", "veco", "mt-random-loss", floor=f"{TARGET_PREFIX}en"),
+            *_veco_floor,
+        ),
         languages=XNLI15,
         close=0.1,
         floor=0.0,
@@ -562,7 +605,13 @@ CLAIMS: tuple[Claim, ...] = (
         baseline_metric="mt-encoder-loss",
         metric="mt-veco-loss",
         direction=-1,
-        checks=(_bleu_veco, Check("BLEU, encoder-only init", "xlm", "mt-encoder-bleu")),
+        checks=(
+            _bleu_veco,
+            Check("BLEU, encoder-only init", "xlm", "mt-encoder-bleu"),
+            _mt_veco_loss,
+            Check("translation loss, encoder-only init", "xlm", "mt-encoder-loss", floor=f"{TARGET_PREFIX}en"),
+            *_veco_floor,
+        ),
         languages=XNLI15,
         close=0.1,
         floor=0.0,

@@ -13,12 +13,25 @@ import json
 import statistics
 from pathlib import Path
 
-from bench.evidence.claims import CLAIMS, METRICS, NOISE_FLOOR, XNLI_SMOKE_FLOOR, Check, Claim, sections
+from bench.evidence.claims import (
+    CLAIMS,
+    METRICS,
+    NOISE_FLOOR,
+    ONE_CLASS,
+    RELEASED_FILTERING,
+    XNLI_SMOKE_FLOOR,
+    Check,
+    Claim,
+    sections,
+)
+from bench.evidence.floor import unigram_floor
 from bench.evidence.verdict import NOT_REPRODUCED, difference, verdict
 from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
 
 NOT_RUN = "not run yet"
+STALE = "stale: OT AER from before the Itermax filtering, rerun"
+ONE_CLASS_VERDICT = "inconclusive: a classifier predicts one class"
 
 
 def seed_values(section: dict, arm: str, metric: str) -> list[float]:
@@ -55,11 +68,34 @@ def claim_row(claim: Claim, section: dict | None) -> dict:
     if not base or not meth:
         row["verdict"] = "not measured"
         return row
+    if stale_ot(claim, section):
+        row["verdict"] = STALE
     diff = difference(meth, base)
     varies = claim.baseline.trained or claim.method.trained
     row |= {"difference": diff.mean, "spread": diff.spread, "seeds": diff.seeds}
-    row["verdict"] = verdict(diff, claim.direction, claim.close, varies, claim.floor)
+    if row["verdict"] != STALE:
+        row["verdict"] = verdict(diff, claim.direction, claim.close, varies, claim.floor)
+    if one_class(claim, section):  # its accuracy is the label distribution's, not the representation's
+        row["verdict"] = ONE_CLASS_VERDICT
     return row
+
+
+def one_class(claim: Claim, section: dict) -> bool:
+    """Some seed of either arm fine-tuned into a classifier that ignores its input (run.py's ONE_CLASS)."""
+    if claim.metric != "xnli":
+        return False
+    seeds = [s for arm in claim.arms for s in section["results"].get(arm.name, {}).values()]
+    return any(s.get(ONE_CLASS) for s in seeds if "xnli" in s)
+
+
+def stale_ot(claim: Claim, section: dict) -> bool:
+    """The claim reads an OT AER that some run of it measured before the released Itermax filtering."""
+    for arm, metric in ((claim.baseline, claim.baseline_metric or claim.metric), (claim.method, claim.metric)):
+        if metric.startswith("aer-ot"):
+            seeds = section["results"].get(arm.name, {}).values()
+            if any(metric in s and s.get(RELEASED_FILTERING) is not True for s in seeds):
+                return True
+    return False
 
 
 def protocol(claim: Claim) -> str:
@@ -99,7 +135,48 @@ def check_value(check: Check, section: dict) -> str | None:
     return None if value is None else f"{value:.2f}"
 
 
-def investigation(claim: Claim, row: dict, section: dict) -> list[str]:
+def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, float]:
+    """The unigram floors the claim's checks name, from the section's prepared folder (or `data` where the
+    section's own path is not on this machine); none when neither is."""
+    folders = [Path(section["data"])] if section.get("data") else []
+    folder = next((f for f in [*folders, data] if f is not None and (f / "meta.json").is_file()), None)
+    kinds = {c.floor for c in claim.checks if c.floor}
+    if folder is None:
+        return {}
+    return {kind: unigram_floor(kind, folder, section.get("languages")) for kind in sorted(kinds)}
+
+
+def budget_trend(claim: Claim, rows: dict[str, dict]) -> str | None:
+    """The same comparison at every FLOP budget it was run at (XLM-E Fig. 1's axis): how the gap moves with
+    compute, which tells scale from a fixed defect of the method's code."""
+    if not claim.budget.max_flops:
+        return None
+    same = [
+        c
+        for c in CLAIMS
+        if c.budget.max_flops
+        and (c.paper, c.statement.split(" (")[0], c.metric, c.baseline.name, c.method.name)
+        == (claim.paper, claim.statement.split(" (")[0], claim.metric, claim.baseline.name, claim.method.name)
+    ]
+    points = [(c.budget.max_flops, rows[c.id]) for c in sorted(same, key=lambda c: c.budget.max_flops)]
+    if len(points) < 2:
+        return None
+    return (
+        "- Across budgets (method - baseline): "
+        + ", ".join(
+            f"{flops:.2g} FLOPs {difference_text(row) if row['difference'] is not None else row['verdict']}"
+            for flops, row in points
+        )
+        + "."
+    )
+
+
+def investigation(
+    claim: Claim, row: dict, section: dict, floors: dict[str, float] | None = None, rows: dict | None = None
+) -> list[str]:
+    """`floors`: the unigram floors of the claim's checks (section_floors); `rows`: every claim's row by id,
+    for the same comparison at other budgets."""
+    floors = floors or {}
     lines = [f"### {claim.id}: {claim.statement}", ""]
     measured = METRICS[claim.metric][1]
     lines.append(
@@ -108,20 +185,37 @@ def investigation(claim: Claim, row: dict, section: dict) -> list[str]:
     )
     falls = []  # per logged loss among the checks: did it fall from the first to the last 10 values?
     unmet = []  # premises measured outside the range the paper's start model had
+    at_floor = []  # pre-training losses that ended at or above their unigram floor: (label, at floor?)
     for check in claim.checks:
         value = check_value(check, section)
         ref = f" (reference: {check.reference})" if check.reference else ""
+        floor = floors.get(check.floor) if check.floor else None
+        if value and floor is not None:
+            ref += f" (unigram floor: {floor:.2f} nats)"
         lines.append(f"- {check.label}, arm `{check.arm}`: {value if value else 'not measured'}{ref}.")
+        last = float(value.split(" -> ")[-1]) if value else None
         if value and check.key.startswith("log:") and "loss" in check.key:
-            first, last = (float(x) for x in value.split(" -> "))
+            first = float(value.split(" -> ")[0])
             falls.append(last < first)
+            if floor is not None:
+                at_floor.append((f"{check.label} {last:.2f}", last >= floor))
         if value and check.premise_max is not None and float(value) > check.premise_max:
             unmet.append(f"{check.label} {value} > {check.premise_max:g}")
+    if rows is not None and (trend := budget_trend(claim, rows)):
+        lines.append(trend)
     if unmet:
         lines.append(
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
-            "tested under its own conditions: the start model (scale) stands in the way; these checks do not "
+            "tested under its own conditions: the model (scale) stands in the way; these checks do not "
             "clear or convict the code."
+        )
+    elif at_floor and all(flag for _, flag in at_floor):
+        lines.append(
+            f"- Reading: every compared model ended pre-training at or above the unigram floor "
+            f"({'; '.join(label for label, _ in at_floor)}): none predicts a masked token better than its "
+            "language's token frequencies alone would, so none shows that it has learned from context, and "
+            "measures that need context (retrieval, word alignment, translation) cannot show the method's effect. "
+            "The cause is the scale (compute per model); these checks do not convict the code."
         )
     elif falls and all(falls):
         lines.append(
@@ -186,7 +280,8 @@ def section_curves(name: str, section: dict, out: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------------------
 
 
-def write(sections_dir: Path, out: Path, command: str) -> Path:
+def write(sections_dir: Path, out: Path, command: str, data: Path | None = None) -> Path:
+    """`data`: the prepared folder for the unigram floors of sections whose own folder is not on this machine."""
     loaded = {p.stem: json.loads(p.read_text()) for p in sorted(sections_dir.glob("*.json"))}
     rows = [claim_row(c, loaded.get(c.section)) for c in CLAIMS]
     figures = out / "evidence"
@@ -235,8 +330,10 @@ def write(sections_dir: Path, out: Path, command: str) -> Path:
     failed = [(c, r) for c, r in zip(CLAIMS, rows, strict=True) if r["verdict"] == NOT_REPRODUCED]
     if failed:
         lines += ["## Investigation of what was not reproduced", ""]
+        by_id = {r["claim"]: r for r in rows}
         for claim, row in failed:
-            lines += investigation(claim, row, loaded[claim.section])
+            section = loaded[claim.section]
+            lines += investigation(claim, row, section, section_floors(claim, section, data), by_id)
     if plots:
         lines += ["## Figures", "", *(f"![{p.stem}](evidence/{p.name})" for p in plots), ""]
     out.mkdir(parents=True, exist_ok=True)
@@ -251,8 +348,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sections", type=Path, default=Path("bench/results/evidence/sections"))
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--command", default="bench/evidence.sh")
+    parser.add_argument("--data", type=Path, help="prepared folder for the unigram floors (bench/evidence.sh's)")
     args = parser.parse_args(argv)
-    print(write(args.sections, args.out, args.command))
+    print(write(args.sections, args.out, args.command, args.data))
 
 
 if __name__ == "__main__":

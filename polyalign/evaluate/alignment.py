@@ -15,6 +15,7 @@ from pathlib import Path
 
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
 from polyalign.align.aligner import Aligner, check_layer, default_encoding
+from polyalign.align.extract import OT_FILTERING
 from polyalign.checkpoint import LoadedModel
 
 PROTOCOL = (
@@ -52,6 +53,8 @@ class AlignmentResult:
             "truncated": self.truncated,
             "protocol": PROTOCOL.format(**vars(self)),
         }
+        if self.method == "ot":
+            out["ot_filtering"] = OT_FILTERING
         if self.sweep is not None:
             out["sweep"] = self.sweep
         return out

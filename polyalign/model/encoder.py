@@ -129,10 +129,11 @@ def attend(q, k, v, mask: torch.Tensor | None, dropout: Dropout) -> torch.Tensor
 
     On a CPU, for pre-training lengths, three plain ops (bf16 matmuls under autocast, fp32 softmax, as
     transformers' eager attention) run forward + backward ~2.5x faster than SDPA's fused kernel and allow
-    attention dropout. They keep (B, H, T, S) weights for backward, so long inputs and GPUs use SDPA.
+    attention dropout. They keep (B, H, T, S) weights for backward, so long inputs and GPUs use SDPA, and so
+    does inference (no autograd), where the fused forward is the faster one.
     """
     T, S = q.shape[-2], k.shape[-2]
-    if q.device.type != "cpu" or T * S > EXPLICIT_ATTENTION_MAX:
+    if q.device.type != "cpu" or T * S > EXPLICIT_ATTENTION_MAX or not torch.is_grad_enabled():
         p = dropout.p if dropout.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
     if (
