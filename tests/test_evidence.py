@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +25,8 @@ from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, dif
 from bench.evidence.write import NOT_RUN, ONE_CLASS_VERDICT, STALE, claim_row, investigation, write
 from polyalign.align.extract import OT_FILTERING
 from polyalign.config import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def recipe_overrides(claim: C.Claim, arm: C.Arm) -> list[str]:
@@ -423,3 +426,11 @@ def test_the_runner_flags_an_xnli_run_that_scores_the_same_in_every_language(tmp
 
     assert finetune([38.0, 38.0, 38.0])[C.ONE_CLASS] is True
     assert finetune([38.0, 36.0, 35.0])[C.ONE_CLASS] is False
+
+
+def test_every_code_check_of_a_claim_names_a_test_that_exists():
+    ids = {t for c in C.CLAIMS for t in c.code_checks}
+    assert ids, "the investigations name no code checks"
+    for node in ids:
+        path, name = node.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), node

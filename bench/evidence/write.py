@@ -203,6 +203,12 @@ def investigation(
             unmet.append(f"{check.label} {value} > {check.premise_max:g}")
     if rows is not None and (trend := budget_trend(claim, rows)):
         lines.append(trend)
+    if claim.code_checks:
+        tests = ", ".join(f"`{t.split('::')[1]}`" for t in claim.code_checks)
+        lines.append(
+            f"- Code: the mechanism is pinned to the paper by tests that fail when it is wired otherwise ({tests}; "
+            f"`python -m pytest {' '.join(sorted({t.split('::')[0] for t in claim.code_checks}))}`)."
+        )
     if unmet:
         lines.append(
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
