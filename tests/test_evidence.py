@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +22,19 @@ from bench.evidence.run import (
     seeds_to_run,
 )
 from bench.evidence.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, difference, needs_second_seed, verdict
-from bench.evidence.write import NOT_RUN, ONE_CLASS_VERDICT, STALE, claim_row, investigation, write
+from bench.evidence.write import (
+    NOT_RUN,
+    ONE_CLASS_VERDICT,
+    STALE,
+    claim_row,
+    investigation,
+    worsens_with_compute,
+    write,
+)
 from polyalign.align.extract import OT_FILTERING
 from polyalign.config import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def recipe_overrides(claim: C.Claim, arm: C.Arm) -> list[str]:
@@ -377,6 +388,10 @@ def test_an_investigation_shows_the_same_comparison_at_every_budget():
     section = {"section": claim.section, "code": "abc", "results": {}}
     lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows))
     assert "2e+13 FLOPs +4.20 ± 0.10 (2 seeds), 4e+13 FLOPs not run yet, 8e+13 FLOPs +1.00 (1 seed)" in lines
+    points = [(2e13, rows["xlm-e-aer-ot-1"]), (8e13, rows["xlm-e-aer-ot-3"])]
+    assert not worsens_with_compute(claim, points)  # AER gap +4.2 -> +1.0: closing, the paper's way
+    rows["xlm-e-aer-ot-3"]["difference"] = 12.8
+    assert worsens_with_compute(claim, points)
     assert "tatoeba" not in lines.split("Across budgets")[1]  # the AER claims only, not the Tatoeba ones
 
 
@@ -423,3 +438,28 @@ def test_the_runner_flags_an_xnli_run_that_scores_the_same_in_every_language(tmp
 
     assert finetune([38.0, 38.0, 38.0])[C.ONE_CLASS] is True
     assert finetune([38.0, 36.0, 35.0])[C.ONE_CLASS] is False
+
+
+def test_every_code_check_of_a_claim_names_a_test_that_exists():
+    ids = {t for c in C.CLAIMS for t in c.code_checks}
+    assert ids, "the investigations name no code checks"
+    for node in ids:
+        path, name = node.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), node
+
+
+def test_a_gap_that_grows_against_the_paper_with_compute_is_not_read_as_scale():
+    rows = {c.id: claim_row(c, None) for c in C.CLAIMS}
+    rows["xlm-e-aer-ot-1"] |= {"difference": 4.4, "spread": 0.1, "seeds": 2}
+    rows["xlm-e-aer-ot-3"] |= {"difference": 12.8, "spread": 0.2, "seeds": 2}
+    claim, section = claim_section(
+        "xlm-e-aer-ot-3",
+        {
+            "xlm": {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True, "train": {"mlm/loss": [9.3, 6.7]}}},
+            "xlm-e": {
+                "0": {"aer-ot@default": 89.0, C.RELEASED_FILTERING: True, "train": {"mrtd/generator_loss": [9.7, 8.4]}}
+            },
+        },
+    )
+    lines = "\n".join(investigation(claim, rows[claim.id], section, {"unigram": 6.6}, rows))
+    assert "grows against the paper as compute grows" in lines and "The cause is the scale" not in lines

@@ -202,6 +202,9 @@ class Claim:
     measures: tuple[str, ...] = ()
     """Reported beside the decisive metric (metric keys)."""
     checks: tuple[Check, ...] = ()
+    code_checks: tuple[str, ...] = ()
+    """pytest node ids of the tests that fail if the method's mechanism is wired otherwise than the paper (or
+    its released code) has it: the code side of an investigation."""
     seeds: str = f"seed 0; seed 1 too when |method - baseline| < {CLOSE:g} points after seed 0"
     close: float = CLOSE
     floor: float = NOISE_FLOOR
@@ -326,6 +329,26 @@ _veco_floor = (
 _mt_veco_loss = Check("translation loss, VECO init", "veco", "mt-veco-loss", floor=f"{TARGET_PREFIX}en")
 _veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
 
+_OT_CODE = (
+    "tests/test_align.py::test_sinkhorn_matches_the_plain_iteration_of_eq_6_and_survives_huge_scores",
+    "tests/test_align.py::test_ot_filtering_is_the_released_iter_max",
+)
+_DWA_CODE = (
+    *_OT_CODE,
+    "tests/test_dwa.py::test_self_labels_are_the_ot_alignment_of_the_label_layer",
+    "tests/test_dwa.py::test_query_set_is_aligned_and_masked_tokens_only",
+    "tests/test_dwa.py::test_pointer_loss_falls_on_a_toy_batch_whose_alignment_is_the_identity",
+)
+_RTD_CODE = (
+    "tests/test_xlm_e.py::test_discriminator_reads_the_generator_samples_at_masked_positions_and_the_originals_elsewhere",
+    "tests/test_xlm_e.py::test_replaced_labels_in_a_training_step_are_exactly_the_changed_positions",
+    "tests/test_xlm_e.py::test_mrtd_and_trtd_share_one_generator_and_detection_head",
+)
+_SEQ2SEQ_CODE = (
+    "tests/test_veco.py::test_seq2seq_takes_every_weight_from_the_veco_layers",
+    "tests/test_veco.py::test_seq2seq_every_decoder_layer_attends_to_the_final_encoder_output",
+)
+
 CLAIMS: tuple[Claim, ...] = (
     # PPA Table 5 (XNLI ablation) and the retrieval the issue asks for, on the representation MoCo trains.
     Claim(
@@ -400,6 +423,7 @@ CLAIMS: tuple[Claim, ...] = (
             Check("DWA loss", "dwa", "log:dwa/dwa_loss"),
             Check("DWA pointer accuracy", "dwa", "log:dwa/dwa_accuracy"),
         ),
+        code_checks=_DWA_CODE,
         **_xa,
     ),
     Claim(
@@ -412,6 +436,7 @@ CLAIMS: tuple[Claim, ...] = (
         direction=-1,
         measures=("aer-ot@best",),
         checks=(_premise, Check("DWA loss", "dwa", "log:dwa/dwa_loss")),
+        code_checks=_DWA_CODE,
         start=ALIGNED_START,
         **{**_xa, "section": "xlm-align-aligned", "budget": Budget(steps=150)},
     ),
@@ -435,6 +460,7 @@ CLAIMS: tuple[Claim, ...] = (
                     premise_max=39.0,
                 ),
             ),
+            code_checks=_OT_CODE,
             **_xa,
         )
         for other in ("argmax", "itermax")
@@ -507,6 +533,7 @@ CLAIMS: tuple[Claim, ...] = (
                 Check("MRTD generator (masked-token) loss", "xlm-e", "log:mrtd/generator_loss", floor=UNIGRAM),
                 Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
             ),
+            code_checks=_RTD_CODE,
         )
         for i, flops in enumerate(XLM_E_BUDGETS)
         for metric, direction, number in (
@@ -535,6 +562,7 @@ CLAIMS: tuple[Claim, ...] = (
                 Check("MRTD generator loss, -TRTD", "xlm-e-mono", "log:mrtd/generator_loss", floor=UNIGRAM),
                 Check("MRTD generator loss, XLM-E", "xlm-e", "log:mrtd/generator_loss", floor=UNIGRAM),
             ),
+            code_checks=_RTD_CODE,
         )
         for metric, direction, number in (
             ("tatoeba14@dev", -1, "Table 3 Tatoeba-14 (en->xx / xx->en): XLM-E 74.4 / 72.3, -TRTD 55.8 / 55.1"),
@@ -591,6 +619,7 @@ CLAIMS: tuple[Claim, ...] = (
             Check("translation loss, random init", "veco", "mt-random-loss", floor=f"{TARGET_PREFIX}en"),
             *_veco_floor,
         ),
+        code_checks=_SEQ2SEQ_CODE,
         languages=XNLI15,
         close=0.1,
         floor=0.0,
@@ -612,6 +641,7 @@ CLAIMS: tuple[Claim, ...] = (
             Check("translation loss, encoder-only init", "xlm", "mt-encoder-loss", floor=f"{TARGET_PREFIX}en"),
             *_veco_floor,
         ),
+        code_checks=_SEQ2SEQ_CODE,
         languages=XNLI15,
         close=0.1,
         floor=0.0,

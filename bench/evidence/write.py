@@ -146,11 +146,10 @@ def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, 
     return {kind: unigram_floor(kind, folder, section.get("languages")) for kind in sorted(kinds)}
 
 
-def budget_trend(claim: Claim, rows: dict[str, dict]) -> str | None:
-    """The same comparison at every FLOP budget it was run at (XLM-E Fig. 1's axis): how the gap moves with
-    compute, which tells scale from a fixed defect of the method's code."""
+def budget_points(claim: Claim, rows: dict[str, dict]) -> list[tuple[float, dict]]:
+    """The same comparison at every FLOP budget it was run at (XLM-E Fig. 1's axis), smallest first."""
     if not claim.budget.max_flops:
-        return None
+        return []
     same = [
         c
         for c in CLAIMS
@@ -158,7 +157,22 @@ def budget_trend(claim: Claim, rows: dict[str, dict]) -> str | None:
         and (c.paper, c.statement.split(" (")[0], c.metric, c.baseline.name, c.method.name)
         == (claim.paper, claim.statement.split(" (")[0], claim.metric, claim.baseline.name, claim.method.name)
     ]
-    points = [(c.budget.max_flops, rows[c.id]) for c in sorted(same, key=lambda c: c.budget.max_flops)]
+    return [(c.budget.max_flops, rows[c.id]) for c in sorted(same, key=lambda c: c.budget.max_flops)]
+
+
+def worsens_with_compute(claim: Claim, points: list[tuple[float, dict]]) -> bool:
+    """The gap moves against the paper from the smallest to the largest measured budget by more than the two
+    spreads: more compute makes it worse, which scale alone does not explain."""
+    measured = [row for _, row in points if row["difference"] is not None]
+    if len(measured) < 2:
+        return False
+    first, last = measured[0], measured[-1]
+    spreads = (first["spread"] or 0.0) + (last["spread"] or 0.0)
+    return (last["difference"] - first["difference"]) * claim.direction < -spreads
+
+
+def budget_trend(points: list[tuple[float, dict]]) -> str | None:
+    """How the gap moves with compute, which tells scale from a fixed defect of the method's code."""
     if len(points) < 2:
         return None
     return (
@@ -201,13 +215,27 @@ def investigation(
                 at_floor.append((f"{check.label} {last:.2f}", last >= floor))
         if value and check.premise_max is not None and float(value) > check.premise_max:
             unmet.append(f"{check.label} {value} > {check.premise_max:g}")
-    if rows is not None and (trend := budget_trend(claim, rows)):
+    points = budget_points(claim, rows) if rows is not None else []
+    if trend := budget_trend(points):
         lines.append(trend)
+    if claim.code_checks:
+        tests = ", ".join(f"`{t.split('::')[1]}`" for t in claim.code_checks)
+        lines.append(
+            f"- Code: the mechanism is pinned to the paper by tests that fail when it is wired otherwise ({tests}; "
+            f"`python -m pytest {' '.join(sorted({t.split('::')[0] for t in claim.code_checks}))}`)."
+        )
     if unmet:
         lines.append(
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
             "tested under its own conditions: the model (scale) stands in the way; these checks do not "
             "clear or convict the code."
+        )
+    elif at_floor and all(flag for _, flag in at_floor) and worsens_with_compute(claim, points):
+        lines.append(
+            f"- Reading: every compared model ended pre-training at or above the unigram floor "
+            f"({'; '.join(label for label, _ in at_floor)}), so the measure cannot yet show the method's effect; "
+            "yet the gap grows against the paper as compute grows, which scale alone does not explain. Code or "
+            "scale is not separated by these checks."
         )
     elif at_floor and all(flag for _, flag in at_floor):
         lines.append(

@@ -68,7 +68,7 @@ class Aligner:
         if precision == "bf16":
             # The whole encoder in bf16, a copy (the caller's model stays as it is): inference needs no fp32
             # master weights, and autocast's fp32 residual stream would cast every linear layer's input and
-            # LayerNorm's output back and forth (a tenth of the aligner's time on a CPU).
+            # LayerNorm's output back and forth.
             self.model = copy.deepcopy(self.model).to(torch.bfloat16)
         self.special = loaded.tokenizer.special
         self.device = next(self.model.parameters()).device
