@@ -327,6 +327,18 @@ _veco_floor = (
     Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
 )
 _mt_veco_loss = Check("translation loss, VECO init", "veco", "mt-veco-loss", floor=f"{TARGET_PREFIX}en")
+
+
+def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
+    """The translation claims' checks: BLEU and loss of VECO's init and of the other init, and what the encoders
+    learned in pre-training."""
+    other = (
+        Check(f"BLEU, {init}", arm, f"{measure}-bleu"),
+        Check(f"translation loss, {init}", arm, f"{measure}-loss", floor=f"{TARGET_PREFIX}en"),
+    )
+    return (_bleu_veco, other[0], _mt_veco_loss, other[1], *_veco_floor)
+
+
 _veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
 
 _OT_CODE = (
@@ -347,6 +359,17 @@ _RTD_CODE = (
 _SEQ2SEQ_CODE = (
     "tests/test_veco.py::test_seq2seq_takes_every_weight_from_the_veco_layers",
     "tests/test_veco.py::test_seq2seq_every_decoder_layer_attends_to_the_final_encoder_output",
+)
+
+# VECO's translation claims: translation loss after equal fine-tuning steps (lower is the paper's way).
+_mt = dict(
+    metric="mt-veco-loss",
+    direction=-1,
+    code_checks=_SEQ2SEQ_CODE,
+    languages=XNLI15,
+    close=0.1,
+    floor=0.0,
+    **_veco,
 )
 
 CLAIMS: tuple[Claim, ...] = (
@@ -610,20 +633,8 @@ CLAIMS: tuple[Claim, ...] = (
         baseline=SCRATCH_VECO,
         method=SCRATCH_VECO,
         baseline_metric="mt-random-loss",
-        metric="mt-veco-loss",
-        direction=-1,
-        checks=(
-            _bleu_veco,
-            Check("BLEU, random init", "veco", "mt-random-bleu"),
-            _mt_veco_loss,
-            Check("translation loss, random init", "veco", "mt-random-loss", floor=f"{TARGET_PREFIX}en"),
-            *_veco_floor,
-        ),
-        code_checks=_SEQ2SEQ_CODE,
-        languages=XNLI15,
-        close=0.1,
-        floor=0.0,
-        **_veco,
+        checks=_mt_checks("random init", "veco", "mt-random"),
+        **_mt,
     ),
     Claim(
         "veco-mt-vs-encoder",
@@ -632,20 +643,8 @@ CLAIMS: tuple[Claim, ...] = (
         baseline=SCRATCH_XLM,
         method=SCRATCH_VECO,
         baseline_metric="mt-encoder-loss",
-        metric="mt-veco-loss",
-        direction=-1,
-        checks=(
-            _bleu_veco,
-            Check("BLEU, encoder-only init", "xlm", "mt-encoder-bleu"),
-            _mt_veco_loss,
-            Check("translation loss, encoder-only init", "xlm", "mt-encoder-loss", floor=f"{TARGET_PREFIX}en"),
-            *_veco_floor,
-        ),
-        code_checks=_SEQ2SEQ_CODE,
-        languages=XNLI15,
-        close=0.1,
-        floor=0.0,
-        **_veco,
+        checks=_mt_checks("encoder-only init", "xlm", "mt-encoder"),
+        **_mt,
     ),
 )
 
