@@ -9,8 +9,8 @@ predictor is H(token | language) = sum_l n_l H_l / sum_l n_l over the training t
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +48,10 @@ def token_counts(prepared: Path, language: str) -> np.ndarray:
     return counts
 
 
-def unigram_floor(kind: str, prepared: Path, languages: Iterable[str] | None) -> float:
+@functools.cache
+def unigram_floor(kind: str, prepared: Path, languages: tuple[str, ...] | None) -> float:
     """The floor named by a Check's `floor` (UNIGRAM or `unigram:<lang>`), from a prepared folder (languages
-    None: every language it holds)."""
+    None: every language it holds). Cached: the claims of a section share it, and it reads the whole corpus."""
     if kind == UNIGRAM:
         if languages is None:
             languages = json.loads((prepared / "meta.json").read_text())["languages"]

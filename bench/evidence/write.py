@@ -68,15 +68,15 @@ def claim_row(claim: Claim, section: dict | None) -> dict:
     if not base or not meth:
         row["verdict"] = "not measured"
         return row
-    if stale_ot(claim, section):
-        row["verdict"] = STALE
     diff = difference(meth, base)
     varies = claim.baseline.trained or claim.method.trained
     row |= {"difference": diff.mean, "spread": diff.spread, "seeds": diff.seeds}
-    if row["verdict"] != STALE:
-        row["verdict"] = verdict(diff, claim.direction, claim.close, varies, claim.floor)
-    if one_class(claim, section):  # its accuracy is the label distribution's, not the representation's
+    if stale_ot(claim, section):
+        row["verdict"] = STALE
+    elif one_class(claim, section):  # its accuracy is the label distribution's, not the representation's
         row["verdict"] = ONE_CLASS_VERDICT
+    else:
+        row["verdict"] = verdict(diff, claim.direction, claim.close, varies, claim.floor)
     return row
 
 
@@ -138,25 +138,20 @@ def check_value(check: Check, section: dict) -> str | None:
 def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, float]:
     """The unigram floors the claim's checks name, from the section's prepared folder (or `data` where the
     section's own path is not on this machine); none when neither is."""
-    folders = [Path(section["data"])] if section.get("data") else []
-    folder = next((f for f in [*folders, data] if f is not None and (f / "meta.json").is_file()), None)
-    kinds = {c.floor for c in claim.checks if c.floor}
+    candidates = [Path(section["data"]) if section.get("data") else None, data]
+    folder = next((f for f in candidates if f is not None and (f / "meta.json").is_file()), None)
     if folder is None:
         return {}
-    return {kind: unigram_floor(kind, folder, section.get("languages")) for kind in sorted(kinds)}
+    languages = tuple(section["languages"]) if section.get("languages") else None
+    return {c.floor: unigram_floor(c.floor, folder, languages) for c in claim.checks if c.floor}
 
 
 def budget_points(claim: Claim, rows: dict[str, dict]) -> list[tuple[float, dict]]:
     """The same comparison at every FLOP budget it was run at (XLM-E Fig. 1's axis), smallest first."""
     if not claim.budget.max_flops:
         return []
-    same = [
-        c
-        for c in CLAIMS
-        if c.budget.max_flops
-        and (c.paper, c.statement.split(" (")[0], c.metric, c.baseline.name, c.method.name)
-        == (claim.paper, claim.statement.split(" (")[0], claim.metric, claim.baseline.name, claim.method.name)
-    ]
+    comparison = lambda c: (c.paper, c.metric, c.baseline_metric, c.baseline.name, c.method.name)  # noqa: E731
+    same = [c for c in CLAIMS if c.budget.max_flops and comparison(c) == comparison(claim)]
     return [(c.budget.max_flops, rows[c.id]) for c in sorted(same, key=lambda c: c.budget.max_flops)]
 
 
@@ -230,21 +225,24 @@ def investigation(
             "tested under its own conditions: the model (scale) stands in the way; these checks do not "
             "clear or convict the code."
         )
-    elif at_floor and all(flag for _, flag in at_floor) and worsens_with_compute(claim, points):
-        lines.append(
-            f"- Reading: every compared model ended pre-training at or above the unigram floor "
-            f"({'; '.join(label for label, _ in at_floor)}), so the measure cannot yet show the method's effect; "
-            "yet the gap grows against the paper as compute grows, which scale alone does not explain. Code or "
-            "scale is not separated by these checks."
-        )
     elif at_floor and all(flag for _, flag in at_floor):
-        lines.append(
+        floor_text = (
             f"- Reading: every compared model ended pre-training at or above the unigram floor "
-            f"({'; '.join(label for label, _ in at_floor)}): none predicts a masked token better than its "
-            "language's token frequencies alone would, so none shows that it has learned from context, and "
-            "measures that need context (retrieval, word alignment, translation) cannot show the method's effect. "
-            "The cause is the scale (compute per model); these checks do not convict the code."
+            f"({'; '.join(label for label, _ in at_floor)})"
         )
+        if worsens_with_compute(claim, points):
+            lines.append(
+                f"{floor_text}, so the measure cannot yet show the method's effect; yet the gap grows against the "
+                "paper as compute grows, which scale alone does not explain. Code or scale is not separated by "
+                "these checks."
+            )
+        else:
+            lines.append(
+                f"{floor_text}: none predicts a masked token better than its language's token frequencies alone "
+                "would, so none shows that it has learned from context, and measures that need context "
+                "(retrieval, word alignment, translation) cannot show the method's effect. The cause is the scale "
+                "(compute per model); these checks do not convict the code."
+            )
     elif falls and all(falls):
         lines.append(
             "- Reading: the objective's loss falls during training (the mechanism trains), yet the decisive "
