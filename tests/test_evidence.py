@@ -463,3 +463,59 @@ def test_a_gap_that_grows_against_the_paper_with_compute_is_not_read_as_scale():
     )
     lines = "\n".join(investigation(claim, rows[claim.id], section, {"unigram": 6.6}, rows))
     assert "grows against the paper as compute grows" in lines and "The cause is the scale" not in lines
+
+
+def detector_seed(aer: float, accuracy: float, replaced: float = 0.147) -> dict:
+    """A seed of an RTD arm: its AER and the logged discriminator accuracy and replaced rate (first, last)."""
+    train = {}
+    for objective in ("mrtd", "trtd"):
+        train |= {f"{objective}/discriminator_accuracy": [0.8, accuracy], f"{objective}/replaced": [0.15, replaced]}
+    return {"aer-ot@default": aer, "aer-ot@best": aer, C.RELEASED_FILTERING: True, "train": train}
+
+
+def test_a_discriminator_no_better_than_predicting_original_everywhere_is_an_unmet_premise():
+    xlm = {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True}}
+    claim, section = claim_section("xlm-e-aer-ot-3", {"xlm": xlm, "xlm-e": {"0": detector_seed(89.0, 0.853)}})
+    lines = "\n".join(investigation(claim, claim_row(claim, section), section))
+    assert "premise is not met" in lines and "0.853 where predicting the majority class scores 0.853" in lines
+    assert "(majority class: 0.853)" in lines
+    # a discriminator that detects (accuracy well above 1 - replaced rate) meets it
+    claim, section = claim_section("xlm-e-aer-ot-3", {"xlm": xlm, "xlm-e": {"0": detector_seed(89.0, 0.95)}})
+    assert "premise is not met" not in "\n".join(investigation(claim, claim_row(claim, section), section))
+
+
+def test_a_diagnostic_with_its_premise_met_separates_code_from_scale():
+    claim, section = claim_section(
+        "xlm-e-aer-ot-3",
+        {
+            "xlm": {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True}},
+            "xlm-e": {"0": detector_seed(89.0, 0.853)},
+        },
+    )
+    diagnostic, continued = claim_section(
+        C.XLM_E_DIAGNOSTIC,
+        {
+            "mlm-tlm": {s: {"aer-ot@default": 76.0, "aer-ot@best": 75.0, C.RELEASED_FILTERING: True} for s in "01"},
+            "xlm-e-continued": {"0": detector_seed(73.0, 0.95), "1": detector_seed(73.4, 0.94)},
+        },
+    )
+    assert C.XLM_E_DIAGNOSTIC in claim.diagnostics
+    loaded = {section["section"]: section, continued["section"]: continued}
+
+    def reading(diagnostic_section):
+        loaded[continued["section"]] = diagnostic_section
+        rows = {c.id: claim_row(c, loaded.get(c.section)) for c in C.CLAIMS}
+        return "\n".join(investigation(claim, rows[claim.id], section, {}, rows, loaded))
+
+    lines = reading(continued)  # AER -3.0 and -2.6: the paper's way, its discriminator detecting
+    assert "its premise met (MRTD discriminator accuracy 0.950 vs majority 0.853" in lines
+    assert "the same code moves the metric the paper's way: the cause is the scale" in lines
+    worse = json.loads(json.dumps(continued))
+    for seed in worse["results"]["xlm-e-continued"].values():
+        seed["aer-ot@default"] = 80.0
+    assert "the code, or the method at this model size, is suspect" in reading(worse)
+    idle = json.loads(json.dumps(continued))  # the diagnostic's discriminator did not learn either
+    idle["results"]["xlm-e-continued"]["0"] = detector_seed(73.0, 0.853)
+    lines = reading(idle)
+    assert "premise not met either" in lines and "cause is the scale" not in lines
+    assert "do not clear or convict the code" in lines

@@ -19,6 +19,17 @@ UNIGRAM = "unigram"
 """Floor of a masked-token loss over the section's training languages: H(token | language)."""
 TARGET_PREFIX = "unigram:"
 """`unigram:en`: floor of a translation loss into English: the unigram entropy of the English text."""
+MAJORITY_PREFIX = "majority:"
+"""`majority:mrtd/replaced`: floor of a detector's accuracy: predicting "original" at every token scores 1 - the
+replaced rate (a metric the same run logs), so a detector at that accuracy has learned nothing to detect with."""
+MAJORITY_MARGIN = 0.005
+"""Accuracy within half a point of the majority floor counts as at it (the only position a detector can tell
+without learning, the never-masked <s> and </s>, is worth about that much)."""
+
+
+def majority_floor(replaced_rate: float) -> float:
+    """Accuracy of predicting the more frequent of replaced / original at every token."""
+    return max(replaced_rate, 1.0 - replaced_rate)
 
 
 def entropy(counts: np.ndarray) -> float:

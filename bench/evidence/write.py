@@ -24,8 +24,8 @@ from bench.evidence.claims import (
     Claim,
     sections,
 )
-from bench.evidence.floor import unigram_floor
-from bench.evidence.verdict import NOT_REPRODUCED, difference, verdict
+from bench.evidence.floor import MAJORITY_MARGIN, MAJORITY_PREFIX, majority_floor, unigram_floor
+from bench.evidence.verdict import NOT_REPRODUCED, REPRODUCED, difference, verdict
 from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
 
@@ -135,6 +135,84 @@ def check_value(check: Check, section: dict) -> str | None:
     return None if value is None else f"{value:.2f}"
 
 
+def majority_of(check: Check, section: dict) -> float | None:
+    """The majority-class accuracy a detector check is held against: from the same arm's logged rate (seed 0,
+    last window), as its accuracy is."""
+    seed0 = section["results"].get(check.arm, {}).get("0", {})
+    rate = seed0.get("train", {}).get(check.floor.removeprefix(MAJORITY_PREFIX))
+    return None if rate is None else majority_floor(rate[1])
+
+
+def unmet_premises(claim: Claim, section: dict) -> list[str]:
+    """The claim's premises measured outside their range: a start model further from the paper's than
+    `premise_max` allows, a detector no better than predicting the majority class."""
+    unmet = []
+    for check in claim.checks:
+        value = check_value(check, section)
+        if value is None:
+            continue
+        last = float(value.split(" -> ")[-1])
+        if check.premise_max is not None and last > check.premise_max:
+            unmet.append(f"{check.label} {value} > {check.premise_max:g}")
+        if check.floor and check.floor.startswith(MAJORITY_PREFIX):
+            floor = majority_of(check, section)
+            if floor is not None and last <= floor + MAJORITY_MARGIN:
+                unmet.append(f"{check.label} {last:.3f} where predicting the majority class scores {floor:.3f}")
+    return unmet
+
+
+def diagnostic_reading(claim: Claim, rows: dict, loaded: dict) -> tuple[list[str], list[str]]:
+    """What the claim's diagnostics (the same mechanism where the premise is met) say: their results, and a
+    reading when one ran with its own premise met. Returns (lines, readings)."""
+    lines, readings = [], []
+    for name in claim.diagnostics:
+        diagnostic = next(c for c in CLAIMS if c.id == name)
+        row, section = rows.get(name), loaded.get(diagnostic.section)
+        if row is None or row["difference"] is None or section is None:
+            lines.append(f"- Diagnostic `{name}` ({diagnostic.statement}): {row['verdict'] if row else NOT_RUN}.")
+            continue
+        unmet = unmet_premises(diagnostic, section)
+        lines.append(
+            f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
+            f"method - baseline {difference_text(row)}, {row['verdict']}; its premise "
+            + (
+                f"not met either ({'; '.join(unmet)})."
+                if unmet
+                else "met (" + premise_values(diagnostic, section) + ")."
+            )
+        )
+        if unmet:
+            continue
+        if row["verdict"] == REPRODUCED:
+            readings.append(
+                f"where the premise is met (`{name}`), the same code moves the metric the paper's way: the cause is "
+                "the scale"
+            )
+        elif row["verdict"] == NOT_REPRODUCED:
+            readings.append(
+                f"even where the premise is met (`{name}`), the method moves the metric against the paper: the code, "
+                "or the method at this model size, is suspect"
+            )
+        else:
+            readings.append(f"where the premise is met (`{name}`) the difference is {row['verdict']}")
+    return lines, readings
+
+
+def premise_values(claim: Claim, section: dict) -> str:
+    """The premise checks' values beside what they are held against (for a diagnostic's line)."""
+    out = []
+    for check in claim.checks:
+        value = check_value(check, section)
+        if value is None:
+            continue
+        if check.floor and check.floor.startswith(MAJORITY_PREFIX):
+            floor = majority_of(check, section)
+            out.append(f"{check.label} {float(value.split(' -> ')[-1]):.3f} vs majority {floor:.3f}")
+        elif check.premise_max is not None:
+            out.append(f"{check.label} {value} <= {check.premise_max:g}")
+    return "; ".join(out)
+
+
 def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, float]:
     """The unigram floors the claim's checks name, from the section's prepared folder (or `data` where the
     section's own path is not on this machine); none when neither is."""
@@ -143,7 +221,8 @@ def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, 
     if folder is None:
         return {}
     languages = tuple(section["languages"]) if section.get("languages") else None
-    return {c.floor: unigram_floor(c.floor, folder, languages) for c in claim.checks if c.floor}
+    floors = {c.floor for c in claim.checks if c.floor and not c.floor.startswith(MAJORITY_PREFIX)}
+    return {f: unigram_floor(f, folder, languages) for f in floors}
 
 
 def budget_points(claim: Claim, rows: dict[str, dict]) -> list[tuple[float, dict]]:
@@ -181,10 +260,16 @@ def budget_trend(points: list[tuple[float, dict]]) -> str | None:
 
 
 def investigation(
-    claim: Claim, row: dict, section: dict, floors: dict[str, float] | None = None, rows: dict | None = None
+    claim: Claim,
+    row: dict,
+    section: dict,
+    floors: dict[str, float] | None = None,
+    rows: dict | None = None,
+    loaded: dict | None = None,
 ) -> list[str]:
-    """`floors`: the unigram floors of the claim's checks (section_floors); `rows`: every claim's row by id,
-    for the same comparison at other budgets."""
+    """`floors`: the unigram floors of the claim's checks (section_floors); `rows`: every claim's row by id, for
+    the same comparison at other budgets and the diagnostics; `loaded`: every section's results by name (the
+    diagnostics' premises)."""
     floors = floors or {}
     lines = [f"### {claim.id}: {claim.statement}", ""]
     measured = METRICS[claim.metric][1]
@@ -193,7 +278,6 @@ def investigation(
         f"{difference_text(row)}."
     )
     falls = []  # per logged loss among the checks: did it fall from the first to the last 10 values?
-    unmet = []  # premises measured outside the range the paper's start model had
     at_floor = []  # pre-training losses that ended at or above their unigram floor: (label, at floor?)
     for check in claim.checks:
         value = check_value(check, section)
@@ -201,6 +285,9 @@ def investigation(
         floor = floors.get(check.floor) if check.floor else None
         if value and floor is not None:
             ref += f" (unigram floor: {floor:.2f} nats)"
+        if value and check.floor and check.floor.startswith(MAJORITY_PREFIX):
+            majority = majority_of(check, section)
+            ref += f" (majority class: {majority:.3f})" if majority is not None else ""
         lines.append(f"- {check.label}, arm `{check.arm}`: {value if value else 'not measured'}{ref}.")
         last = float(value.split(" -> ")[-1]) if value else None
         if value and check.key.startswith("log:") and "loss" in check.key:
@@ -208,8 +295,7 @@ def investigation(
             falls.append(last < first)
             if floor is not None:
                 at_floor.append((f"{check.label} {last:.2f}", last >= floor))
-        if value and check.premise_max is not None and float(value) > check.premise_max:
-            unmet.append(f"{check.label} {value} > {check.premise_max:g}")
+    unmet = unmet_premises(claim, section)
     points = budget_points(claim, rows) if rows is not None else []
     if trend := budget_trend(points):
         lines.append(trend)
@@ -219,12 +305,17 @@ def investigation(
             f"- Code: the mechanism is pinned to the paper by tests that fail when it is wired otherwise ({tests}; "
             f"`python -m pytest {' '.join(sorted({t.split('::')[0] for t in claim.code_checks}))}`)."
         )
+    diagnosed, readings = diagnostic_reading(claim, rows or {}, loaded or {})
+    lines += diagnosed
     if unmet:
-        lines.append(
+        reading = (
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
-            "tested under its own conditions: the model (scale) stands in the way; these checks do not "
-            "clear or convict the code."
+            "tested under its own conditions: the model (scale) stands in the way"
         )
+        if readings:
+            lines.append(f"{reading}; {'; '.join(readings)}.")
+        else:
+            lines.append(f"{reading}; these checks do not clear or convict the code.")
     elif at_floor and all(flag for _, flag in at_floor):
         floor_text = (
             f"- Reading: every compared model ended pre-training at or above the unigram floor "
@@ -359,7 +450,7 @@ def write(sections_dir: Path, out: Path, command: str, data: Path | None = None)
         by_id = {r["claim"]: r for r in rows}
         for claim, row in failed:
             section = loaded[claim.section]
-            lines += investigation(claim, row, section, section_floors(claim, section, data), by_id)
+            lines += investigation(claim, row, section, section_floors(claim, section, data), by_id, loaded)
     if plots:
         lines += ["## Figures", "", *(f"![{p.stem}](evidence/{p.name})" for p in plots), ""]
     out.mkdir(parents=True, exist_ok=True)
