@@ -126,13 +126,20 @@ def difference_text(row: dict) -> str:
 # The investigation of a claim that is not reproduced: the checks' numbers, and what they say
 
 
-def check_value(check: Check, section: dict) -> str | None:
+def check_numbers(check: Check, section: dict) -> list[float] | None:
+    """Seed 0's numbers for a check: [first, last] window means of a logged metric (`log:`), [value] of a
+    measured one; None when the section has neither."""
     seed0 = section["results"].get(check.arm, {}).get("0", {})
     if check.key.startswith("log:"):
         pair = seed0.get("train", {}).get(check.key.removeprefix("log:"))
-        return None if pair is None else f"{pair[0]:.3f} -> {pair[1]:.3f}"
+        return None if pair is None else list(pair)
     value = seed0.get(check.key)
-    return None if value is None else f"{value:.2f}"
+    return None if value is None else [value]
+
+
+def numbers_text(numbers: list[float]) -> str:
+    """`first -> last` for a logged metric (3 decimals), the value for a measured one (2)."""
+    return " -> ".join(f"{v:.3f}" for v in numbers) if len(numbers) > 1 else f"{numbers[0]:.2f}"
 
 
 def majority_of(check: Check, section: dict) -> float | None:
@@ -148,12 +155,12 @@ def unmet_premises(claim: Claim, section: dict) -> list[str]:
     `premise_max` allows, a detector no better than predicting the majority class."""
     unmet = []
     for check in claim.checks:
-        value = check_value(check, section)
-        if value is None:
+        numbers = check_numbers(check, section)
+        if numbers is None:
             continue
-        last = float(value.split(" -> ")[-1])
+        last = numbers[-1]
         if check.premise_max is not None and last > check.premise_max:
-            unmet.append(f"{check.label} {value} > {check.premise_max:g}")
+            unmet.append(f"{check.label} {numbers_text(numbers)} > {check.premise_max:g}")
         if check.floor and check.floor.startswith(MAJORITY_PREFIX):
             floor = majority_of(check, section)
             if floor is not None and last <= floor + MAJORITY_MARGIN:
@@ -171,15 +178,11 @@ def diagnostic_reading(claim: Claim, rows: dict, loaded: dict) -> tuple[list[str
         if row is None or row["difference"] is None or section is None:
             lines.append(f"- Diagnostic `{name}` ({diagnostic.statement}): {row['verdict'] if row else NOT_RUN}.")
             continue
-        unmet = unmet_premises(diagnostic, section)
+        unmet, met = unmet_premises(diagnostic, section), premise_values(diagnostic, section)
+        premise = f"not met either ({'; '.join(unmet)})" if unmet else "met" + (f" ({met})" if met else "")
         lines.append(
             f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
-            f"method - baseline {difference_text(row)}, {row['verdict']}; its premise "
-            + (
-                f"not met either ({'; '.join(unmet)})."
-                if unmet
-                else "met (" + premise_values(diagnostic, section) + ")."
-            )
+            f"method - baseline {difference_text(row)}, {row['verdict']}; its premise {premise}."
         )
         if unmet:
             continue
@@ -202,14 +205,13 @@ def premise_values(claim: Claim, section: dict) -> str:
     """The premise checks' values beside what they are held against (for a diagnostic's line)."""
     out = []
     for check in claim.checks:
-        value = check_value(check, section)
-        if value is None:
+        numbers = check_numbers(check, section)
+        if numbers is None:
             continue
         if check.floor and check.floor.startswith(MAJORITY_PREFIX):
-            floor = majority_of(check, section)
-            out.append(f"{check.label} {float(value.split(' -> ')[-1]):.3f} vs majority {floor:.3f}")
+            out.append(f"{check.label} {numbers[-1]:.3f} vs majority {majority_of(check, section):.3f}")
         elif check.premise_max is not None:
-            out.append(f"{check.label} {value} <= {check.premise_max:g}")
+            out.append(f"{check.label} {numbers_text(numbers)} <= {check.premise_max:g}")
     return "; ".join(out)
 
 
@@ -280,18 +282,19 @@ def investigation(
     falls = []  # per logged loss among the checks: did it fall from the first to the last 10 values?
     at_floor = []  # pre-training losses that ended at or above their unigram floor: (label, at floor?)
     for check in claim.checks:
-        value = check_value(check, section)
+        numbers = check_numbers(check, section)
         ref = f" (reference: {check.reference})" if check.reference else ""
         floor = floors.get(check.floor) if check.floor else None
-        if value and floor is not None:
+        if numbers and floor is not None:
             ref += f" (unigram floor: {floor:.2f} nats)"
-        if value and check.floor and check.floor.startswith(MAJORITY_PREFIX):
+        if numbers and check.floor and check.floor.startswith(MAJORITY_PREFIX):
             majority = majority_of(check, section)
             ref += f" (majority class: {majority:.3f})" if majority is not None else ""
-        lines.append(f"- {check.label}, arm `{check.arm}`: {value if value else 'not measured'}{ref}.")
-        last = float(value.split(" -> ")[-1]) if value else None
-        if value and check.key.startswith("log:") and "loss" in check.key:
-            first = float(value.split(" -> ")[0])
+        lines.append(
+            f"- {check.label}, arm `{check.arm}`: {numbers_text(numbers) if numbers else 'not measured'}{ref}."
+        )
+        if numbers and check.key.startswith("log:") and "loss" in check.key:
+            first, last = numbers[0], numbers[-1]
             falls.append(last < first)
             if floor is not None:
                 at_floor.append((f"{check.label} {last:.2f}", last >= floor))
