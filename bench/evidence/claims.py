@@ -319,6 +319,8 @@ _premise = Check(
     "the paper's start XLM-R: 17.7 / 7.5 / 37.8 / 27.5 AER (Table 2)",
     premise_max=37.8,
 )
+# Self-labels are the model's own OT links (Eq. 10): as many per pair as the aligner finds in the model being trained.
+_labels = Check("DWA self-labels per pair (first -> last 10 steps)", "dwa", "log:dwa/labels_per_pair")
 
 ERNIE_STEPS = Budget(steps=120)
 _ernie = dict(paper="ERNIE-M", section="ernie-m", budget=ERNIE_STEPS, measures=("aer-ot@default", "dev@best"))
@@ -479,6 +481,7 @@ CLAIMS: tuple[Claim, ...] = (
         checks=(
             _premise,
             Check("DWA loss", "dwa", "log:dwa/dwa_loss"),
+            _labels,
             Check("DWA pointer accuracy", "dwa", "log:dwa/dwa_accuracy"),
         ),
         code_checks=_DWA_CODE,
@@ -493,7 +496,7 @@ CLAIMS: tuple[Claim, ...] = (
         metric="aer-ot@default",
         direction=-1,
         measures=("aer-ot@best",),
-        checks=(_premise, Check("DWA loss", "dwa", "log:dwa/dwa_loss")),
+        checks=(_premise, Check("DWA loss", "dwa", "log:dwa/dwa_loss"), _labels),
         code_checks=_DWA_CODE,
         start=ALIGNED_START,
         **{**_xa, "section": "xlm-align-aligned", "budget": Budget(steps=150)},
