@@ -20,6 +20,7 @@ from bench.evidence.claims import (
     ONE_CLASS,
     RELEASED_FILTERING,
     XNLI_SMOKE_FLOOR,
+    Budget,
     Check,
     Claim,
     sections,
@@ -168,37 +169,48 @@ def unmet_premises(claim: Claim, section: dict) -> list[str]:
     return unmet
 
 
-def diagnostic_reading(claim: Claim, rows: dict, loaded: dict) -> tuple[list[str], list[str]]:
-    """What the claim's diagnostics (the same mechanism where the premise is met) say: their results, and a
-    reading when one ran with its own premise met. Returns (lines, readings)."""
-    lines, readings = [], []
+def diagnostic_reading(claim: Claim, rows: dict, loaded: dict) -> tuple[list[str], str | None]:
+    """What the claim's diagnostics (the same mechanism where this claim's premise is met, possibly at several
+    budgets) say: a line each, and a reading from the largest budget whose premise was met, with the trend
+    across the met ones. Returns (lines, reading or None)."""
+    lines, met = [], []  # met: (diagnostic, row) whose own premise holds, in the listed (budget) order
     for name in claim.diagnostics:
         diagnostic = next(c for c in CLAIMS if c.id == name)
         row, section = rows.get(name), loaded.get(diagnostic.section)
         if row is None or row["difference"] is None or section is None:
             lines.append(f"- Diagnostic `{name}` ({diagnostic.statement}): {row['verdict'] if row else NOT_RUN}.")
             continue
-        unmet, met = unmet_premises(diagnostic, section), premise_values(diagnostic, section)
-        premise = f"not met either ({'; '.join(unmet)})" if unmet else "met" + (f" ({met})" if met else "")
+        unmet, values = unmet_premises(diagnostic, section), premise_values(diagnostic, section)
+        premise = f"not met either ({'; '.join(unmet)})" if unmet else "met" + (f" ({values})" if values else "")
         lines.append(
             f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
             f"method - baseline {difference_text(row)}, {row['verdict']}; its premise {premise}."
         )
-        if unmet:
-            continue
-        if row["verdict"] == REPRODUCED:
-            readings.append(
-                f"where the premise is met (`{name}`), the same code moves the metric the paper's way: the cause is "
-                "the scale"
-            )
-        elif row["verdict"] == NOT_REPRODUCED:
-            readings.append(
-                f"even where the premise is met (`{name}`), the method moves the metric against the paper: the code, "
-                "or the method at this model size, is suspect"
-            )
-        else:
-            readings.append(f"where the premise is met (`{name}`) the difference is {row['verdict']}")
-    return lines, readings
+        if not unmet:
+            met.append((diagnostic, row))
+    if not met:
+        return lines, None
+    last, row = met[-1]
+    trend = compute_trend(last, [(d.budget, r) for d, r in met])
+    moves = ", ".join(f"{budget_text(d.budget)} {r['difference']:+.2f}" for d, r in met)
+    if row["verdict"] == REPRODUCED:
+        return lines, (
+            f"where the premise is met (`{last.id}`), the same code moves the metric the paper's way: the cause is "
+            "the scale"
+        )
+    if row["verdict"] == NOT_REPRODUCED and trend > 0:
+        return lines, (
+            f"where the premise is met the method still trails the baseline, but the gap closes as compute grows "
+            f"({moves}): the code does not stand out, and compute moves the result the paper's way; code or scale "
+            "is not separated, the trend points to scale"
+        )
+    if row["verdict"] == NOT_REPRODUCED:
+        grows = f", and more compute does not close the gap ({moves})" if len(met) > 1 else ""
+        return lines, (
+            f"even where the premise is met (`{last.id}`), the method moves the metric against the paper{grows}: "
+            "the code, or the method at this model size, is suspect"
+        )
+    return lines, f"where the premise is met (`{last.id}`) the difference is {row['verdict']}"
 
 
 def premise_values(claim: Claim, section: dict) -> str:
@@ -227,38 +239,66 @@ def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, 
     return {f: unigram_floor(f, folder, languages) for f in floors}
 
 
-def budget_points(claim: Claim, rows: dict[str, dict]) -> list[tuple[float, dict]]:
-    """The same comparison at every FLOP budget it was run at (XLM-E Fig. 1's axis), smallest first."""
-    if not claim.budget.max_flops:
-        return []
-    comparison = lambda c: (c.paper, c.metric, c.baseline_metric, c.baseline.name, c.method.name)  # noqa: E731
-    same = [c for c in CLAIMS if c.budget.max_flops and comparison(c) == comparison(claim)]
-    return [(c.budget.max_flops, rows[c.id]) for c in sorted(same, key=lambda c: c.budget.max_flops)]
+def budget_amount(budget: Budget) -> float:
+    return budget.steps or budget.max_flops
 
 
-def worsens_with_compute(claim: Claim, points: list[tuple[float, dict]]) -> bool:
-    """The gap moves against the paper from the smallest to the largest measured budget by more than the two
-    spreads: more compute makes it worse, which scale alone does not explain."""
+def budget_text(budget: Budget) -> str:
+    return f"{budget.steps} steps" if budget.steps else f"{budget.max_flops:.2g} FLOPs"
+
+
+def budget_points(claim: Claim, rows: dict[str, dict]) -> list[tuple[Budget, dict]]:
+    """The same comparison (same arms, start and metric) at every budget it was run at (XLM-E Fig. 1's axis for
+    FLOPs), smallest first."""
+    comparison = lambda c: (c.paper, c.metric, c.baseline_metric, c.baseline, c.method, c.start)  # noqa: E731
+    same = [
+        c for c in CLAIMS if comparison(c) == comparison(claim) and bool(c.budget.steps) == bool(claim.budget.steps)
+    ]
+    return [(c.budget, rows[c.id]) for c in sorted(same, key=lambda c: budget_amount(c.budget))]
+
+
+def compute_trend(claim: Claim, points: list[tuple[Budget, dict]]) -> int:
+    """+1 when the gap moves the paper's way from the smallest to the largest measured budget by more than the
+    two spreads, -1 when it moves against it (more compute makes it worse, which scale alone does not explain),
+    0 otherwise or with fewer than two measured budgets."""
     measured = [row for _, row in points if row["difference"] is not None]
     if len(measured) < 2:
-        return False
+        return 0
     first, last = measured[0], measured[-1]
     spreads = (first["spread"] or 0.0) + (last["spread"] or 0.0)
-    return (last["difference"] - first["difference"]) * claim.direction < -spreads
+    moved = (last["difference"] - first["difference"]) * claim.direction
+    return 1 if moved > spreads else -1 if moved < -spreads else 0
 
 
-def budget_trend(points: list[tuple[float, dict]]) -> str | None:
+def worsens_with_compute(claim: Claim, points: list[tuple[Budget, dict]]) -> bool:
+    return compute_trend(claim, points) < 0
+
+
+def budget_trend(points: list[tuple[Budget, dict]]) -> str | None:
     """How the gap moves with compute, which tells scale from a fixed defect of the method's code."""
     if len(points) < 2:
         return None
     return (
         "- Across budgets (method - baseline): "
         + ", ".join(
-            f"{flops:.2g} FLOPs {difference_text(row) if row['difference'] is not None else row['verdict']}"
-            for flops, row in points
+            f"{budget_text(budget)} {difference_text(row) if row['difference'] is not None else row['verdict']}"
+            for budget, row in points
         )
         + "."
     )
+
+
+def layer_sweeps(claim: Claim, section: dict) -> str | None:
+    """For an OT AER claim: both arms' AER at every layer (seed 0), which shows where a gap sits (the
+    embeddings or the contextual layers)."""
+    if not claim.metric.startswith("aer-ot"):
+        return None
+    sweeps = []
+    for arm in claim.arms:
+        sweep = section["results"].get(arm.name, {}).get("0", {}).get("sweep/aer-ot")
+        if sweep:
+            sweeps.append(f"{arm.name} " + " / ".join(f"{v:.1f}" for v in sweep))
+    return f"- AER by layer (0 = embeddings; seed 0): {'; '.join(sweeps)}." if sweeps else None
 
 
 def investigation(
@@ -295,28 +335,31 @@ def investigation(
         )
         if numbers and check.key.startswith("log:") and "loss" in check.key:
             first, last = numbers[0], numbers[-1]
-            falls.append(last < first)
+            if check.arm == claim.method.name:  # the method's own mechanism, not the baseline's
+                falls.append(last < first)
             if floor is not None:
                 at_floor.append((f"{check.label} {last:.2f}", last >= floor))
     unmet = unmet_premises(claim, section)
     points = budget_points(claim, rows) if rows is not None else []
     if trend := budget_trend(points):
         lines.append(trend)
+    if sweeps := layer_sweeps(claim, section):
+        lines.append(sweeps)
     if claim.code_checks:
         tests = ", ".join(f"`{t.split('::')[1]}`" for t in claim.code_checks)
         lines.append(
             f"- Code: the mechanism is pinned to the paper by tests that fail when it is wired otherwise ({tests}; "
             f"`python -m pytest {' '.join(sorted({t.split('::')[0] for t in claim.code_checks}))}`)."
         )
-    diagnosed, readings = diagnostic_reading(claim, rows or {}, loaded or {})
+    diagnosed, diagnosis = diagnostic_reading(claim, rows or {}, loaded or {})
     lines += diagnosed
     if unmet:
         reading = (
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
             "tested under its own conditions: the model (scale) stands in the way"
         )
-        if readings:
-            lines.append(f"{reading}; {'; '.join(readings)}.")
+        if diagnosis:
+            lines.append(f"{reading}; {diagnosis}.")
         else:
             lines.append(f"{reading}; these checks do not clear or convict the code.")
     elif at_floor and all(flag for _, flag in at_floor):
