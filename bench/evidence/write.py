@@ -356,12 +356,14 @@ def investigation(
     if unmet:
         reading = (
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
-            "tested under its own conditions: the model (scale) stands in the way"
+            "tested under its own conditions"
         )
         if diagnosis:
             lines.append(f"{reading}; {diagnosis}.")
         else:
-            lines.append(f"{reading}; these checks do not clear or convict the code.")
+            lines.append(
+                f"{reading}: the model (scale) stands in the way; these checks do not clear or convict the code."
+            )
     elif at_floor and all(flag for _, flag in at_floor):
         floor_text = (
             f"- Reading: every compared model ended pre-training at or above the unigram floor "
