@@ -220,8 +220,9 @@ def premise_values(claim: Claim, section: dict) -> str:
         numbers = check_numbers(check, section)
         if numbers is None:
             continue
-        if check.floor and check.floor.startswith(MAJORITY_PREFIX):
-            out.append(f"{check.label} {numbers[-1]:.3f} vs majority {majority_of(check, section):.3f}")
+        majority = majority_of(check, section) if check.floor and check.floor.startswith(MAJORITY_PREFIX) else None
+        if majority is not None:
+            out.append(f"{check.label} {numbers[-1]:.3f} vs majority {majority:.3f}")
         elif check.premise_max is not None:
             out.append(f"{check.label} {numbers_text(numbers)} <= {check.premise_max:g}")
     return "; ".join(out)
