@@ -9,7 +9,8 @@
 # `ppa`'s full system and MLM + TLM; xlm-e-xnli reuses xlm-e-1's runs; veco reuses xlm-e-2's MLM + TLM).
 # `python -m bench.evidence.claims` prints them from the claims:
 #   ppa ~41   ppa-no-moco ~20   ppa-no-tlm ~13   ppa-xnli ~15   xlm-align ~44   ernie-m ~43   xlm-e-1 ~21
-#   xlm-e-2 ~28   xlm-e-3 ~44   xlm-e-no-trtd ~11   xlm-e-xnli ~12 (~20 alone)   xlm-e-continued ~25
+#   xlm-e-2 ~28   xlm-e-3 ~44   xlm-e-no-trtd ~11   xlm-e-xnli ~12 (~20 alone)   xlm-e-continued ~38
+#   xlm-e-continued-300 ~41 (the XLM-E diagnostics: both objectives continued from small-base)
 #   veco ~20 (~32 alone, from scratch with cpu-small)
 #   xlm-align-aligned ~32 (DWA from a sentence-aligned start: needs bench/work/runs/best-sentences, bench/best.sh)
 #   plus ~4 to prepare bench/work/prepared-all24 when it is missing (bench/best.sh's folder, --dev-pairs 1000).
