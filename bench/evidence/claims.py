@@ -98,6 +98,13 @@ class Check:
     detector's accuracy: `majority:<logged rate>`, what predicting the majority class everywhere scores; a
     detector at it has not learned to detect, which is a premise of the method (read as `premise_max` is)."""
 
+    @property
+    def rate_key(self) -> str | None:
+        """For a detector check (`majority:` floor): the logged rate its majority-class floor comes from."""
+        if self.floor and self.floor.startswith(MAJORITY_PREFIX):
+            return self.floor.removeprefix(MAJORITY_PREFIX)
+        return None
+
 
 # --------------------------------------------------------------------------------------------------------
 # Measures and metrics

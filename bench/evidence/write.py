@@ -25,7 +25,7 @@ from bench.evidence.claims import (
     Claim,
     sections,
 )
-from bench.evidence.floor import MAJORITY_MARGIN, MAJORITY_PREFIX, majority_floor, unigram_floor
+from bench.evidence.floor import MAJORITY_MARGIN, majority_floor, unigram_floor
 from bench.evidence.verdict import NOT_REPRODUCED, REPRODUCED, difference, verdict
 from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
@@ -127,14 +127,19 @@ def difference_text(row: dict) -> str:
 # The investigation of a claim that is not reproduced: the checks' numbers, and what they say
 
 
+def seed0(section: dict, arm: str) -> dict:
+    """Seed 0's results of an arm (empty when it has none): what checks and layer sweeps read."""
+    return section["results"].get(arm, {}).get("0", {})
+
+
 def check_numbers(check: Check, section: dict) -> list[float] | None:
     """Seed 0's numbers for a check: [first, last] window means of a logged metric (`log:`), [value] of a
     measured one; None when the section has neither."""
-    seed0 = section["results"].get(check.arm, {}).get("0", {})
+    results = seed0(section, check.arm)
     if check.key.startswith("log:"):
-        pair = seed0.get("train", {}).get(check.key.removeprefix("log:"))
+        pair = results.get("train", {}).get(check.key.removeprefix("log:"))
         return None if pair is None else list(pair)
-    value = seed0.get(check.key)
+    value = results.get(check.key)
     return None if value is None else [value]
 
 
@@ -146,8 +151,7 @@ def numbers_text(numbers: list[float]) -> str:
 def majority_of(check: Check, section: dict) -> float | None:
     """The majority-class accuracy a detector check is held against: from the same arm's logged rate (seed 0,
     last window), as its accuracy is."""
-    seed0 = section["results"].get(check.arm, {}).get("0", {})
-    rate = seed0.get("train", {}).get(check.floor.removeprefix(MAJORITY_PREFIX))
+    rate = seed0(section, check.arm).get("train", {}).get(check.rate_key) if check.rate_key else None
     return None if rate is None else majority_floor(rate[1])
 
 
@@ -162,10 +166,9 @@ def unmet_premises(claim: Claim, section: dict) -> list[str]:
         last = numbers[-1]
         if check.premise_max is not None and last > check.premise_max:
             unmet.append(f"{check.label} {numbers_text(numbers)} > {check.premise_max:g}")
-        if check.floor and check.floor.startswith(MAJORITY_PREFIX):
-            floor = majority_of(check, section)
-            if floor is not None and last <= floor + MAJORITY_MARGIN:
-                unmet.append(f"{check.label} {last:.3f} where predicting the majority class scores {floor:.3f}")
+        floor = majority_of(check, section)
+        if floor is not None and last <= floor + MAJORITY_MARGIN:
+            unmet.append(f"{check.label} {last:.3f} where predicting the majority class scores {floor:.3f}")
     return unmet
 
 
@@ -220,7 +223,7 @@ def premise_values(claim: Claim, section: dict) -> str:
         numbers = check_numbers(check, section)
         if numbers is None:
             continue
-        majority = majority_of(check, section) if check.floor and check.floor.startswith(MAJORITY_PREFIX) else None
+        majority = majority_of(check, section)
         if majority is not None:
             out.append(f"{check.label} {numbers[-1]:.3f} vs majority {majority:.3f}")
         elif check.premise_max is not None:
@@ -236,7 +239,7 @@ def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, 
     if folder is None:
         return {}
     languages = tuple(section["languages"]) if section.get("languages") else None
-    floors = {c.floor for c in claim.checks if c.floor and not c.floor.startswith(MAJORITY_PREFIX)}
+    floors = {c.floor for c in claim.checks if c.floor and not c.rate_key}
     return {f: unigram_floor(f, folder, languages) for f in floors}
 
 
@@ -296,7 +299,7 @@ def layer_sweeps(claim: Claim, section: dict) -> str | None:
         return None
     sweeps = []
     for arm in claim.arms:
-        sweep = section["results"].get(arm.name, {}).get("0", {}).get("sweep/aer-ot")
+        sweep = seed0(section, arm.name).get("sweep/aer-ot")
         if sweep:
             sweeps.append(f"{arm.name} " + " / ".join(f"{v:.1f}" for v in sweep))
     return f"- AER by layer (0 = embeddings; seed 0): {'; '.join(sweeps)}." if sweeps else None
@@ -328,9 +331,9 @@ def investigation(
         floor = floors.get(check.floor) if check.floor else None
         if numbers and floor is not None:
             ref += f" (unigram floor: {floor:.2f} nats)"
-        if numbers and check.floor and check.floor.startswith(MAJORITY_PREFIX):
-            majority = majority_of(check, section)
-            ref += f" (majority class: {majority:.3f})" if majority is not None else ""
+        majority = majority_of(check, section) if numbers else None
+        if majority is not None:
+            ref += f" (majority class: {majority:.3f})"
         lines.append(
             f"- {check.label}, arm `{check.arm}`: {numbers_text(numbers) if numbers else 'not measured'}{ref}."
         )
