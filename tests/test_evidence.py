@@ -554,7 +554,7 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
     assert "the cause is the scale" in reading(74.0)  # at 300 steps the method wins: reproduced there
     # the diagnostic's own investigation shows its trend across the two budgets and both arms' layer sweeps
     d, s = claim_section(long, diagnostic(84.0))
-    rows = {c.id: claim_row(c, {short: None}.get(c.id)) for c in C.CLAIMS}
+    rows = {c.id: claim_row(c, None) for c in C.CLAIMS}
     rows[short] |= {"difference": 4.0, "spread": None, "seeds": 1}
     rows[long] = claim_row(d, s)
     lines = "\n".join(investigation(d, rows[long], s, {}, rows))
