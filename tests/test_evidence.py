@@ -529,7 +529,7 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
             "xlm-e": {"0": detector_seed(89.0, 0.853)},
         },
     )
-    (short, _, _), (long, long_section, _) = C.XLM_E_DIAGNOSTICS
+    (short, _, _, _), (long, long_section, _, _) = C.XLM_E_DIAGNOSTICS[:2]
 
     def diagnostic(aer: float) -> dict:
         return {

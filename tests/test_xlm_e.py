@@ -326,6 +326,46 @@ def test_mrtd_and_trtd_share_one_generator_and_detection_head():
         other.setup(model)
 
 
+def test_a_generator_started_from_the_model_predicts_as_the_model_and_then_trains_apart():
+    # generator_init=model: a copy of the model's bottom layers, embeddings and MLM head. The wrong versions: a
+    # generator left random (its predictions differ), or one sharing the copied weights (training it would move
+    # the discriminator's layers too).
+    torch.manual_seed(0)
+    config = tiny_config(num_layers=3)
+    model = MaskedLanguageModel(config).eval()
+    mrtd = OBJECTIVES["mrtd"](OBJECTIVES["mrtd"].Config(generator_layers=3, generator_init="model"), SP, config)
+    mrtd.setup(model)
+    generator = mrtd.parts.generator.eval()
+    ids = torch.randint(5, 99, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(generator(ids).last_hidden_state, model(ids).last_hidden_state)
+        torch.testing.assert_close(
+            generator.lm_head(generator(ids).last_hidden_state), model.lm_head(model(ids).last_hidden_state)
+        )
+    assert generator.encoder.embeddings.word is model.encoder.embeddings.word  # still shared (ELECTRA §3.2)
+    layer = generator.encoder.layers[0].feed_forward.up.weight
+    assert layer is not model.encoder.layers[0].feed_forward.up.weight
+    with torch.no_grad():
+        layer.add_(1.0)
+    assert not torch.equal(layer, model.encoder.layers[0].feed_forward.up.weight)
+    shallow = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_init="model"), SP, config)
+    other = MaskedLanguageModel(config)
+    shallow.setup(other)  # a third of the layers: the first one, copied
+    torch.testing.assert_close(
+        shallow.parts.generator.encoder.layers[0].attention.qkv.weight, other.encoder.layers[0].attention.qkv.weight
+    )
+    fresh, started = (
+        MaskedLanguageModel(config),
+        OBJECTIVES["mrtd"](OBJECTIVES["mrtd"].Config(generator_layers=3), SP, config),
+    )
+    started.setup(fresh)  # the default, generator_init=new: XLM-E's own random start
+    assert not torch.equal(
+        started.parts.generator.encoder.layers[0].attention.qkv.weight, fresh.encoder.layers[0].attention.qkv.weight
+    )
+    with pytest.raises(ValueError, match="generator_init='copy': use one of"):
+        OBJECTIVES["mrtd"].Config(generator_init="copy")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # FLOPs
 

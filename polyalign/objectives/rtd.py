@@ -30,6 +30,8 @@ from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_logits_and_loss
 from polyalign.objectives.tlm import TLM, TLMConfig
 
+GENERATOR_INITS = ("new", "model")
+
 
 @dataclass
 class RTDConfig(MLMConfig):
@@ -40,6 +42,17 @@ class RTDConfig(MLMConfig):
     """λ in L_G + λ·L_D (XLM-E §4.1)."""
     generator_layers: int = 0
     """Generator depth; 0 = a third of the discriminator's layers (XLM-E Table 6: 4 of 12). Same width."""
+    generator_init: str = "new"
+    """`new`: the generator starts from random weights, as XLM-E's does (§4.1: both from scratch). `model`: it
+    starts as a copy of the model it trains beside (its first `generator_layers` layers, its embeddings and its
+    MLM head): for a run continued from a pre-trained MLM, a generator whose replacements are plausible from
+    the first step (§3.1: a weaker generator "in turn harms pre-training")."""
+
+    def __post_init__(self) -> None:
+        if self.generator_init not in GENERATOR_INITS:
+            raise ValueError(f"generator_init={self.generator_init!r}: use one of {GENERATOR_INITS}")
+        if hasattr(super(), "__post_init__"):
+            super().__post_init__()  # TRTD's: TLMConfig checks its style
 
 
 @dataclass
@@ -91,13 +104,26 @@ def generator_config(discriminator: EncoderConfig, layers: int = 0) -> EncoderCo
     return dataclasses.replace(discriminator, num_layers=layers or max(1, discriminator.num_layers // 3))
 
 
+def bottom_of(model: MaskedLanguageModel, num_layers: int) -> dict[str, torch.Tensor]:
+    """The model's weights a generator of `num_layers` layers has places for: embeddings, the first
+    `num_layers` layers, the MLM head (a copy, so that the two then train apart)."""
+
+    def kept(name: str) -> bool:
+        parts = name.split(".")
+        return parts[:2] != ["encoder", "layers"] or int(parts[2]) < num_layers
+
+    return {name: value.detach().clone() for name, value in model.state_dict().items() if kept(name)}
+
+
 class GeneratorAndHead(nn.Module):
     """θ_G (a small MaskedLanguageModel whose token embeddings are the discriminator's) and the
     discriminator's detection head."""
 
-    def __init__(self, model: MaskedLanguageModel, generator_layers: int = 0):
+    def __init__(self, model: MaskedLanguageModel, generator_layers: int = 0, generator_init: str = "new"):
         super().__init__()
         self.generator = MaskedLanguageModel(generator_config(model.config, generator_layers))
+        if generator_init == "model":
+            self.generator.load_state_dict(bottom_of(model, self.generator.config.num_layers))
         shared = model.encoder.embeddings.word
         self.generator.encoder.embeddings.word = shared  # ELECTRA §3.2: shared token embeddings
         self.generator.lm_head.decoder.weight = shared.weight  # the generator's MLM head stays tied to them
@@ -107,11 +133,13 @@ class GeneratorAndHead(nn.Module):
 _SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # discriminator model -> its GeneratorAndHead
 
 
-def shared_parts(model: MaskedLanguageModel, generator_layers: int = 0) -> GeneratorAndHead:
+def shared_parts(
+    model: MaskedLanguageModel, generator_layers: int = 0, generator_init: str = "new"
+) -> GeneratorAndHead:
     """The model's GeneratorAndHead, built by the first objective that asks."""
     parts = _SHARED.get(model)
     if parts is None:
-        parts = _SHARED[model] = GeneratorAndHead(model, generator_layers)
+        parts = _SHARED[model] = GeneratorAndHead(model, generator_layers, generator_init)
     expected = generator_config(model.config, generator_layers).num_layers
     if parts.generator.config.num_layers != expected:
         raise ValueError(
@@ -147,7 +175,7 @@ class ReplacedTokenDetection(Objective):
         self.parts: GeneratorAndHead | None = None
 
     def setup(self, model: MaskedLanguageModel) -> None:
-        self.parts = shared_parts(model, self.config.generator_layers)
+        self.parts = shared_parts(model, self.config.generator_layers, self.config.generator_init)
 
     def detect(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> Detection:
         if self.parts is None:
