@@ -359,12 +359,10 @@ def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
 
 def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():
     claim, section = claim_section(
-        "xlm-e-aer-ot-1",
+        "veco-mt-vs-encoder",
         {
-            "xlm": {"0": {"aer-ot@default": 77.0, C.RELEASED_FILTERING: True, "train": {"mlm/loss": [10.1, 7.8]}}},
-            "xlm-e": {
-                "0": {"aer-ot@default": 81.0, C.RELEASED_FILTERING: True, "train": {"mrtd/generator_loss": [10.0, 8.8]}}
-            },
+            "xlm": {"0": {"mt-encoder-loss": 6.4, "train": {"mlm/loss": [10.1, 7.8]}}},
+            "veco": {"0": {"mt-veco-loss": 6.6, "train": {"ca_mlm/own_loss": [9.5, 7.3]}}},
         },
     )
     row = claim_row(claim, section)
@@ -378,6 +376,22 @@ def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():
     # no floor measured (prepared data absent): no reading from it
     lines = "\n".join(investigation(claim, row, section, {}))
     assert "The cause is the scale" not in lines
+
+
+def test_an_rtd_generator_no_better_than_frequency_draws_is_an_unmet_premise():
+    xlm = {"0": {"aer-ot@default": 77.0, C.RELEASED_FILTERING: True}}
+    xlm_e = detector_seed(81.0, 0.95)  # a discriminator that detects: only the generator can fail the premise
+    xlm_e["train"] |= {"mrtd/generator_loss": [10.0, 8.8], "trtd/generator_loss": [10.0, 6.1]}
+    claim, section = claim_section("xlm-e-aer-ot-1", {"xlm": xlm, "xlm-e": {"0": xlm_e}})
+    row = claim_row(claim, section)
+    lines = "\n".join(investigation(claim, row, section, {"unigram": 6.6}))
+    assert "premise is not met at our scale (MRTD generator loss 8.800 at or above its unigram floor 6.60)" in lines
+    assert "TRTD generator loss 6.100 at or above" not in lines  # below its floor: that premise holds
+    xlm_e["train"]["mrtd/generator_loss"] = [10.0, 6.5]
+    assert "premise is not met" not in "\n".join(investigation(claim, row, section, {"unigram": 6.6}))
+    # no floor measured: the premise is not judged
+    xlm_e["train"]["mrtd/generator_loss"] = [10.0, 8.8]
+    assert "premise is not met" not in "\n".join(investigation(claim, row, section, {}))
 
 
 def test_an_investigation_shows_the_same_comparison_at_every_budget():
@@ -460,6 +474,10 @@ def test_a_gap_that_grows_against_the_paper_with_compute_is_not_read_as_scale():
                 "0": {"aer-ot@default": 89.0, C.RELEASED_FILTERING: True, "train": {"mrtd/generator_loss": [9.7, 8.4]}}
             },
         },
+    )
+    # the floor reading alone (XLM-E's generator floor is also a premise, whose reading would come first)
+    claim = dataclasses.replace(
+        claim, checks=tuple(dataclasses.replace(c, premise_below_floor=False) for c in claim.checks)
     )
     lines = "\n".join(investigation(claim, rows[claim.id], section, {"unigram": 6.6}, rows))
     assert "grows against the paper as compute grows" in lines and "The cause is the scale" not in lines

@@ -155,9 +155,16 @@ def majority_of(check: Check, section: dict) -> float | None:
     return None if rate is None else majority_floor(rate[1])
 
 
-def unmet_premises(claim: Claim, section: dict) -> list[str]:
+def premise_floor(check: Check, floors: dict[str, float] | None) -> float | None:
+    """The unigram floor a `premise_below_floor` check must end below (None: not such a check, or no floor
+    measured)."""
+    return (floors or {}).get(check.floor) if check.premise_below_floor else None
+
+
+def unmet_premises(claim: Claim, section: dict, floors: dict[str, float] | None = None) -> list[str]:
     """The claim's premises measured outside their range: a start model further from the paper's than
-    `premise_max` allows, a detector no better than predicting the majority class."""
+    `premise_max` allows, a detector no better than predicting the majority class, a generator loss at or
+    above its unigram floor (`floors`: section_floors)."""
     unmet = []
     for check in claim.checks:
         numbers = check_numbers(check, section)
@@ -169,13 +176,18 @@ def unmet_premises(claim: Claim, section: dict) -> list[str]:
         floor = majority_of(check, section)
         if floor is not None and last <= floor + MAJORITY_MARGIN:
             unmet.append(f"{check.label} {last:.3f} where predicting the majority class scores {floor:.3f}")
+        unigram = premise_floor(check, floors)
+        if unigram is not None and last >= unigram:
+            unmet.append(f"{check.label} {last:.3f} at or above its unigram floor {unigram:.2f}")
     return unmet
 
 
-def diagnostic_reading(claim: Claim, rows: dict, loaded: dict) -> tuple[list[str], str | None]:
+def diagnostic_reading(
+    claim: Claim, rows: dict, loaded: dict, data: Path | None = None
+) -> tuple[list[str], str | None]:
     """What the claim's diagnostics (the same mechanism where this claim's premise is met, possibly at several
-    budgets) say: a line each, and a reading from the largest budget whose premise was met, with the trend
-    across the met ones. Returns (lines, reading or None)."""
+    budgets) say: a line each, and a reading from the last listed one whose premise was met, with the trend
+    across the met ones. `data`: as section_floors'. Returns (lines, reading or None)."""
     lines, met = [], []  # met: (diagnostic, row) whose own premise holds, in the listed (budget) order
     for name in claim.diagnostics:
         diagnostic = next(c for c in CLAIMS if c.id == name)
@@ -183,7 +195,8 @@ def diagnostic_reading(claim: Claim, rows: dict, loaded: dict) -> tuple[list[str
         if row is None or row["difference"] is None or section is None:
             lines.append(f"- Diagnostic `{name}` ({diagnostic.statement}): {row['verdict'] if row else NOT_RUN}.")
             continue
-        unmet, values = unmet_premises(diagnostic, section), premise_values(diagnostic, section)
+        floors = section_floors(diagnostic, section, data)
+        unmet, values = unmet_premises(diagnostic, section, floors), premise_values(diagnostic, section, floors)
         premise = f"not met either ({'; '.join(unmet)})" if unmet else "met" + (f" ({values})" if values else "")
         lines.append(
             f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
@@ -216,16 +229,18 @@ def diagnostic_reading(claim: Claim, rows: dict, loaded: dict) -> tuple[list[str
     return lines, f"where the premise is met (`{last.id}`) the difference is {row['verdict']}"
 
 
-def premise_values(claim: Claim, section: dict) -> str:
+def premise_values(claim: Claim, section: dict, floors: dict[str, float] | None = None) -> str:
     """The premise checks' values beside what they are held against (for a diagnostic's line)."""
     out = []
     for check in claim.checks:
         numbers = check_numbers(check, section)
         if numbers is None:
             continue
-        majority = majority_of(check, section)
+        majority, unigram = majority_of(check, section), premise_floor(check, floors)
         if majority is not None:
             out.append(f"{check.label} {numbers[-1]:.3f} vs majority {majority:.3f}")
+        elif unigram is not None:
+            out.append(f"{check.label} {numbers[-1]:.3f} vs unigram floor {unigram:.2f}")
         elif check.premise_max is not None:
             out.append(f"{check.label} {numbers_text(numbers)} <= {check.premise_max:g}")
     return "; ".join(out)
@@ -312,10 +327,11 @@ def investigation(
     floors: dict[str, float] | None = None,
     rows: dict | None = None,
     loaded: dict | None = None,
+    data: Path | None = None,
 ) -> list[str]:
     """`floors`: the unigram floors of the claim's checks (section_floors); `rows`: every claim's row by id, for
     the same comparison at other budgets and the diagnostics; `loaded`: every section's results by name (the
-    diagnostics' premises)."""
+    diagnostics' premises); `data`: as section_floors' (the diagnostics' floors)."""
     floors = floors or {}
     lines = [f"### {claim.id}: {claim.statement}", ""]
     measured = METRICS[claim.metric][1]
@@ -343,7 +359,7 @@ def investigation(
                 falls.append(last < first)
             if floor is not None:
                 at_floor.append((f"{check.label} {last:.2f}", last >= floor))
-    unmet = unmet_premises(claim, section)
+    unmet = unmet_premises(claim, section, floors)
     points = budget_points(claim, rows) if rows is not None else []
     if trend := budget_trend(points):
         lines.append(trend)
@@ -355,7 +371,7 @@ def investigation(
             f"- Code: the mechanism is pinned to the paper by tests that fail when it is wired otherwise ({tests}; "
             f"`python -m pytest {' '.join(sorted({t.split('::')[0] for t in claim.code_checks}))}`)."
         )
-    diagnosed, diagnosis = diagnostic_reading(claim, rows or {}, loaded or {})
+    diagnosed, diagnosis = diagnostic_reading(claim, rows or {}, loaded or {}, data)
     lines += diagnosed
     if unmet:
         reading = (
@@ -502,7 +518,7 @@ def write(sections_dir: Path, out: Path, command: str, data: Path | None = None)
         by_id = {r["claim"]: r for r in rows}
         for claim, row in failed:
             section = loaded[claim.section]
-            lines += investigation(claim, row, section, section_floors(claim, section, data), by_id, loaded)
+            lines += investigation(claim, row, section, section_floors(claim, section, data), by_id, loaded, data)
     if plots:
         lines += ["## Figures", "", *(f"![{p.stem}](evidence/{p.name})" for p in plots), ""]
     out.mkdir(parents=True, exist_ok=True)
