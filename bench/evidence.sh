@@ -10,9 +10,10 @@
 # `python -m bench.evidence.claims` prints them from the claims:
 #   ppa ~41   ppa-no-moco ~20   ppa-no-tlm ~13   ppa-xnli ~15   xlm-align ~44   ernie-m ~43   xlm-e-1 ~21
 #   xlm-e-2 ~28   xlm-e-3 ~44   xlm-e-no-trtd ~11   xlm-e-xnli ~12 (~20 alone)   xlm-e-continued ~38
-#   xlm-e-continued-300 ~41 (the XLM-E diagnostics: both objectives continued from small-base)
-#   veco ~20 (~32 alone, from scratch with cpu-small)
-#   xlm-align-aligned ~32 (DWA from a sentence-aligned start: needs bench/work/runs/best-sentences, bench/best.sh)
+#   xlm-e-continued-300 ~41   xlm-e-warm-generator ~21   xlm-e-held-embeddings ~26 (the XLM-E diagnostics: both
+#   objectives continued from small-base)   veco ~20 (~32 alone, from scratch with cpu-small)
+#   xlm-align-aligned ~32, ernie-m-aligned ~30 (from a sentence-aligned start: need bench/work/runs/best-sentences,
+#   bench/best.sh's stage 1)
 #   plus ~4 to prepare bench/work/prepared-all24 when it is missing (bench/best.sh's folder, --dev-pairs 1000).
 # Resumable: every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun, or a run of an
 # interrupted section, only does what is missing. The script takes no lock: run one section at a time under

@@ -570,14 +570,59 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
     assert "more compute does not close the gap (150 steps +4.00, 300 steps +8.00)" in growing
     assert "suspect" in growing
     assert "the cause is the scale" in reading(74.0)  # at 300 steps the method wins: reproduced there
-    # the diagnostic's own investigation shows its trend across the two budgets and both arms' layer sweeps
-    d, s = claim_section(long, diagnostic(84.0))
+    # a met diagnostic of another arm listed after them (the warm generator) reads alone: no trend across arms
+    warm_id, warm_section, _, warm_arm = C.XLM_E_DIAGNOSTICS[2]
+    _, warm = claim_section(
+        warm_id, {"mlm-tlm": diagnostic(0)["mlm-tlm"], warm_arm.name: {"0": detector_seed(83.0, 0.9)}}
+    )
+    loaded = {section["section"]: section, warm_section: warm}
+    for name, aer in ((short, 80.0), (long, 78.5)):
+        d, s = claim_section(name, diagnostic(aer))
+        loaded[d.section] = s
+    rows = {c.id: claim_row(c, loaded.get(c.section)) for c in C.CLAIMS}
+    lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows, loaded))
+    assert f"even where the premise is met (`{warm_id}`), the method moves the metric against the paper:" in lines
+    assert "compute" not in lines.split("- Reading:")[1]
+    # the diagnostic's own investigation shows its trend across the two budgets and the layer sweeps, start first
+    d, s = claim_section(long, {**diagnostic(84.0), "start": {"0": {"sweep/aer-ot": [83.2, 81.4]}}})
     rows = {c.id: claim_row(c, None) for c in C.CLAIMS}
     rows[short] |= {"difference": 4.0, "spread": None, "seeds": 1}
     rows[long] = claim_row(d, s)
     lines = "\n".join(investigation(d, rows[long], s, {}, rows))
     assert "Across budgets (method - baseline): 150 steps +4.00 (1 seed), 300 steps +8.00 (1 seed)" in lines
-    assert "AER by layer (0 = embeddings; seed 0): xlm-e-continued 83.3 / 84.0." in lines
+    assert "AER by layer (0 = embeddings; seed 0): start 83.2 / 81.4; xlm-e-continued 83.3 / 84.0." in lines
+
+
+def test_a_diagnostic_holding_a_part_in_both_arms_says_whether_the_gap_lies_in_it():
+    claim, section = claim_section(
+        "xlm-e-aer-ot-3",
+        {
+            "xlm": {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True}},
+            "xlm-e": {"0": detector_seed(89.0, 0.853)},
+        },
+    )
+    held = next(c for c in C.CLAIMS if c.localises)
+    assert held.id in claim.diagnostics and held.localises == "token embeddings"
+
+    def reading(method_aer: float) -> str:
+        results = {
+            held.baseline.name: {s: {"aer-ot@default": 80.0, C.RELEASED_FILTERING: True} for s in "01"},
+            held.method.name: {s: detector_seed(method_aer, 0.95) for s in "01"},
+        }
+        _, diagnostic = claim_section(held.id, results)
+        loaded = {section["section"]: section, diagnostic["section"]: diagnostic}
+        rows = {c.id: claim_row(c, loaded.get(c.section)) for c in C.CLAIMS}
+        return "\n".join(investigation(claim, rows[claim.id], section, {}, rows, loaded))
+
+    same = reading(80.1)  # +0.1 with the embeddings held in both arms: the gap was in them
+    assert (
+        "with the token embeddings held in both arms (`xlm-e-held-embeddings-aer`) the difference is inconclusive"
+        in same
+    )
+    assert "the gap lies in the token embeddings" in same and "not only in" not in same
+    worse = reading(84.0)  # still +4 with them held: the layers above differ too
+    assert "the method still trails (+4.00 ± 0.00 (2 seeds)): the gap is not only in the token embeddings" in worse
+    assert "the gap lies in" not in worse
 
 
 def test_a_baseline_loss_that_does_not_fall_does_not_convict_the_method():

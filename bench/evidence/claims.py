@@ -222,6 +222,9 @@ class Claim:
     diagnostics: tuple[str, ...] = ()
     """Ids of claims run to separate code from scale for this one: the same mechanism where this claim's premise
     is met. The investigation reads their verdicts (bench/evidence/write.py)."""
+    localises: str = ""
+    """For a diagnostic that holds a part of the model in both arms: that part, in words (e.g. `token
+    embeddings`). The claims it diagnoses read from its verdict whether their gap lies in that part."""
     seeds: str = f"seed 0; seed 1 too when |method - baseline| < {CLOSE:g} points after seed 0"
     close: float = CLOSE
     floor: float = NOISE_FLOOR
@@ -667,7 +670,9 @@ CLAIMS: tuple[Claim, ...] = (
                 Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
             ),
             code_checks=_RTD_CODE,
-            diagnostics=tuple(d[0] for d in XLM_E_DIAGNOSTICS) if metric.startswith("aer") else (),
+            diagnostics=(*(d[0] for d in XLM_E_DIAGNOSTICS), "xlm-e-held-embeddings-aer")
+            if metric.startswith("aer")
+            else (),
         )
         for i, flops in enumerate(XLM_E_BUDGETS)
         for metric, direction, number in (
@@ -772,6 +777,7 @@ CLAIMS: tuple[Claim, ...] = (
             Check("MLM loss", MLM_TLM_HELD.name, "log:mlm/loss", floor=UNIGRAM),
         ),
         code_checks=_RTD_CODE,
+        localises="token embeddings",
     ),
     Claim(
         "xlm-e-continued-no-trtd",

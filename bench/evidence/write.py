@@ -19,6 +19,7 @@ from bench.evidence.claims import (
     NOISE_FLOOR,
     ONE_CLASS,
     RELEASED_FILTERING,
+    START,
     XNLI_SMOKE_FLOOR,
     Budget,
     Check,
@@ -185,10 +186,12 @@ def unmet_premises(claim: Claim, section: dict, floors: dict[str, float] | None 
 def diagnostic_reading(
     claim: Claim, rows: dict, loaded: dict, data: Path | None = None
 ) -> tuple[list[str], str | None]:
-    """What the claim's diagnostics (the same mechanism where this claim's premise is met, possibly at several
-    budgets) say: a line each, and a reading from the last listed one whose premise was met, with the trend
-    across the met ones. `data`: as section_floors'. Returns (lines, reading or None)."""
-    lines, met = [], []  # met: (diagnostic, row) whose own premise holds, in the listed (budget) order
+    """What the claim's diagnostics say: a line each, and a reading. Diagnostics of the same mechanism where this
+    claim's premise is met (possibly at several budgets) give it from the last listed one whose premise was met,
+    with the trend across the met ones that train the same arm; a diagnostic that holds a part of the model in
+    both arms (`localises`) adds whether the gap lies in that part. `data`: as section_floors'. Returns (lines,
+    reading or None)."""
+    lines, met, located = [], [], []  # met: (diagnostic, row) whose own premise holds, in the listed order
     for name in claim.diagnostics:
         diagnostic = next(c for c in CLAIMS if c.id == name)
         row, section = rows.get(name), loaded.get(diagnostic.section)
@@ -203,30 +206,49 @@ def diagnostic_reading(
             f"method - baseline {difference_text(row)}, {row['verdict']}; its premise {premise}."
         )
         if not unmet:
-            met.append((diagnostic, row))
+            (located if diagnostic.localises else met).append((diagnostic, row))
+    readings = [r for r in (mechanism_reading(met), *(location_reading(d, r) for d, r in located)) if r]
+    return lines, "; ".join(readings) or None
+
+
+def mechanism_reading(met: list[tuple[Claim, dict]]) -> str | None:
+    """The reading from the last met diagnostic of the mechanism, with the trend of its arm across budgets."""
     if not met:
-        return lines, None
+        return None
     last, row = met[-1]
-    trend = compute_trend(last, [(d.budget, r) for d, r in met])
-    moves = ", ".join(f"{budget_text(d.budget)} {r['difference']:+.2f}" for d, r in met)
+    same = [(d, r) for d, r in met if d.method == last.method and d.baseline == last.baseline]
+    trend = compute_trend(last, [(d.budget, r) for d, r in same])
+    moves = ", ".join(f"{budget_text(d.budget)} {r['difference']:+.2f}" for d, r in same)
     if row["verdict"] == REPRODUCED:
-        return lines, (
+        return (
             f"where the premise is met (`{last.id}`), the same code moves the metric the paper's way: the cause is "
             "the scale"
         )
     if row["verdict"] == NOT_REPRODUCED and trend > 0:
-        return lines, (
+        return (
             f"where the premise is met the method still trails the baseline, but the gap closes as compute grows "
             f"({moves}): the code does not stand out, and compute moves the result the paper's way; code or scale "
             "is not separated, the trend points to scale"
         )
     if row["verdict"] == NOT_REPRODUCED:
-        grows = f", and more compute does not close the gap ({moves})" if len(met) > 1 else ""
-        return lines, (
+        grows = f", and more compute does not close the gap ({moves})" if len(same) > 1 else ""
+        return (
             f"even where the premise is met (`{last.id}`), the method moves the metric against the paper{grows}: "
             "the code, or the method at this model size, is suspect"
         )
-    return lines, f"where the premise is met (`{last.id}`) the difference is {row['verdict']}"
+    return f"where the premise is met (`{last.id}`) the difference is {row['verdict']}"
+
+
+def location_reading(diagnostic: Claim, row: dict) -> str:
+    """Whether the gap lies in the part a `localises` diagnostic holds in both arms."""
+    held = f"with the {diagnostic.localises} held in both arms (`{diagnostic.id}`)"
+    if row["verdict"] == NOT_REPRODUCED:
+        part = diagnostic.localises
+        return f"{held} the method still trails ({difference_text(row)}): the gap is not only in the {part}"
+    return (
+        f"{held} the difference is {row['verdict']} ({difference_text(row)}): the gap lies in the "
+        f"{diagnostic.localises}, not in what the objectives teach the layers above them"
+    )
 
 
 def premise_values(claim: Claim, section: dict, floors: dict[str, float] | None = None) -> str:
@@ -308,15 +330,15 @@ def budget_trend(points: list[tuple[Budget, dict]]) -> str | None:
 
 
 def layer_sweeps(claim: Claim, section: dict) -> str | None:
-    """For an OT AER claim: both arms' AER at every layer (seed 0), which shows where a gap sits (the
-    embeddings or the contextual layers)."""
+    """For an OT AER claim: the start model's and both arms' AER at every layer (seed 0), which shows where a
+    gap sits (the embeddings or the contextual layers) and which arm moved from the start."""
     if not claim.metric.startswith("aer-ot"):
         return None
     sweeps = []
-    for arm in claim.arms:
-        sweep = seed0(section, arm.name).get("sweep/aer-ot")
+    for name in dict.fromkeys([START.name, *(arm.name for arm in claim.arms)]):
+        sweep = seed0(section, name).get("sweep/aer-ot")
         if sweep:
-            sweeps.append(f"{arm.name} " + " / ".join(f"{v:.1f}" for v in sweep))
+            sweeps.append(f"{name} " + " / ".join(f"{v:.1f}" for v in sweep))
     return f"- AER by layer (0 = embeddings; seed 0): {'; '.join(sweeps)}." if sweeps else None
 
 
