@@ -240,14 +240,14 @@ def mechanism_reading(met: list[tuple[Claim, dict]]) -> str | None:
 
 
 def location_reading(diagnostic: Claim, row: dict) -> str:
-    """Whether the gap lies in the part a `localises` diagnostic holds in both arms."""
-    held = f"with the {diagnostic.localises} held in both arms (`{diagnostic.id}`)"
+    """Whether the gap lies in the part a `localises` diagnostic holds or removes."""
+    (part, how), difference = diagnostic.localises, difference_text(row)
     if row["verdict"] == NOT_REPRODUCED:
-        part = diagnostic.localises
-        return f"{held} the method still trails ({difference_text(row)}): the gap is not only in the {part}"
+        return (
+            f"with {how} (`{diagnostic.id}`) the method still trails ({difference}): the gap is not only in the {part}"
+        )
     return (
-        f"{held} the difference is {row['verdict']} ({difference_text(row)}): the gap lies in the "
-        f"{diagnostic.localises}, not in what the objectives teach the layers above them"
+        f"with {how} (`{diagnostic.id}`) the difference is {row['verdict']} ({difference}): the gap lies in the {part}"
     )
 
 
