@@ -324,6 +324,9 @@ def test_mrtd_and_trtd_share_one_generator_and_detection_head():
     other = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_layers=2), SP, config)
     with pytest.raises(ValueError, match="share one generator"):
         other.setup(model)
+    other = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_init="model"), SP, config)
+    with pytest.raises(ValueError, match="generator_init: MRTD and TRTD share one generator"):
+        other.setup(model)
 
 
 def test_a_generator_started_from_the_model_predicts_as_the_model_and_then_trains_apart():

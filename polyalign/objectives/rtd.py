@@ -122,6 +122,7 @@ class GeneratorAndHead(nn.Module):
     def __init__(self, model: MaskedLanguageModel, generator_layers: int = 0, generator_init: str = "new"):
         super().__init__()
         self.generator = MaskedLanguageModel(generator_config(model.config, generator_layers))
+        self.generator_init = generator_init
         if generator_init == "model":
             self.generator.load_state_dict(bottom_of(model, self.generator.config.num_layers))
         shared = model.encoder.embeddings.word
@@ -145,6 +146,11 @@ def shared_parts(
         raise ValueError(
             f"generator_layers: MRTD and TRTD share one generator, but one asks for {expected} layers and the "
             f"other built {parts.generator.config.num_layers}; give both the same generator_layers"
+        )
+    if parts.generator_init != generator_init:
+        raise ValueError(
+            f"generator_init: MRTD and TRTD share one generator, but one asks for {generator_init!r} and the other "
+            f"built it {parts.generator_init!r}; give both the same generator_init"
         )
     return parts
 
