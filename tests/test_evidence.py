@@ -31,10 +31,13 @@ from bench.evidence.write import (
     worsens_with_compute,
     write,
 )
+from polyalign.align.aligner import PAIR_LAYOUT
 from polyalign.align.extract import OT_FILTERING
 from polyalign.config import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
+CURRENT_AER = {C.RELEASED_FILTERING: True, C.ONE_PAIR_LAYOUT: True}
+"""What a run's AER results carry when measured with today's filtering and pair layout."""
 
 
 def recipe_overrides(claim: C.Claim, arm: C.Arm) -> list[str]:
@@ -379,7 +382,7 @@ def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():
 
 
 def test_an_rtd_generator_no_better_than_frequency_draws_is_an_unmet_premise():
-    xlm = {"0": {"aer-ot@default": 77.0, C.RELEASED_FILTERING: True}}
+    xlm = {"0": {"aer-ot@default": 77.0, **CURRENT_AER}}
     xlm_e = detector_seed(81.0, 0.95)  # a discriminator that detects: only the generator can fail the premise
     xlm_e["train"] |= {"mrtd/generator_loss": [10.0, 8.8], "trtd/generator_loss": [10.0, 6.1]}
     claim, section = claim_section("xlm-e-aer-ot-1", {"xlm": xlm, "xlm-e": {"0": xlm_e}})
@@ -411,7 +414,7 @@ def test_an_investigation_shows_the_same_comparison_at_every_budget():
 
 def test_ot_aer_from_before_the_itermax_filtering_is_stale_and_measured_again(tmp_path):
     claim = next(c for c in C.CLAIMS if c.id == "xlm-align-ot-vs-argmax-default")
-    seed = {"aer-ot@default": 80.0, "aer-argmax@default": 82.0, C.RELEASED_FILTERING: True}
+    seed = {"aer-ot@default": 80.0, "aer-argmax@default": 82.0, **CURRENT_AER}
     section = {"section": claim.section, "code": "abc", "results": {"dwa": {"0": seed}}}
     assert claim_row(claim, section)["verdict"] == REPRODUCED
     seed[C.RELEASED_FILTERING] = False  # one OT evaluation of the run carried no filtering tag
@@ -423,6 +426,27 @@ def test_ot_aer_from_before_the_itermax_filtering_is_stale_and_measured_again(tm
     done.write_text(json.dumps({"aer": 80.0, "ot_filtering": OT_FILTERING}))
     assert measured(done, "aer-ot")
     assert not measured(tmp_path / "missing.json", "aer-argmax")
+
+
+def test_aer_of_a_model_with_language_embeddings_from_xlms_pair_layout_is_stale_and_measured_again(tmp_path):
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-align-dwa")
+    seed = {"aer-ot@default": 76.0, **CURRENT_AER}
+    section = {"section": claim.section, "code": "abc", "results": {"mlm-tlm": {"0": seed}, "dwa": {"0": dict(seed)}}}
+    assert claim_row(claim, section)["verdict"] != STALE
+    seed[C.ONE_PAIR_LAYOUT] = False  # measured with positions restarting at the second sentence
+    assert claim_row(claim, section)["verdict"] == STALE
+    del seed[C.ONE_PAIR_LAYOUT]  # read by a runner from before the layout was recorded: not known, so stale
+    assert claim_row(claim, section)["verdict"] == STALE
+    # the runner: a model with language embeddings needs the tag; one without never changed layout
+    done = tmp_path / "alignment.json"
+    done.write_text(json.dumps({"aer": 76.0, "ot_filtering": OT_FILTERING}))
+    assert measured(done, "aer-ot") and not measured(done, "aer-ot", language_embeddings=True)
+    assert not measured(done, "aer-argmax", language_embeddings=True)
+    done.write_text(json.dumps({"aer": 80.0, "ot_filtering": OT_FILTERING, "pair_layout": PAIR_LAYOUT}))
+    assert measured(done, "aer-ot", language_embeddings=True)
+    golds = {"de-en": {"aer": 80.0, "sweep": [{"aer": 80.0}], "ot_filtering": OT_FILTERING}}
+    assert aer_metrics("ot", golds)[C.ONE_PAIR_LAYOUT] is True
+    assert aer_metrics("ot", golds, language_embeddings=True)[C.ONE_PAIR_LAYOUT] is False
 
 
 def test_an_xnli_classifier_that_predicts_one_class_makes_the_claim_inconclusive():
@@ -469,10 +493,8 @@ def test_a_gap_that_grows_against_the_paper_with_compute_is_not_read_as_scale():
     claim, section = claim_section(
         "xlm-e-aer-ot-3",
         {
-            "xlm": {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True, "train": {"mlm/loss": [9.3, 6.7]}}},
-            "xlm-e": {
-                "0": {"aer-ot@default": 89.0, C.RELEASED_FILTERING: True, "train": {"mrtd/generator_loss": [9.7, 8.4]}}
-            },
+            "xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER, "train": {"mlm/loss": [9.3, 6.7]}}},
+            "xlm-e": {"0": {"aer-ot@default": 89.0, **CURRENT_AER, "train": {"mrtd/generator_loss": [9.7, 8.4]}}},
         },
     )
     # the floor reading alone (XLM-E's generator floor is also a premise, whose reading would come first)
@@ -488,11 +510,11 @@ def detector_seed(aer: float, accuracy: float, replaced: float = 0.147) -> dict:
     train = {}
     for objective in ("mrtd", "trtd"):
         train |= {f"{objective}/discriminator_accuracy": [0.8, accuracy], f"{objective}/replaced": [0.15, replaced]}
-    return {"aer-ot@default": aer, "aer-ot@best": aer, C.RELEASED_FILTERING: True, "train": train}
+    return {"aer-ot@default": aer, "aer-ot@best": aer, **CURRENT_AER, "train": train}
 
 
 def test_a_discriminator_no_better_than_predicting_original_everywhere_is_an_unmet_premise():
-    xlm = {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True}}
+    xlm = {"0": {"aer-ot@default": 76.2, **CURRENT_AER}}
     claim, section = claim_section("xlm-e-aer-ot-3", {"xlm": xlm, "xlm-e": {"0": detector_seed(89.0, 0.853)}})
     lines = "\n".join(investigation(claim, claim_row(claim, section), section))
     assert "premise is not met" in lines and "0.853 where predicting the majority class scores 0.853" in lines
@@ -506,14 +528,14 @@ def test_a_diagnostic_with_its_premise_met_separates_code_from_scale():
     claim, section = claim_section(
         "xlm-e-aer-ot-3",
         {
-            "xlm": {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True}},
+            "xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER}},
             "xlm-e": {"0": detector_seed(89.0, 0.853)},
         },
     )
     diagnostic, continued = claim_section(
         C.XLM_E_DIAGNOSTIC,
         {
-            "mlm-tlm": {s: {"aer-ot@default": 76.0, "aer-ot@best": 75.0, C.RELEASED_FILTERING: True} for s in "01"},
+            "mlm-tlm": {s: {"aer-ot@default": 76.0, "aer-ot@best": 75.0, **CURRENT_AER} for s in "01"},
             "xlm-e-continued": {"0": detector_seed(73.0, 0.95), "1": detector_seed(73.4, 0.94)},
         },
     )
@@ -543,7 +565,7 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
     claim, section = claim_section(
         "xlm-e-aer-ot-3",
         {
-            "xlm": {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True}},
+            "xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER}},
             "xlm-e": {"0": detector_seed(89.0, 0.853)},
         },
     )
@@ -551,7 +573,7 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
 
     def diagnostic(aer: float) -> dict:
         return {
-            "mlm-tlm": {"0": {"aer-ot@default": 76.0, "aer-ot@best": 75.0, C.RELEASED_FILTERING: True}},
+            "mlm-tlm": {"0": {"aer-ot@default": 76.0, "aer-ot@best": 75.0, **CURRENT_AER}},
             "xlm-e-continued": {"0": {**detector_seed(aer, 0.95), "sweep/aer-ot": [83.3, aer]}},
         }
 
@@ -597,7 +619,7 @@ def test_a_diagnostic_holding_a_part_in_both_arms_says_whether_the_gap_lies_in_i
     claim, section = claim_section(
         "xlm-e-aer-ot-3",
         {
-            "xlm": {"0": {"aer-ot@default": 76.2, C.RELEASED_FILTERING: True}},
+            "xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER}},
             "xlm-e": {"0": detector_seed(89.0, 0.853)},
         },
     )
@@ -606,7 +628,7 @@ def test_a_diagnostic_holding_a_part_in_both_arms_says_whether_the_gap_lies_in_i
 
     def reading(method_aer: float) -> str:
         results = {
-            held.baseline.name: {s: {"aer-ot@default": 80.0, C.RELEASED_FILTERING: True} for s in "01"},
+            held.baseline.name: {s: {"aer-ot@default": 80.0, **CURRENT_AER} for s in "01"},
             held.method.name: {s: detector_seed(method_aer, 0.95) for s in "01"},
         }
         _, diagnostic = claim_section(held.id, results)

@@ -28,13 +28,17 @@ def test_tlm_xlm_style_resets_positions_and_carries_languages():
     assert out.maskable[0].tolist() == [False, True, True, True, False, False, True, True, False]
 
 
-def test_tlm_ppa_style_runs_positions_on_with_one_separator_and_no_languages():
-    out = pair_layout([X], [Y], np.array([3]), np.array([5]), SP, style="ppa")
+def test_ppa_style_runs_positions_on_with_one_separator_and_languages_only_when_given():
+    out = pair_layout([X], [Y], None, None, SP, style="ppa")  # TLM's ppa style: no language ids
     assert out.input_ids[0].tolist() == [0, 10, 11, 12, 2, 20, 21, 2]
     assert out.position_ids[0].tolist() == list(range(8))
     assert out.language_ids is None
     assert out.segment[0].tolist() == [0] * 5 + [1] * 3
     assert out.maskable[0].tolist() == [False, True, True, True, False, True, True, False]
+    # the aligner's pair layout for a model with language embeddings: each side its own, positions still run on
+    out = pair_layout([X], [Y], np.array([3]), np.array([5]), SP, style="ppa")
+    assert out.language_ids[0].tolist() == [3] * 5 + [5] * 3
+    assert out.position_ids[0].tolist() == list(range(8))
 
 
 def test_tlm_batch_swaps_sides_at_random():

@@ -179,6 +179,10 @@ ONE_CLASS = "xnli/one-class"
 """Section result key: True when the XNLI classifier scored the same in every language (see run.py)."""
 RELEASED_FILTERING = "aer-ot/released-filtering"
 """Section result key: True when every OT evaluation of the run used the released Itermax filtering."""
+ONE_PAIR_LAYOUT = "aer/one-pair-layout"
+"""Section result key: True when the run's AER was measured in the one pair layout of every model
+(polyalign/align/aligner.py PAIR_LAYOUT), or when the model has no language embeddings (its layout never
+changed). Missing in results written before the runner knew of it: such AER is read as stale."""
 
 
 def measure_of(metric: str) -> str:

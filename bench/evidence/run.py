@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.evidence.claims import (
     ONE_CLASS,
+    ONE_PAIR_LAYOUT,
     RELEASED_FILTERING,
     Arm,
     Claim,
@@ -33,6 +34,7 @@ from bench.evidence.claims import (
 )
 from bench.evidence.verdict import difference, needs_second_seed
 from bench.reporting import commit, records, write_json
+from polyalign.align.aligner import PAIR_LAYOUT
 from polyalign.align.extract import OT_FILTERING
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,10 +175,24 @@ def dev_languages(ctx: Context) -> str:
     return "all" if langs is None else ",".join(x for x in langs if x != "en")
 
 
+def encoder_of(arm: Arm, run: Path) -> str:
+    """The model a measure reads: the start model for an untrained arm, VECO's plugged-out encoder, the run."""
+    return str(run / "plugged-out") if cross_attention(arm) else str(run if arm.trained else model_of(arm))
+
+
+def has_language_embeddings(model: str) -> bool:
+    """Whether the model reads language ids: the models whose `pair` AER the one pair layout changed (a model
+    without them was always laid out with positions running on)."""
+    from polyalign.checkpoint import resolve_model_folder
+
+    config = json.loads((resolve_model_folder(model) / "config.json").read_text())
+    return bool(config["encoder"].get("num_languages"))
+
+
 def commands(ctx: Context, arm: Arm, run: Path, name: str) -> list[tuple[Path, list[str]]]:
     """The (JSON it writes, command) pairs of one measure."""
     evals = run / "eval"
-    encoder = str(run / "plugged-out") if cross_attention(arm) else str(run if arm.trained else model_of(arm))
+    encoder = encoder_of(arm, run)
     cli = ctx.cli
     if name == "retrieval":
         return [
@@ -231,18 +247,26 @@ def commands(ctx: Context, arm: Arm, run: Path, name: str) -> list[tuple[Path, l
     raise ValueError(f"unknown measure {name!r}")
 
 
-def measured(done: Path, name: str) -> bool:
-    """The measure's JSON is there, and an OT evaluation in it used today's filtering (one without the tag
-    predates the released Itermax procedure and is measured again)."""
+def measured(done: Path, name: str, language_embeddings: bool = False) -> bool:
+    """The measure's JSON is there, an OT evaluation in it used today's filtering (one without the tag predates
+    the released Itermax procedure), and an AER of a model with language embeddings was laid out as every
+    model's is (one without the tag restarted positions at the second sentence): stale ones are measured
+    again."""
     if not done.is_file():
         return False
-    return name != "aer-ot" or json.loads(done.read_text()).get("ot_filtering") == OT_FILTERING
+    if not name.startswith("aer-"):
+        return True
+    result = json.loads(done.read_text())
+    if name == "aer-ot" and result.get("ot_filtering") != OT_FILTERING:
+        return False
+    return not language_embeddings or result.get("pair_layout") == PAIR_LAYOUT
 
 
 def measure(ctx: Context, arm: Arm, run: Path, name: str) -> None:
     """Run the measure's commands whose JSON is not there yet (or is stale: `measured`)."""
+    embeddings = name.startswith("aer-") and not ctx.dry_run and has_language_embeddings(encoder_of(arm, run))
     for done, command in commands(ctx, arm, run, name):
-        if not measured(done, name):
+        if not measured(done, name, embeddings):
             sh(ctx, command)
 
 
@@ -268,9 +292,10 @@ def retrieval_metrics(dev: dict, test: dict) -> dict:
     }
 
 
-def aer_metrics(method: str, per_gold: dict[str, dict]) -> dict:
+def aer_metrics(method: str, per_gold: dict[str, dict], language_embeddings: bool = False) -> dict:
     """Means over the gold sets: at the evaluator's default layer, at the best layer of the mean sweep, and at
-    DWA's self-labeling layer round(10 L / 12) (XLM-Align Table 11 scaled to the depth L)."""
+    DWA's self-labeling layer round(10 L / 12) (XLM-Align Table 11 scaled to the depth L). `language_embeddings`:
+    the model has them (see ONE_PAIR_LAYOUT)."""
     golds = list(per_gold.values())
     sweep = [statistics.mean(g["sweep"][i]["aer"] for g in golds) for i in range(len(golds[0]["sweep"]))]
     depth = len(sweep) - 1
@@ -284,6 +309,7 @@ def aer_metrics(method: str, per_gold: dict[str, dict]) -> dict:
         out["aer-ot@label"] = sweep[round(10 * depth / 12)]
         # evaluations from before the released Itermax filtering (polyalign/align/extract.py) carry no tag
         out[RELEASED_FILTERING] = all(g.get("ot_filtering") == OT_FILTERING for g in golds)
+    out[ONE_PAIR_LAYOUT] = not language_embeddings or all(g.get("pair_layout") == PAIR_LAYOUT for g in golds)
     return out
 
 
@@ -313,7 +339,8 @@ def read_measures(arm: Arm, run: Path, measures: list[str], languages) -> dict:
         elif name.startswith("aer-"):
             golds = {g: load(evals / name / g / "alignment.json") for g in gold_sets_for(languages)}
             if golds and all(golds.values()):
-                out |= aer_metrics(name.removeprefix("aer-"), golds)
+                embeddings = has_language_embeddings(encoder_of(arm, run))
+                out |= aer_metrics(name.removeprefix("aer-"), golds, embeddings)
         elif name == "xnli" and (data := load(evals / "xnli" / "finetune.json")):
             out["xnli"] = data["results"][0]["average"]["mean"]
             # The test rows are the same in every language: one accuracy everywhere is a classifier that

@@ -18,6 +18,7 @@ from bench.evidence.claims import (
     METRICS,
     NOISE_FLOOR,
     ONE_CLASS,
+    ONE_PAIR_LAYOUT,
     RELEASED_FILTERING,
     START,
     XNLI_SMOKE_FLOOR,
@@ -32,7 +33,7 @@ from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
 
 NOT_RUN = "not run yet"
-STALE = "stale: OT AER from before the Itermax filtering, rerun"
+STALE = "stale: AER from before the Itermax filtering or the one pair layout, rerun"
 ONE_CLASS_VERDICT = "inconclusive: a classifier predicts one class"
 
 
@@ -73,7 +74,7 @@ def claim_row(claim: Claim, section: dict | None) -> dict:
     diff = difference(meth, base)
     varies = claim.baseline.trained or claim.method.trained
     row |= {"difference": diff.mean, "spread": diff.spread, "seeds": diff.seeds}
-    if stale_ot(claim, section):
+    if stale_aer(claim, section):
         row["verdict"] = STALE
     elif one_class(claim, section):  # its accuracy is the label distribution's, not the representation's
         row["verdict"] = ONE_CLASS_VERDICT
@@ -90,12 +91,16 @@ def one_class(claim: Claim, section: dict) -> bool:
     return any(s.get(ONE_CLASS) for s in seeds if "xnli" in s)
 
 
-def stale_ot(claim: Claim, section: dict) -> bool:
-    """The claim reads an OT AER that some run of it measured before the released Itermax filtering."""
+def stale_aer(claim: Claim, section: dict) -> bool:
+    """The claim reads an AER that some run of it measured before the released Itermax filtering (OT), or, for
+    a model with language embeddings, in XLM's pair layout (positions restarting at the second sentence), or
+    that a runner from before ONE_PAIR_LAYOUT read."""
     for arm, metric in ((claim.baseline, claim.baseline_metric or claim.metric), (claim.method, claim.metric)):
-        if metric.startswith("aer-ot"):
-            seeds = section["results"].get(arm.name, {}).values()
-            if any(metric in s and s.get(RELEASED_FILTERING) is not True for s in seeds):
+        if metric.startswith("aer-"):
+            seeds = [s for s in section["results"].get(arm.name, {}).values() if metric in s]
+            if any(s.get(ONE_PAIR_LAYOUT) is not True for s in seeds):
+                return True
+            if metric.startswith("aer-ot") and any(s.get(RELEASED_FILTERING) is not True for s in seeds):
                 return True
     return False
 

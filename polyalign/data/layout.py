@@ -3,8 +3,9 @@
 A single sentence is `<s> x </s>`. A translation pair (TLM) comes in two styles:
 - `xlm`: `<s> x </s> <s> y </s>`, positions restart at the second sentence and every token carries its
   sentence's language id (XLM §3.3, Figure 1: TLM is MLM on a concatenated pair).
-- `ppa`: `<s> x </s> y </s>`, positions run on, no language ids, and which side comes first is random
-  (PPA §2.2).
+- `ppa`: `<s> x </s> y </s>`, positions run on, and which side comes first is random (PPA §2.2). TLM in this
+  style passes no language ids; the aligner passes them for a model that has language embeddings (each token
+  its side's), so that every model reads a pair in this one layout (polyalign/align/aligner.py).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def pair_layout(
     """Concatenate two sentences per row in a TLM style (see the module docstring)."""
     if style not in TLM_STYLES:
         raise ValueError(f"style={style!r}: use one of {TLM_STYLES}")
-    with_languages = style == "xlm" and first_languages is not None
+    with_languages = first_languages is not None
     # ppa: <s> x </s> y </s>, so the second sentence has one special fewer.
     second_extra = 2 if style == "xlm" else 1
     T = max(len(x) + len(y) for x, y in zip(first, second, strict=True)) + 2 + second_extra
@@ -109,4 +110,6 @@ def pair_layout(
             out.position_ids[b, cols] = np.arange(col, col + n)
             out.maskable[b, col : col + n - 1] = True
             out.segment[b, cols] = 1
+            if with_languages:
+                out.language_ids[b, cols] = ly
     return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
-from polyalign.align.aligner import Aligner, check_layer, default_encoding
+from polyalign.align.aligner import PAIR_LAYOUT, Aligner, check_layer, default_encoding
 from polyalign.align.extract import OT_FILTERING
 from polyalign.checkpoint import LoadedModel
 
@@ -55,6 +55,8 @@ class AlignmentResult:
         }
         if self.method == "ot":
             out["ot_filtering"] = OT_FILTERING
+        if self.encoding == "pair":
+            out["pair_layout"] = PAIR_LAYOUT
         if self.sweep is not None:
             out["sweep"] = self.sweep
         return out
