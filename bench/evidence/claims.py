@@ -474,6 +474,35 @@ def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
 
 _veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
 
+
+def _xlm_e_continued(
+    name: str, section: str, setting: str, baseline: Arm, method: Arm, steps: int = 150, localises=()
+) -> Claim:
+    """An XLM-E diagnostic continued from small-base on the gold sets' languages: OT AER, with the
+    discriminator's and the generator's premises and the baseline's MLM loss as checks."""
+    return Claim(
+        name,
+        paper="XLM-E",
+        section=section,
+        statement=f"diagnostic: MRTD + TRTD lowers AER vs MLM + TLM{setting}",
+        paper_number="Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
+        baseline=baseline,
+        method=method,
+        budget=Budget(steps=steps),
+        metric="aer-ot@default",
+        direction=-1,
+        measures=("aer-ot@best",),
+        languages=ALIGN_LANGUAGES,
+        checks=(
+            *_detectors(method.name),
+            *_generators(method.name),
+            Check("MLM loss", baseline.name, "log:mlm/loss", floor=UNIGRAM),
+        ),
+        code_checks=_RTD_CODE,
+        localises=localises,
+    )
+
+
 _OT_CODE = (
     "tests/test_align.py::test_sinkhorn_matches_the_plain_iteration_of_eq_6_and_survives_huge_scores",
     "tests/test_align.py::test_ot_filtering_is_the_released_iter_max",
@@ -744,73 +773,31 @@ CLAIMS: tuple[Claim, ...] = (
     # starts out reading context, at two budgets (the second doubles the first: does the gap close with compute?).
     # The start model's measures are xlm-align's (same start and languages).
     *(
-        Claim(
+        _xlm_e_continued(
             name,
-            paper="XLM-E",
-            section=section,
-            statement=(
-                f"diagnostic: MRTD + TRTD lowers AER vs MLM + TLM, continued from small-base ({steps} steps"
-                + (", the generator a copy of small-base)" if arm is XLM_E_WARM_GENERATOR else ")")
-            ),
-            paper_number="Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
-            baseline=MLM_TLM,
-            method=arm,
-            budget=Budget(steps=steps),
-            metric="aer-ot@default",
-            direction=-1,
-            measures=("aer-ot@best",),
-            languages=ALIGN_LANGUAGES,
-            checks=(
-                *_detectors(arm.name),
-                *_generators(arm.name),
-                Check("MLM loss", "mlm-tlm", "log:mlm/loss", floor=UNIGRAM),
-            ),
-            code_checks=_RTD_CODE,
+            section,
+            f", continued from small-base ({steps} steps"
+            + (", the generator a copy of small-base)" if arm is XLM_E_WARM_GENERATOR else ")"),
+            MLM_TLM,
+            arm,
+            steps,
         )
         for name, section, steps, arm in XLM_E_DIAGNOSTICS
     ),
-    Claim(
+    _xlm_e_continued(
         "xlm-e-held-embeddings-aer",
-        paper="XLM-E",
-        section="xlm-e-held-embeddings",
-        statement="diagnostic: MRTD + TRTD lowers AER vs MLM + TLM, continued from small-base (150 steps) with the "
-        "token embeddings held in both arms",
-        paper_number="Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
-        baseline=MLM_TLM_HELD,
-        method=XLM_E_HELD,
-        budget=Budget(steps=XLM_E_DIAGNOSTICS[0][2]),
-        metric="aer-ot@default",
-        direction=-1,
-        measures=("aer-ot@best",),
-        languages=ALIGN_LANGUAGES,
-        checks=(
-            *_detectors(XLM_E_HELD.name),
-            *_generators(XLM_E_HELD.name),
-            Check("MLM loss", MLM_TLM_HELD.name, "log:mlm/loss", floor=UNIGRAM),
-        ),
-        code_checks=_RTD_CODE,
+        "xlm-e-held-embeddings",
+        ", continued from small-base (150 steps) with the token embeddings held in both arms",
+        MLM_TLM_HELD,
+        XLM_E_HELD,
         localises=("token embeddings", "the token embeddings held in both arms"),
     ),
-    Claim(
+    _xlm_e_continued(
         "xlm-e-same-input-aer",
-        paper="XLM-E",
-        section="xlm-e-same-input",
-        statement="diagnostic: MRTD + TRTD lowers AER vs MLM + TLM on TRTD's input (the pair as one sentence, no "
-        "language embeddings), continued from small-base (150 steps)",
-        paper_number="Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
-        baseline=MLM_TLM_SAME_INPUT,
-        method=XLM_E_CONTINUED,
-        budget=Budget(steps=XLM_E_DIAGNOSTICS[0][2]),
-        metric="aer-ot@default",
-        direction=-1,
-        measures=("aer-ot@best",),
-        languages=ALIGN_LANGUAGES,
-        checks=(
-            *_detectors(XLM_E_CONTINUED.name),
-            *_generators(XLM_E_CONTINUED.name),
-            Check("MLM loss", MLM_TLM_SAME_INPUT.name, "log:mlm/loss", floor=UNIGRAM),
-        ),
-        code_checks=_RTD_CODE,
+        "xlm-e-same-input",
+        " on TRTD's input (the pair as one sentence, no language embeddings), continued from small-base (150 steps)",
+        MLM_TLM_SAME_INPUT,
+        XLM_E_CONTINUED,
         localises=(
             "baseline's language embeddings and position restart",
             "the baseline on TRTD's input (no language embeddings, positions running on)",
