@@ -556,8 +556,14 @@ def test_a_diagnostic_with_its_premise_met_separates_code_from_scale():
     assert "the code, or the method at this model size, is suspect" in reading(worse)
     idle = json.loads(json.dumps(continued))  # the diagnostic's discriminator did not learn either
     idle["results"]["xlm-e-continued"]["0"] = detector_seed(73.0, 0.853)
-    lines = reading(idle)
-    assert "premise not met either" in lines and "cause is the scale" not in lines
+    lines = reading(idle)  # ... yet it moves AER the paper's way: the code shows the effect without it
+    assert "premise not met either" in lines
+    assert "even where its own premise is not met (`xlm-e-continued-aer`), the same code moves" in lines
+    worse_idle = json.loads(json.dumps(idle))  # not met, and against the paper: it neither clears nor convicts
+    for seed in worse_idle["results"]["xlm-e-continued"].values():
+        seed["aer-ot@default"] = 80.0
+    lines = reading(worse_idle)
+    assert "cause is the scale" not in lines and "suspect" not in lines
     assert "do not clear or convict the code" in lines
 
 

@@ -192,10 +192,10 @@ def diagnostic_reading(
     claim: Claim, rows: dict, loaded: dict, data: Path | None = None
 ) -> tuple[list[str], str | None]:
     """What the claim's diagnostics say: a line each, and a reading. Diagnostics of the same mechanism where this
-    claim's premise is met (possibly at several budgets) give it from the last listed one whose premise was met,
-    with the trend across the met ones that train the same arm; a diagnostic that holds a part of the model in
-    both arms (`localises`) adds whether the gap lies in that part. `data`: as section_floors'. Returns (lines,
-    reading or None)."""
+    claim's premise is met (possibly at several budgets) give it from the last listed one whose premise was met
+    or that reproduced the paper's effect even without it, with the trend across those that train the same arm;
+    a diagnostic that holds or removes a part of the model (`localises`) adds whether the gap lies in that part.
+    `data`: as section_floors'. Returns (lines, reading or None)."""
     lines, met, located = [], [], []  # met: (diagnostic, row) whose own premise holds, in the listed order
     for name in claim.diagnostics:
         diagnostic = next(c for c in CLAIMS if c.id == name)
@@ -210,25 +210,26 @@ def diagnostic_reading(
             f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
             f"method - baseline {difference_text(row)}, {row['verdict']}; its premise {premise}."
         )
-        if not unmet:
-            (located if diagnostic.localises else met).append((diagnostic, row))
+        if diagnostic.localises:  # where a gap lies does not hang on the method's premises
+            located.append((diagnostic, row))
+        elif not unmet or row["verdict"] == REPRODUCED:  # an effect shown without its premise still shows
+            met.append((diagnostic, row, not unmet))
     readings = [r for r in (mechanism_reading(met), *(location_reading(d, r) for d, r in located)) if r]
     return lines, "; ".join(readings) or None
 
 
-def mechanism_reading(met: list[tuple[Claim, dict]]) -> str | None:
-    """The reading from the last met diagnostic of the mechanism, with the trend of its arm across budgets."""
+def mechanism_reading(met: list[tuple[Claim, dict, bool]]) -> str | None:
+    """The reading from the last counted diagnostic of the mechanism, (diagnostic, row, its premise met), with
+    the trend of its arm across budgets."""
     if not met:
         return None
-    last, row = met[-1]
-    same = [(d, r) for d, r in met if d.method == last.method and d.baseline == last.baseline]
+    last, row, premise = met[-1]
+    same = [(d, r) for d, r, _ in met if d.method == last.method and d.baseline == last.baseline]
     trend = compute_trend(last, [(d.budget, r) for d, r in same])
     moves = ", ".join(f"{budget_text(d.budget)} {r['difference']:+.2f}" for d, r in same)
     if row["verdict"] == REPRODUCED:
-        return (
-            f"where the premise is met (`{last.id}`), the same code moves the metric the paper's way: the cause is "
-            "the scale"
-        )
+        where = "where the premise is met" if premise else "even where its own premise is not met"
+        return f"{where} (`{last.id}`), the same code moves the metric the paper's way: the cause is the scale"
     if row["verdict"] == NOT_REPRODUCED and trend > 0:
         return (
             f"where the premise is met the method still trails the baseline, but the gap closes as compute grows "
