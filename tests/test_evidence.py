@@ -611,6 +611,13 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
     lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows, loaded))
     assert f"even where the premise is met (`{warm_id}`), the method moves the metric against the paper:" in lines
     assert "compute" not in lines.split("- Reading:")[1]
+    # ... and when the other setting's last diagnostic reproduces, the two disagree: nothing is separated
+    d, s = claim_section(long, diagnostic(74.0))
+    loaded[d.section] = s
+    rows = {c.id: claim_row(c, loaded.get(c.section)) for c in C.CLAIMS}
+    lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows, loaded))
+    assert f"disagree (`{long}` reproduced (-2.00 (1 seed)); `{warm_id}` not reproduced (+7.00 (1 seed)))" in lines
+    assert "suspect" not in lines and "cause is the scale" not in lines
     # the diagnostic's own investigation shows its trend across the two budgets and the layer sweeps, start first
     d, s = claim_section(long, {**diagnostic(84.0), "start": {"0": {"sweep/aer-ot": [83.2, 81.4]}}})
     rows = {c.id: claim_row(c, None) for c in C.CLAIMS}

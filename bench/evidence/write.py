@@ -219,10 +219,18 @@ def diagnostic_reading(
 
 
 def mechanism_reading(met: list[tuple[Claim, dict, bool]]) -> str | None:
-    """The reading from the last counted diagnostic of the mechanism, (diagnostic, row, its premise met), with
-    the trend of its arm across budgets."""
+    """The reading from the counted diagnostics of the mechanism, (diagnostic, row, its premise met): from the
+    last one, with the trend of its arm across budgets; when the settings' last diagnostics disagree (one
+    reproduces, another goes against the paper), that disagreement."""
     if not met:
         return None
+    settings: dict[tuple, tuple[Claim, dict]] = {}  # (baseline, method) -> its last diagnostic, in listed order
+    for d, r, _ in met:
+        settings[(d.baseline, d.method)] = (d, r)
+    verdicts = {r["verdict"] for _, r in settings.values()}
+    if {REPRODUCED, NOT_REPRODUCED} <= verdicts:
+        each = "; ".join(f"`{d.id}` {r['verdict']} ({difference_text(r)})" for d, r in settings.values())
+        return f"the diagnostics disagree ({each}): code or scale is not separated"
     last, row, premise = met[-1]
     same = [(d, r) for d, r, _ in met if d.method == last.method and d.baseline == last.baseline]
     trend = compute_trend(last, [(d.budget, r) for d, r in same])
