@@ -28,6 +28,7 @@ from bench.evidence.write import (
     STALE,
     claim_row,
     investigation,
+    section_floors,
     worsens_with_compute,
     write,
 )
@@ -358,6 +359,12 @@ def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
     assert floor.unigram_floor("unigram", prepared, None) == pytest.approx(math.log(3) / 2)
     with pytest.raises(ValueError, match="floor"):
         floor.unigram_floor("bigram", prepared, None)
+    # a section trained on every language records "all": the floor over every language of its folder
+    claim = next(c for c in C.CLAIMS if c.id == "ernie-m-camlm")
+    section = {"data": str(prepared), "languages": "all", "results": {}}
+    assert section_floors(claim, section, None) == {"unigram": pytest.approx(math.log(3) / 2)}
+    section["languages"] = ["en"]
+    assert section_floors(claim, section, None) == {"unigram": pytest.approx(math.log(3))}
 
 
 def test_models_that_never_passed_the_unigram_floor_are_read_as_scale():

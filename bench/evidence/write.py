@@ -289,7 +289,8 @@ def section_floors(claim: Claim, section: dict, data: Path | None) -> dict[str, 
     folder = next((f for f in candidates if f is not None and (f / "meta.json").is_file()), None)
     if folder is None:
         return {}
-    languages = tuple(section["languages"]) if section.get("languages") else None
+    languages = section.get("languages")
+    languages = None if languages in (None, "all") else tuple(languages)  # "all": every language of the folder
     floors = {c.floor for c in claim.checks if c.floor and not c.rate_key}
     return {f: unigram_floor(f, folder, languages) for f in floors}
 
