@@ -646,9 +646,10 @@ def test_a_diagnostic_holding_a_part_in_both_arms_says_whether_the_gap_lies_in_i
     held = next(c for c in C.CLAIMS if c.localises)
     assert held.id in claim.diagnostics and held.localises[0] == "token embeddings"
 
-    def reading(method_aer: float) -> str:
+    def reading(method_aer: float, baseline_layout: bool = True) -> str:
+        baseline = {"aer-ot@default": 80.0, C.RELEASED_FILTERING: True, C.ONE_PAIR_LAYOUT: baseline_layout}
         results = {
-            held.baseline.name: {s: {"aer-ot@default": 80.0, **CURRENT_AER} for s in "01"},
+            held.baseline.name: {s: dict(baseline) for s in "01"},
             held.method.name: {s: detector_seed(method_aer, 0.95) for s in "01"},
         }
         _, diagnostic = claim_section(held.id, results)
@@ -665,6 +666,8 @@ def test_a_diagnostic_holding_a_part_in_both_arms_says_whether_the_gap_lies_in_i
     worse = reading(84.0)  # still +4 with them held: the layers above differ too
     assert "the method still trails (+4.00 ± 0.00 (2 seeds)): the gap is not only in the token embeddings" in worse
     assert "the gap lies in" not in worse
+    stale = reading(80.1, baseline_layout=False)  # a stale diagnostic is shown, never read
+    assert "stale" in stale and "held in both arms (`xlm-e-held-embeddings-aer`) the difference" not in stale
 
 
 def test_a_baseline_loss_that_does_not_fall_does_not_convict_the_method():

@@ -210,6 +210,8 @@ def diagnostic_reading(
             f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
             f"method - baseline {difference_text(row)}, {row['verdict']}; its premise {premise}."
         )
+        if row["verdict"] == STALE:  # shown, never read
+            continue
         if diagnostic.localises:  # where a gap lies does not hang on the method's premises
             located.append((diagnostic, row))
         elif not unmet or row["verdict"] == REPRODUCED:  # an effect shown without its premise still shows
