@@ -196,7 +196,7 @@ def diagnostic_reading(
     or that reproduced the paper's effect even without it, with the trend across those that train the same arm;
     a diagnostic that holds or removes a part of the model (`localises`) adds whether the gap lies in that part.
     `data`: as section_floors'. Returns (lines, reading or None)."""
-    lines, met, located = [], [], []  # met: (diagnostic, row) whose own premise holds, in the listed order
+    lines, met, located = [], [], []  # met: (diagnostic, row, its premise held) counted, in the listed order
     for name in claim.diagnostics:
         diagnostic = next(c for c in CLAIMS if c.id == name)
         row, section = rows.get(name), loaded.get(diagnostic.section)
