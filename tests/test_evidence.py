@@ -638,34 +638,37 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
 def test_a_diagnostic_holding_a_part_in_both_arms_says_whether_the_gap_lies_in_it():
     claim, section = claim_section(
         "xlm-e-aer-ot-3",
-        {
-            "xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER}},
-            "xlm-e": {"0": detector_seed(89.0, 0.853)},
-        },
+        {"xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER}}, "xlm-e": {"0": detector_seed(89.0, 0.853)}},
     )
     held = next(c for c in C.CLAIMS if c.localises)
-    assert held.id in claim.diagnostics and held.localises[0] == "token embeddings"
+    part, _, reference = held.localises
+    assert held.id in claim.diagnostics and part == "token embeddings" and reference == C.XLM_E_DIAGNOSTIC
 
-    def reading(method_aer: float, baseline_layout: bool = True) -> str:
+    def arms(diagnostic: C.Claim, method_aer: float, baseline_layout: bool = True) -> dict:
         baseline = {"aer-ot@default": 80.0, C.RELEASED_FILTERING: True, C.ONE_PAIR_LAYOUT: baseline_layout}
-        results = {
-            held.baseline.name: {s: dict(baseline) for s in "01"},
-            held.method.name: {s: detector_seed(method_aer, 0.95) for s in "01"},
+        return {
+            diagnostic.baseline.name: {s: dict(baseline) for s in "01"},
+            diagnostic.method.name: {s: detector_seed(method_aer, 0.95) for s in "01"},
         }
-        _, diagnostic = claim_section(held.id, results)
-        loaded = {section["section"]: section, diagnostic["section"]: diagnostic}
+
+    def reading(held_aer: float, reference_aer: float = 84.0, baseline_layout: bool = True) -> str:
+        loaded = {section["section"]: section}
+        for name, aer, layout in ((reference, reference_aer, True), (held.id, held_aer, baseline_layout)):
+            d = next(c for c in C.CLAIMS if c.id == name)
+            loaded[d.section] = claim_section(name, arms(d, aer, layout))[1]
         rows = {c.id: claim_row(c, loaded.get(c.section)) for c in C.CLAIMS}
         return "\n".join(investigation(claim, rows[claim.id], section, {}, rows, loaded))
 
-    same = reading(80.1)  # +0.1 with the embeddings held in both arms: the gap was in them
-    assert (
-        "with the token embeddings held in both arms (`xlm-e-held-embeddings-aer`) the difference is inconclusive"
-        in same
-    )
-    assert "the gap lies in the token embeddings" in same and "not only in" not in same
+    # without the hold the method trails by 4; with it, +0.1: the gap was in the held part
+    same = reading(80.1)
+    assert "held in both arms (`xlm-e-held-embeddings-aer`) the difference is inconclusive (+0.10" in same
+    assert "where without it the method trails (+4.00 ± 0.00 (2 seeds)): the gap lies in the token embeddings" in same
     worse = reading(84.0)  # still +4 with them held: the layers above differ too
-    assert "the method still trails (+4.00 ± 0.00 (2 seeds)): the gap is not only in the token embeddings" in worse
-    assert "the gap lies in" not in worse
+    assert "the gap is not only in the token embeddings" in worse and "the gap lies in" not in worse
+    # no gap without the hold: nothing to place, the two differences side by side
+    neither = reading(79.0, reference_aer=79.0)
+    assert "the gap" not in neither.split("- Reading:")[1]
+    assert f"as it is without (`{reference}` reproduced, -1.00 ± 0.00 (2 seeds))" in neither
     stale = reading(80.1, baseline_layout=False)  # a stale diagnostic is shown, never read
     assert "stale" in stale and "held in both arms (`xlm-e-held-embeddings-aer`) the difference" not in stale
 

@@ -226,9 +226,10 @@ class Claim:
     diagnostics: tuple[str, ...] = ()
     """Ids of claims run to separate code from scale for this one: the same mechanism where this claim's premise
     is met. The investigation reads their verdicts (bench/evidence/write.py)."""
-    localises: tuple[str, str] = ()
-    """For a diagnostic that holds or removes a part of the model: (the part, what the diagnostic does with it),
-    in words. The claims it diagnoses read from its verdict whether their gap lies in that part."""
+    localises: tuple[str, str, str] = ()
+    """For a diagnostic that holds or removes a part of the model: (the part, what the diagnostic does with it,
+    in words; the id of the same comparison without that). When the reference shows a gap, the claims it
+    diagnoses read from this one's verdict whether the gap lies in that part."""
     seeds: str = f"seed 0; seed 1 too when |method - baseline| < {CLOSE:g} points after seed 0"
     close: float = CLOSE
     floor: float = NOISE_FLOOR
@@ -796,7 +797,7 @@ CLAIMS: tuple[Claim, ...] = (
         ", continued from small-base (150 steps) with the token embeddings held in both arms",
         MLM_TLM_HELD,
         XLM_E_HELD,
-        localises=("token embeddings", "the token embeddings held in both arms"),
+        localises=("token embeddings", "the token embeddings held in both arms", XLM_E_DIAGNOSTIC),
     ),
     _xlm_e_continued(
         "xlm-e-same-input-aer",
@@ -807,6 +808,7 @@ CLAIMS: tuple[Claim, ...] = (
         localises=(
             "baseline's language embeddings and position restart",
             "the baseline on TRTD's input (no language embeddings, positions running on)",
+            XLM_E_DIAGNOSTIC,
         ),
     ),
     Claim(

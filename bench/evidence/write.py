@@ -216,7 +216,7 @@ def diagnostic_reading(
             located.append((diagnostic, row))
         elif not unmet or row["verdict"] == REPRODUCED:  # an effect shown without its premise still shows
             met.append((diagnostic, row, not unmet))
-    readings = [r for r in (mechanism_reading(met), *(location_reading(d, r) for d, r in located)) if r]
+    readings = [r for r in (mechanism_reading(met), *(location_reading(d, r, rows) for d, r in located)) if r]
     return lines, "; ".join(readings) or None
 
 
@@ -255,16 +255,18 @@ def mechanism_reading(met: list[tuple[Claim, dict, bool]]) -> str | None:
     return f"where the premise is met (`{last.id}`) the difference is {row['verdict']}"
 
 
-def location_reading(diagnostic: Claim, row: dict) -> str:
-    """Whether the gap lies in the part a `localises` diagnostic holds or removes."""
-    (part, how), difference = diagnostic.localises, difference_text(row)
+def location_reading(diagnostic: Claim, row: dict, rows: dict) -> str:
+    """Whether the gap of the same comparison without the hold (the `localises` reference) lies in the part the
+    diagnostic holds or removes; without such a gap to place, the two differences side by side."""
+    (part, how, reference), difference = diagnostic.localises, difference_text(row)
+    ref = rows.get(reference)
+    said = f"with {how} (`{diagnostic.id}`) the difference is {row['verdict']} ({difference})"
+    if ref is None or ref["verdict"] != NOT_REPRODUCED:
+        known = ref is not None and ref["difference"] is not None
+        return said + (f", as it is without (`{reference}` {ref['verdict']}, {difference_text(ref)})" if known else "")
     if row["verdict"] == NOT_REPRODUCED:
-        return (
-            f"with {how} (`{diagnostic.id}`) the method still trails ({difference}): the gap is not only in the {part}"
-        )
-    return (
-        f"with {how} (`{diagnostic.id}`) the difference is {row['verdict']} ({difference}): the gap lies in the {part}"
-    )
+        return f"{said}, and without it {difference_text(ref)}: the gap is not only in the {part}"
+    return f"{said}, where without it the method trails ({difference_text(ref)}): the gap lies in the {part}"
 
 
 def premise_values(claim: Claim, section: dict, floors: dict[str, float] | None = None) -> str:
