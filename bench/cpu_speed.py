@@ -38,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+NOT_RECORDED = "commit not recorded by that run"
 
 SHARED = ROOT.parent / "shared"
 PARTS = ("aligner", "tatoeba", "prepare", "pretrain")
@@ -298,14 +299,15 @@ def cpu_speed_section(path: Path) -> list[str]:
         "## CPU speed of alignment, evaluation and prepare (`bench/cpu_speed.py`)",
         "",
         f"Measured {r['date']} on {r['machine']}; 1-minute load average {r['load_average_1min'][0]:.1f} before, "
-        f"{r['load_average_1min'][1]:.1f} after. Command: `{r['command']}`. Whole commands in their own "
-        "processes, start-up included, wall clock.",
+        f"{r['load_average_1min'][1]:.1f} after. Command: `{r['command']}` (code: {r.get('code', NOT_RECORDED)}). "
+        "Whole commands in their own processes, start-up included, wall clock.",
         "",
     ]
     for part, stamp in r.get("measured", {}).items():
         if stamp["date"] != r["date"]:
             lines += [
-                f"The {part} part was measured earlier: {stamp['date']}, command `{stamp['command']}`, 1-minute load "
+                f"The {part} part was measured earlier: {stamp['date']}, command `{stamp['command']}` (code: "
+                f"{stamp.get('code', NOT_RECORDED)}), 1-minute load "
                 f"average {stamp['load_average_1min'][0]:.1f} before, {stamp['load_average_1min'][-1]:.1f} after.",
                 "",
             ]
@@ -388,13 +390,14 @@ def main() -> None:
     if args.eflomal:  # the eflomal process of the aligner comparison
         eflomal_files(*args.eflomal)
         return
-    from reporting import machine
+    from reporting import commit, machine
 
     parts = args.only.split(",")
     scales = [int(s) for s in args.scales.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "code": commit(),
         "machine": machine(),
         "command": "bench/cpu_speed.py " + " ".join(sys.argv[1:]),
         "load_average_1min": [os.getloadavg()[0]],
@@ -417,7 +420,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "cpu_speed.json"
     # Parts not measured this time stay as they were, each with the date, command and load of its own run.
-    stamp = {k: result[k] for k in ("date", "command", "load_average_1min")}
+    stamp = {k: result[k] for k in ("date", "code", "command", "load_average_1min")}
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     measured = earlier.get("measured", {part: {k: earlier[k] for k in stamp} for part in PARTS if part in earlier})
     for part in PARTS:

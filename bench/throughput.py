@@ -35,7 +35,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cpu_speed import cpu_speed_section  # noqa: E402  (bench/ is this script's folder)
+from cpu_speed import NOT_RECORDED, cpu_speed_section  # noqa: E402  (bench/ is this script's folder)
+from reporting import commit  # noqa: E402
 
 from polyalign.config import TrainerConfig  # noqa: E402
 from polyalign.data.layout import sentence_layout  # noqa: E402
@@ -247,6 +248,7 @@ def main() -> None:
     }
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "code": commit(),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
         "cpu": _cpu_name(),
         "torch": torch.__version__,
@@ -275,7 +277,8 @@ def report(r: dict, argv: str, results: Path = RESULTS) -> str:
         "",
         f"Machine: {r['cpu']}, {r['machine']}; torch {r['torch']}, transformers {r['transformers']}; {r['date']}; "
         "1-minute load average {:.1f} before, {:.1f} after.".format(*r.get("load_average_1min", [float("nan")] * 2)),
-        f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python bench/throughput.py {argv}`",
+        f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python bench/throughput.py {argv}` (code: "
+        f"{r.get('code', NOT_RECORDED)}; page written at {commit()}).",
         "",
         f"Protocol: batch {r['batch']} x {r['length']} tokens (no padding), 15% masked (80/10/10), "
         f"model 6 layers / hidden 384 / 6 heads / FFN 1536 / vocabulary 32000, dropout {DROPOUT}, attention "
