@@ -565,6 +565,12 @@ def test_a_diagnostic_with_its_premise_met_separates_code_from_scale():
     idle["results"]["xlm-e-continued"]["0"] = detector_seed(73.0, 0.853)
     lines = reading(idle)  # ... yet it moves AER the paper's way: the code shows the effect without it
     assert "premise not met either" in lines
+    half = json.loads(json.dumps(idle))  # TRTD's detector learned, MRTD's did not: both shown, each for what it is
+    half["results"]["xlm-e-continued"]["0"]["train"]["trtd/discriminator_accuracy"] = [0.8, 0.95]
+    assert (
+        "not met either (MRTD discriminator accuracy 0.853 where predicting the majority class scores 0.853; "
+        "met: TRTD discriminator accuracy 0.950 vs majority 0.853)"
+    ) in reading(half)
     assert "even where its own premise is not met (`xlm-e-continued-aer`), the same code moves" in lines
     worse_idle = json.loads(json.dumps(idle))  # not met, and against the paper: it neither clears nor convicts
     for seed in worse_idle["results"]["xlm-e-continued"].values():
@@ -605,8 +611,8 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
     assert "more compute does not close the gap (150 steps +4.00, 300 steps +8.00)" in growing
     assert "suspect" in growing
     assert "the cause is the scale" in reading(74.0)  # at 300 steps the method wins: reproduced there
-    # a met diagnostic of another arm listed after them (the warm generator) reads alone: no trend across arms
-    warm_id, warm_section, _, warm_arm = C.XLM_E_DIAGNOSTICS[2]
+    # a met diagnostic of another arm listed after them (the warm small generator) reads alone: no trend across arms
+    warm_id, warm_section, _, warm_arm = C.XLM_E_DIAGNOSTICS[3]
     _, warm = claim_section(
         warm_id, {"mlm-tlm": diagnostic(0)["mlm-tlm"], warm_arm.name: {"0": detector_seed(83.0, 0.9)}}
     )
@@ -685,3 +691,40 @@ def test_a_baseline_loss_that_does_not_fall_does_not_convict_the_method():
     assert "mechanism itself is suspect" not in lines and "the mechanism trains" in lines
     section["results"]["xlm-e-continued"]["0"]["train"]["mrtd/generator_loss"] = [7.5, 9.1]
     assert "mechanism itself is suspect" in "\n".join(investigation(claim, claim_row(claim, section), section))
+
+
+def test_a_diagnostic_that_departs_from_the_paper_is_shown_but_not_read_and_is_read_against_the_paper_setting():
+    claim, section = claim_section(
+        "xlm-e-aer-ot-3",
+        {"xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER}}, "xlm-e": {"0": detector_seed(89.0, 0.853)}},
+    )
+    departing = next(c for c in C.CLAIMS if c.departs)
+    how, reference = departing.departs
+    paper_setting = next(c for c in C.CLAIMS if c.id == reference)
+    assert departing.id in claim.diagnostics and reference in claim.diagnostics
+    # they differ in the departing setting alone: same start, steps, baseline and objectives
+    assert departing.baseline == paper_setting.baseline and departing.budget == paper_setting.budget
+    assert departing.method.recipe == paper_setting.method.recipe and departing.method != paper_setting.method
+
+    def loaded_with(departing_aer: float, reference_aer: float) -> tuple[dict, dict]:
+        loaded = {section["section"]: section}
+        for d, aer in ((departing, departing_aer), (paper_setting, reference_aer)):
+            results = {
+                d.baseline.name: {"0": {"aer-ot@default": 80.0, **CURRENT_AER}},
+                d.method.name: {"0": detector_seed(aer, 0.95)},
+            }
+            loaded[d.section] = claim_section(d.id, results)[1]
+        return loaded, {c.id: claim_row(c, loaded.get(c.section)) for c in C.CLAIMS}
+
+    # against the paper (+4) where the paper's setting reproduces (-3): no disagreement, the departure not read
+    loaded, rows = loaded_with(84.0, 77.0)
+    lines = "\n".join(investigation(claim, rows[claim.id], section, {}, rows, loaded))
+    assert f"`{departing.id}`" in lines and "It departs from the paper's configuration" in lines
+    assert "disagree" not in lines and f"(`{reference}`), the same code moves the metric the paper's way" in lines
+    own = "\n".join(investigation(departing, rows[departing.id], loaded[departing.section], {}, rows, loaded))
+    reading = own.split("- Reading: ")[1]
+    assert how in reading and "the departure, not the code" in reading
+    # when the paper's setting goes against the paper too, the departure explains nothing
+    loaded, rows = loaded_with(84.0, 83.0)
+    own = "\n".join(investigation(departing, rows[departing.id], loaded[departing.section], {}, rows, loaded))
+    assert "the departure does not explain the result" in own and "not the code" not in own

@@ -167,25 +167,28 @@ def premise_floor(check: Check, floors: dict[str, float] | None) -> float | None
     return (floors or {}).get(check.floor) if check.premise_below_floor else None
 
 
+def unmet_premise(check: Check, section: dict, floors: dict[str, float] | None = None) -> str | None:
+    """How the check's premise is measured outside its range, or None (met, not a premise, or not measured)."""
+    numbers = check_numbers(check, section)
+    if numbers is None:
+        return None
+    last = numbers[-1]
+    if check.premise_max is not None and last > check.premise_max:
+        return f"{check.label} {numbers_text(numbers)} > {check.premise_max:g}"
+    floor = majority_of(check, section)
+    if floor is not None and last <= floor + MAJORITY_MARGIN:
+        return f"{check.label} {last:.3f} where predicting the majority class scores {floor:.3f}"
+    unigram = premise_floor(check, floors)
+    if unigram is not None and last >= unigram:
+        return f"{check.label} {last:.3f} at or above its unigram floor {unigram:.2f}"
+    return None
+
+
 def unmet_premises(claim: Claim, section: dict, floors: dict[str, float] | None = None) -> list[str]:
     """The claim's premises measured outside their range: a start model further from the paper's than
     `premise_max` allows, a detector no better than predicting the majority class, a generator loss at or
     above its unigram floor (`floors`: section_floors)."""
-    unmet = []
-    for check in claim.checks:
-        numbers = check_numbers(check, section)
-        if numbers is None:
-            continue
-        last = numbers[-1]
-        if check.premise_max is not None and last > check.premise_max:
-            unmet.append(f"{check.label} {numbers_text(numbers)} > {check.premise_max:g}")
-        floor = majority_of(check, section)
-        if floor is not None and last <= floor + MAJORITY_MARGIN:
-            unmet.append(f"{check.label} {last:.3f} where predicting the majority class scores {floor:.3f}")
-        unigram = premise_floor(check, floors)
-        if unigram is not None and last >= unigram:
-            unmet.append(f"{check.label} {last:.3f} at or above its unigram floor {unigram:.2f}")
-    return unmet
+    return [u for check in claim.checks if (u := unmet_premise(check, section, floors))]
 
 
 def diagnostic_reading(
@@ -205,12 +208,17 @@ def diagnostic_reading(
             continue
         floors = section_floors(diagnostic, section, data)
         unmet, values = unmet_premises(diagnostic, section, floors), premise_values(diagnostic, section, floors)
-        premise = f"not met either ({'; '.join(unmet)})" if unmet else "met" + (f" ({values})" if values else "")
+        premise = f"not met either ({'; '.join(unmet)}{f'; met: {values}' if values else ''})" if unmet else (
+            "met" + (f" ({values})" if values else "")
+        )
         lines.append(
             f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
             f"method - baseline {difference_text(row)}, {row['verdict']}; its premise {premise}."
         )
         if row["verdict"] == STALE:  # shown, never read
+            continue
+        if diagnostic.departs:  # another method than the paper's: shown, not read
+            lines[-1] += f" It departs from the paper's configuration ({diagnostic.departs[0]}): not read here."
             continue
         if diagnostic.localises:  # where a gap lies does not hang on the method's premises
             located.append((diagnostic, row))
@@ -255,6 +263,27 @@ def mechanism_reading(met: list[tuple[Claim, dict, bool]]) -> str | None:
     return f"where the premise is met (`{last.id}`) the difference is {row['verdict']}"
 
 
+def departure_reading(claim: Claim, row: dict, rows: dict) -> str | None:
+    """For a diagnostic that departs from the paper's configuration, its verdict against the same diagnostic at
+    the paper's configuration (None: not such a diagnostic, or its reference not measured)."""
+    if not claim.departs:
+        return None
+    how, reference = claim.departs
+    ref = rows.get(reference)
+    if ref is None or ref["difference"] is None or ref["verdict"] == STALE:
+        return None
+    said = (
+        f"this diagnostic departs from the paper's configuration ({how}); the same comparison at the paper's "
+        f"configuration (`{reference}`) is {ref['verdict']} ({difference_text(ref)})"
+    )
+    if row["verdict"] == NOT_REPRODUCED and ref["verdict"] != NOT_REPRODUCED:
+        return (
+            f"{said}: the two share all their code and differ in that setting alone, so what turns the result "
+            "against the paper is the departure, not the code"
+        )
+    return f"{said}: the departure does not explain the result"
+
+
 def location_reading(diagnostic: Claim, row: dict, rows: dict) -> str:
     """Whether the gap of the same comparison without the hold (the `localises` reference) lies in the part the
     diagnostic holds or removes; without such a gap to place, the two differences side by side."""
@@ -270,11 +299,11 @@ def location_reading(diagnostic: Claim, row: dict, rows: dict) -> str:
 
 
 def premise_values(claim: Claim, section: dict, floors: dict[str, float] | None = None) -> str:
-    """The premise checks' values beside what they are held against (for a diagnostic's line)."""
+    """The met premise checks' values beside what they are held against (for a diagnostic's line)."""
     out = []
     for check in claim.checks:
         numbers = check_numbers(check, section)
-        if numbers is None:
+        if numbers is None or unmet_premise(check, section, floors):
             continue
         majority, unigram = majority_of(check, section), premise_floor(check, floors)
         if majority is not None:
@@ -414,7 +443,9 @@ def investigation(
         )
     diagnosed, diagnosis = diagnostic_reading(claim, rows or {}, loaded or {}, data)
     lines += diagnosed
-    if unmet:
+    if departure := departure_reading(claim, row, rows or {}):
+        lines.append(f"- Reading: {departure}.")
+    elif unmet:
         reading = (
             f"- Reading: the method's premise is not met at our scale ({'; '.join(unmet)}), so the claim was not "
             "tested under its own conditions"
