@@ -314,7 +314,11 @@ def test_flop_budget_claims_are_plotted_against_training_flops_and_translation_c
     curve = [{"step": 20, "loss": 9.0}, {"step": 40, "loss": 8.0}]
     veco = {"0": {"curve/mt-veco": curve, "curve/mt-random": curve, "train": {"flops": 2.5e13}}}
     (sections / "veco.json").write_text(json.dumps({"section": "veco", "code": "abc", "results": {"veco": veco}}))
+    (tmp_path / "evidence").mkdir()
+    left = tmp_path / "evidence" / "veco-aer-ot-layers.png"  # drawn by an earlier page, not by this one
+    left.write_bytes(b"png")
     page = write(sections, tmp_path, "bench/evidence.sh").read_text()
+    assert not left.exists()
     assert (tmp_path / "evidence" / "xlm-e-tatoeba14-dev-flops.png").is_file()
     assert (tmp_path / "evidence" / "veco-translation-loss.png").is_file()
     assert "evidence/xlm-e-tatoeba14-dev-flops.png" in page
@@ -632,7 +636,7 @@ def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
     assert f"disagree (`{long}` reproduced (-2.00 (1 seed)); `{warm_id}` not reproduced (+7.00 (1 seed)))" in lines
     assert "suspect" not in lines and "cause is the scale" not in lines
     # the diagnostic's own investigation shows its trend across the two budgets and the layer sweeps, start first
-    d, s = claim_section(long, {**diagnostic(84.0), "start": {"0": {"sweep/aer-ot": [83.2, 81.4]}}})
+    d, s = claim_section(long, {**diagnostic(84.0), "start": {"0": {"sweep/aer-ot": [83.2, 81.4], **CURRENT_AER}}})
     rows = {c.id: claim_row(c, None) for c in C.CLAIMS}
     rows[short] |= {"difference": 4.0, "spread": None, "seeds": 1}
     rows[long] = claim_row(d, s)
@@ -669,8 +673,11 @@ def test_a_diagnostic_holding_a_part_in_both_arms_says_whether_the_gap_lies_in_i
     same = reading(80.1)
     assert "held in both arms (`xlm-e-held-embeddings-aer`) the difference is inconclusive (+0.10" in same
     assert "where without it the method trails (+4.00 ± 0.00 (2 seeds)): the gap lies in the token embeddings" in same
-    worse = reading(84.0)  # still +4 with them held: the layers above differ too
-    assert "the gap is not only in the token embeddings" in worse and "the gap lies in" not in worse
+    worse = reading(84.0)  # still +4 with them held: the gap is not in them at all
+    assert "the gap does not lie in the token embeddings" in worse and "the gap lies in" not in worse
+    assert "the gap does not lie in the token embeddings" in reading(86.0)  # larger with them held
+    part_of = reading(82.0)  # +2 with them held, +4 without: some of it lies there, not all
+    assert "the gap is not only in the token embeddings" in part_of and "does not lie" not in part_of
     # no gap without the hold: nothing to place, the two differences side by side
     neither = reading(79.0, reference_aer=79.0)
     assert "the gap" not in neither.split("- Reading:")[1]
@@ -728,3 +735,21 @@ def test_a_diagnostic_that_departs_from_the_paper_is_shown_but_not_read_and_is_r
     loaded, rows = loaded_with(84.0, 83.0)
     own = "\n".join(investigation(departing, rows[departing.id], loaded[departing.section], {}, rows, loaded))
     assert "the departure does not explain the result" in own and "not the code" not in own
+
+
+def test_aer_sweeps_from_a_stale_layout_are_neither_printed_nor_drawn(tmp_path):
+    from bench.evidence.write import layer_sweeps, section_curves
+
+    claim, section = claim_section(
+        "xlm-e-aer-ot-3",
+        {
+            "xlm": {"0": {"aer-ot@default": 81.0, "sweep/aer-ot": [82.0, 81.0]}},  # no layout recorded: stale
+            "xlm-e": {"0": {**detector_seed(80.0, 0.9), "sweep/aer-ot": [80.5, 80.0], "sweep/tatoeba14": [1.0, 2.0]}},
+        },
+    )
+    assert layer_sweeps(claim, section) == "- AER by layer (0 = embeddings; seed 0): xlm-e 80.5 / 80.0."
+    drawn = {p.name for p in section_curves("s", section, tmp_path)}
+    assert drawn == {"s-aer-ot-layers.png", "s-tatoeba14-layers.png"}
+    section["results"]["xlm-e"]["0"][C.ONE_PAIR_LAYOUT] = False  # every arm stale: no AER figure at all
+    assert layer_sweeps(claim, section) is None
+    assert {p.name for p in section_curves("t", section, tmp_path)} == {"t-tatoeba14-layers.png"}

@@ -294,7 +294,11 @@ def location_reading(diagnostic: Claim, row: dict, rows: dict) -> str:
         known = ref is not None and ref["difference"] is not None
         return said + (f", as it is without (`{reference}` {ref['verdict']}, {difference_text(ref)})" if known else "")
     if row["verdict"] == NOT_REPRODUCED:
-        return f"{said}, and without it {difference_text(ref)}: the gap is not only in the {part}"
+        # the part taken out of the comparison and the gap as large or larger: it was never in that part
+        where = "does not lie in" if diagnostic.direction * (row["difference"] - ref["difference"]) <= 0 else (
+            "is not only in"
+        )
+        return f"{said}, and without it {difference_text(ref)}: the gap {where} the {part}"
     return f"{said}, where without it the method trails ({difference_text(ref)}): the gap lies in the {part}"
 
 
@@ -377,6 +381,16 @@ def budget_trend(points: list[tuple[Budget, dict]]) -> str | None:
     )
 
 
+def current_sweep(seed: dict, key: str) -> list[float] | None:
+    """A seed's layer sweep under `key`, or None when it is an AER sweep measured in a layout or with a filtering
+    the page no longer reads (see stale_aer): stale sweeps are neither printed nor drawn."""
+    if key.startswith("sweep/aer-") and (
+        seed.get(ONE_PAIR_LAYOUT) is not True or (key == "sweep/aer-ot" and seed.get(RELEASED_FILTERING) is not True)
+    ):
+        return None
+    return seed.get(key)
+
+
 def layer_sweeps(claim: Claim, section: dict) -> str | None:
     """For an OT AER claim: the start model's and both arms' AER at every layer (seed 0), which shows where a
     gap sits (the embeddings or the contextual layers) and which arm moved from the start."""
@@ -384,7 +398,7 @@ def layer_sweeps(claim: Claim, section: dict) -> str | None:
         return None
     sweeps = []
     for name in dict.fromkeys([START.name, *(arm.name for arm in claim.arms)]):
-        sweep = seed0(section, name).get("sweep/aer-ot")
+        sweep = current_sweep(seed0(section, name), "sweep/aer-ot")
         if sweep:
             sweeps.append(f"{name} " + " / ".join(f"{v:.1f}" for v in sweep))
     return f"- AER by layer (0 = embeddings; seed 0): {'; '.join(sweeps)}." if sweeps else None
@@ -517,9 +531,8 @@ def section_curves(name: str, section: dict, out: Path) -> list[Path]:
     """Layer sweeps of Tatoeba-14 and OT AER, and translation loss curves, seed 0 of every arm."""
     paths = []
     for key, ylabel in (("sweep/tatoeba14", "Tatoeba-14 acc@1"), ("sweep/aer-ot", "AER (OT)")):
-        series = {
-            arm: (list(range(len(s["0"][key]))), s["0"][key]) for arm, s in section["results"].items() if key in s["0"]
-        }
+        sweeps = {arm: current_sweep(s["0"], key) for arm, s in section["results"].items() if "0" in s}
+        series = {arm: (list(range(len(sweep))), sweep) for arm, sweep in sweeps.items() if sweep}
         if series:
             path = out / f"{name}-{key.split('/')[1]}-layers.png"
             paths.append(plot_series(series, path, "layer (0 = embeddings)", ylabel, f"{name}: {ylabel} by layer"))
@@ -545,6 +558,8 @@ def write(sections_dir: Path, out: Path, command: str, data: Path | None = None)
     plots = flop_curves(loaded, figures)
     for name, section in loaded.items():
         plots += section_curves(name, section, figures)
+    for old in set(figures.glob("*.png")) - set(plots):  # a figure this page no longer draws (e.g. stale AER)
+        old.unlink()
     codes = sorted({s["code"] for s in loaded.values()})
     lines = [
         "# Evidence: each paper's claims as A/B at equal compute (issue 19)",
