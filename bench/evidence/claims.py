@@ -523,29 +523,46 @@ def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
 _veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
 
 
-def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, localises=()) -> Claim:
-    """An XLM-E diagnostic from scratch at the largest budget, on xlm-e-3's languages: OT AER, with the
-    discriminator's and the generator's premises and the baseline's MLM loss as checks."""
+def _xlm_e_diagnostic(
+    name: str, section: str, statement: str, baseline: Arm, method: Arm, budget: Budget, **where
+) -> Claim:
+    """An XLM-E diagnostic: OT AER, with the discriminator's and the generator's premises and the baseline's MLM
+    loss as checks. `where`: start, languages, localises, departs."""
     return Claim(
-        f"{section}-aer",
+        name,
         paper="XLM-E",
         section=section,
-        statement=f"diagnostic: MRTD + TRTD beats MLM + TLM at equal training FLOPs ({XLM_E_BUDGETS[-1]:.2g}), {setting}",
+        statement=f"diagnostic: {statement}",
         paper_number="Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
         baseline=baseline,
         method=method,
-        budget=Budget(max_flops=XLM_E_BUDGETS[-1]),
+        budget=budget,
         metric="aer-ot@default",
         direction=-1,
         measures=("aer-ot@best",),
-        start=None,
-        languages=XNLI15,
         checks=(
             *_detectors(method.name),
             *_generators(method.name),
             Check("MLM loss", baseline.name, "log:mlm/loss", floor=UNIGRAM),
         ),
         code_checks=_RTD_CODE,
+        **where,
+    )
+
+
+def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, localises=()) -> Claim:
+    """From scratch at the largest budget, on xlm-e-3's languages."""
+    flops = XLM_E_BUDGETS[-1]
+    statement = f"MRTD + TRTD beats MLM + TLM at equal training FLOPs ({flops:.2g}), {setting}"
+    return _xlm_e_diagnostic(
+        f"{section}-aer",
+        section,
+        statement,
+        baseline,
+        method,
+        Budget(max_flops=flops),
+        start=None,
+        languages=XNLI15,
         localises=localises,
     )
 
@@ -553,27 +570,15 @@ def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, local
 def _xlm_e_continued(
     name: str, section: str, setting: str, baseline: Arm, method: Arm, steps: int = 150, localises=(), departs=()
 ) -> Claim:
-    """An XLM-E diagnostic continued from small-base on the gold sets' languages: OT AER, with the
-    discriminator's and the generator's premises and the baseline's MLM loss as checks."""
-    return Claim(
+    """Continued from small-base for `steps`, on the gold sets' languages."""
+    return _xlm_e_diagnostic(
         name,
-        paper="XLM-E",
-        section=section,
-        statement=f"diagnostic: MRTD + TRTD lowers AER vs MLM + TLM{setting}",
-        paper_number="Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
-        baseline=baseline,
-        method=method,
-        budget=Budget(steps=steps),
-        metric="aer-ot@default",
-        direction=-1,
-        measures=("aer-ot@best",),
+        section,
+        f"MRTD + TRTD lowers AER vs MLM + TLM{setting}",
+        baseline,
+        method,
+        Budget(steps=steps),
         languages=ALIGN_LANGUAGES,
-        checks=(
-            *_detectors(method.name),
-            *_generators(method.name),
-            Check("MLM loss", baseline.name, "log:mlm/loss", floor=UNIGRAM),
-        ),
-        code_checks=_RTD_CODE,
         localises=localises,
         departs=departs,
     )
