@@ -208,11 +208,10 @@ def diagnostic_reading(
             continue
         floors = section_floors(diagnostic, section, data)
         unmet, values = unmet_premises(diagnostic, section, floors), premise_values(diagnostic, section, floors)
-        premise = (
-            f"not met either ({'; '.join(unmet)}{f'; met: {values}' if values else ''})"
-            if unmet
-            else ("met" + (f" ({values})" if values else ""))
-        )
+        if unmet:
+            premise = f"not met either ({'; '.join(unmet)}{f'; met: {values}' if values else ''})"
+        else:
+            premise = f"met ({values})" if values else "met"
         lines.append(
             f"- Diagnostic `{name}` ({diagnostic.statement}; {protocol(diagnostic)}): "
             f"method - baseline {difference_text(row)}, {row['verdict']}; its premise {premise}."
@@ -297,11 +296,8 @@ def location_reading(diagnostic: Claim, row: dict, rows: dict) -> str:
         return said + (f", as it is without (`{reference}` {ref['verdict']}, {difference_text(ref)})" if known else "")
     if row["verdict"] == NOT_REPRODUCED:
         # the part taken out of the comparison and the gap as large or larger: it was never in that part
-        where = (
-            "does not lie in"
-            if diagnostic.direction * (row["difference"] - ref["difference"]) <= 0
-            else ("is not only in")
-        )
+        larger = diagnostic.direction * (row["difference"] - ref["difference"]) <= 0
+        where = "does not lie in" if larger else "is not only in"
         return f"{said}, and without it {difference_text(ref)}: the gap {where} the {part}"
     return f"{said}, where without it the method trails ({difference_text(ref)}): the gap lies in the {part}"
 
