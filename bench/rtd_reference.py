@@ -63,11 +63,13 @@ def reference_models(config, generator_layers: int, dropout: float):
 def reference_step(generator, discriminator, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """ELECTRA's loss on one MRTD batch: L_G + λ·L_D, with the same sampling and labels as polyalign."""
     inputs, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
-    logits = generator(input_ids=inputs, attention_mask=mask).logits  # (B, T, V)
     masked = labels != IGNORE
-    generator_loss = F.cross_entropy(logits[masked].float(), labels[masked])
+    hidden = generator.electra(input_ids=inputs, attention_mask=mask).last_hidden_state  # (B, T, C)
+    # ElectraForMaskedLM's head, applied at the masked positions only (the loss reads nothing else)
+    logits = generator.generator_lm_head(generator.generator_predictions(hidden[masked]))  # (N, V)
+    generator_loss = F.cross_entropy(logits.float(), labels[masked])
     original = torch.where(masked, labels, inputs)
-    corrupted = corrupt(original, masked, sample_replacements(logits[masked]))
+    corrupted = corrupt(original, masked, sample_replacements(logits))
     replaced = replaced_token_labels(original, corrupted)
     detection = discriminator(input_ids=corrupted, attention_mask=mask).logits  # (B, T)
     discriminator_loss, accuracy = detection_loss(detection, replaced, mask)

@@ -38,6 +38,15 @@ from polyalign.config import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT_AER = {C.RELEASED_FILTERING: True, C.ONE_PAIR_LAYOUT: True}
+
+
+@pytest.fixture(autouse=True)
+def no_saved_results(tmp_path, monkeypatch):
+    """Investigations read files the benches saved in the repository (bench/rtd_reference.py's): the tests
+    read none of them unless they write their own."""
+    monkeypatch.setattr("bench.evidence.write.REPOSITORY", tmp_path / "repository")
+
+
 """What a run's AER results carry when measured with today's filtering and pair layout."""
 
 
@@ -753,3 +762,43 @@ def test_aer_sweeps_from_a_stale_layout_are_neither_printed_nor_drawn(tmp_path):
     section["results"]["xlm-e"]["0"][C.ONE_PAIR_LAYOUT] = False  # every arm stale: no AER figure at all
     assert layer_sweeps(claim, section) is None
     assert {p.name for p in section_curves("t", section, tmp_path)} == {"t-tatoeba14-layers.png"}
+
+
+def test_an_independent_implementation_on_the_same_batches_clears_or_convicts_the_code(tmp_path):
+    from bench.evidence.write import independent_reading
+
+    claim = next(c for c in C.CLAIMS if c.id == "xlm-e-aer-ot-3")
+    assert claim.independent == C.RTD_REFERENCE
+
+    def curve(accuracy: float, generator_loss: float) -> list[dict]:
+        return [
+            {"step": 25, "discriminator_accuracy": 0.80, "replaced": 0.15, "generator_loss": 10.0},
+            {"step": 50, "discriminator_accuracy": accuracy, "replaced": 0.15, "generator_loss": generator_loss},
+        ]
+
+    root = tmp_path / "repository"  # the fixture's repository
+
+    def reading(ours: list[dict], theirs: list[dict]) -> tuple[str, str]:
+        result = {"steps": 50, "max_tokens": 2048, "unigram_floor": 6.6, "curves": {"polyalign": ours, "ref": theirs}}
+        (root / claim.independent).parent.mkdir(parents=True, exist_ok=True)
+        (root / claim.independent).write_text(json.dumps(result))
+        return independent_reading(claim)
+
+    # both stuck at predicting "original" with a generator above the floor: the same state, the code cleared
+    line, clause = reading(curve(0.85, 8.5), curve(0.851, 8.4))
+    assert "polyalign: discriminator accuracy 0.850 vs majority 0.850, generator loss 8.50" in line
+    assert "same state of both premises" in clause and "not the code" in clause
+    _, section = claim_section(
+        claim.id, {"xlm": {"0": {"aer-ot@default": 76.2, **CURRENT_AER}}, "xlm-e": {"0": detector_seed(89.0, 0.853)}}
+    )
+    lines = investigation(claim, claim_row(claim, section), section)
+    assert line in lines and next(x for x in lines if x.startswith("- Reading:")).endswith(f"; {clause}.")
+    # the reference learns to detect where ours does not: the code is suspect
+    line, clause = reading(curve(0.85, 8.5), curve(0.90, 8.4))
+    assert "ref: discriminator accuracy 0.900 vs majority 0.850, above it from step 50" in line
+    assert "the code is suspect" in clause
+    # ... or its generator gets below the unigram floor where ours does not
+    assert "the code is suspect" in reading(curve(0.90, 7.0), curve(0.90, 6.0))[1]
+    assert independent_reading(claim, tmp_path / "elsewhere") == (None, None)  # not run: nothing said
+    (root / claim.independent).unlink()
+    assert not any("independent" in x for x in investigation(claim, claim_row(claim, section), section))

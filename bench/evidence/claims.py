@@ -230,6 +230,10 @@ class Claim:
     """For a diagnostic that holds or removes a part of the model: (the part, what the diagnostic does with it,
     in words; the id of the same comparison without that). When the reference shows a gap, the claims it
     diagnoses read from this one's verdict whether the gap lies in that part."""
+    independent: str = ""
+    """A JSON, relative to the repository, of the method trained from the same start on the same batches by
+    polyalign and by an independent implementation (`curves`: implementation -> logged windows), e.g.
+    bench/rtd_reference.py's: the investigation compares where each ends against the premises."""
     departs: tuple[str, str] = ()
     """For a diagnostic set up otherwise than the paper has the method: (how it departs, in words; the id of the
     same diagnostic at the paper's configuration). Its verdict is shown beside the claims it diagnoses but not
@@ -523,6 +527,10 @@ def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
 _veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
 
 
+# polyalign's MRTD and transformers' ELECTRA from scratch on the same batches (bench/rtd_reference.py).
+RTD_REFERENCE = "bench/results/rtd_reference.json"
+
+
 def _xlm_e_diagnostic(
     name: str, section: str, statement: str, baseline: Arm, method: Arm, budget: Budget, **where
 ) -> Claim:
@@ -564,6 +572,7 @@ def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, local
         start=None,
         languages=XNLI15,
         localises=localises,
+        independent=RTD_REFERENCE,
     )
 
 
@@ -800,6 +809,7 @@ CLAIMS: tuple[Claim, ...] = (
                 Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
             ),
             code_checks=_RTD_CODE,
+            independent=RTD_REFERENCE,
             diagnostics=(*XLM_E_MECHANISM, *XLM_E_LOCATING) if metric.startswith("aer") else (),
         )
         for i, flops in enumerate(XLM_E_BUDGETS)

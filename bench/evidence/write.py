@@ -285,6 +285,50 @@ def departure_reading(claim: Claim, row: dict, rows: dict) -> str | None:
     return f"{said}: the departure does not explain the result"
 
 
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def implementation_state(curve: list[dict], floor: float) -> tuple[str, tuple[bool, bool]]:
+    """Where one implementation's logged RTD windows end: the text, and (its discriminator beats the majority
+    class, its generator is below the unigram floor), judged as the premises are."""
+    last = curve[-1]
+    majority = majority_floor(last["replaced"])
+    detects = last["discriminator_accuracy"] > majority + MAJORITY_MARGIN
+    exits = [p["step"] for p in curve if p["discriminator_accuracy"] > majority_floor(p["replaced"]) + MAJORITY_MARGIN]
+    since = f", above it from step {exits[0]}" if detects and exits else ""
+    text = (
+        f"discriminator accuracy {last['discriminator_accuracy']:.3f} vs majority {majority:.3f}{since}, "
+        f"generator loss {last['generator_loss']:.2f}"
+    )
+    return text, (detects, last["generator_loss"] < floor)
+
+
+def independent_reading(claim: Claim, root: Path | None = None) -> tuple[str | None, str | None]:
+    """The line comparing polyalign with the independent implementation of `claim.independent`, and the
+    clause the reading adds: whether both end in the same state of the premises (None, None: no such file).
+    `root`: where that path starts (the repository)."""
+    root = root or REPOSITORY
+    path = root / claim.independent if claim.independent else None
+    if path is None or not path.is_file():
+        return None, None
+    result = json.loads(path.read_text())
+    states = {name: implementation_state(curve, result["unigram_floor"]) for name, curve in result["curves"].items()}
+    each = "; ".join(f"{name}: {text}" for name, (text, _) in states.items())
+    line = (
+        f"- Against an independent implementation (`{path.relative_to(root)}`, {path.with_suffix('.md').name}): "
+        f"from scratch on the same {result['steps']} batches of {result['max_tokens']} tokens, {each} (unigram "
+        f"floor {result['unigram_floor']:.2f})."
+    )
+    if len({state for _, state in states.values()}) == 1:
+        clause = (
+            "an independent implementation trained on the same batches ends in the same state of both premises, so "
+            "what the code does from scratch here is what the algorithm does at this size: not the code"
+        )
+    else:
+        clause = "an independent implementation trained on the same batches ends otherwise: the code is suspect"
+    return line, clause
+
+
 def location_reading(diagnostic: Claim, row: dict, rows: dict) -> str:
     """Whether the gap of the same comparison without the hold (the `localises` reference) lies in the part the
     diagnostic holds or removes; without such a gap to place, the two differences side by side."""
@@ -457,6 +501,9 @@ def investigation(
         )
     diagnosed, diagnosis = diagnostic_reading(claim, rows or {}, loaded or {}, data)
     lines += diagnosed
+    compared, independent = independent_reading(claim)
+    if compared:
+        lines.append(compared)
     if departure := departure_reading(claim, row, rows or {}):
         lines.append(f"- Reading: {departure}.")
     elif unmet:
@@ -497,6 +544,8 @@ def investigation(
         lines.append("- Reading: a logged loss does not fall: the mechanism itself is suspect (code).")
     else:
         lines.append("- Reading: no logged loss among the checks; the cause (code or scale) is not measured.")
+    if independent:
+        lines[-1] = f"{lines[-1].removesuffix('.')}; {independent}."
     return [*lines, ""]
 
 
