@@ -316,8 +316,8 @@ def independent_reading(claim: Claim, root: Path | None = None) -> tuple[str | N
     each = "; ".join(f"{name}: {text}" for name, (text, _) in states.items())
     line = (
         f"- Against an independent implementation (`{path.relative_to(root)}`, {path.with_suffix('.md').name}): "
-        f"from scratch on the same {result['steps']} batches of {result['max_tokens']} tokens, {each} (unigram "
-        f"floor {result['unigram_floor']:.2f})."
+        f"MRTD from scratch, both on the same {result['steps']} batches of {result['max_tokens']} tokens, {each} "
+        f"(unigram floor {result['unigram_floor']:.2f})."
     )
     if len({state for _, state in states.values()}) == 1:
         clause = (
