@@ -10,8 +10,9 @@
 # `python -m bench.evidence.claims` prints them from the claims:
 #   ppa ~41   ppa-no-moco ~20   ppa-no-tlm ~13   ppa-xnli ~15   xlm-align ~44   ernie-m ~43   xlm-e-1 ~21
 #   xlm-e-2 ~28   xlm-e-3 ~44   xlm-e-no-trtd ~11   xlm-e-xnli ~12 (~20 alone)   xlm-e-continued ~38
-#   xlm-e-continued-300 ~41   xlm-e-warm-generator ~21   xlm-e-held-embeddings ~26 (the XLM-E diagnostics: both
-#   objectives continued from small-base)   veco ~20 (~32 alone, from scratch with cpu-small)
+#   xlm-e-continued-300 ~41   xlm-e-warm-generator ~21   xlm-e-warm-small-generator ~16   xlm-e-held-embeddings ~26
+#   xlm-e-same-input ~11 (the XLM-E diagnostics continued from small-base)   xlm-e-absolute-positions ~22
+#   xlm-e-small-batch ~44 (from scratch at xlm-e-3's budget)   veco ~20 (~32 alone, from scratch with cpu-small)
 #   xlm-align-aligned ~32, ernie-m-aligned ~30 (from a sentence-aligned start: need bench/work/runs/best-sentences,
 #   bench/best.sh's stage 1)
 #   plus ~4 to prepare bench/work/prepared-all24 when it is missing (bench/best.sh's folder, --dev-pairs 1000).
@@ -20,7 +21,7 @@
 # the shared CPU lock, e.g.
 #   flock /tmp/polyalign-cpu.lock bench/evidence.sh ppa
 #   PREPARED=/work/runs/prepared/all24 flock /tmp/polyalign-cpu.lock bench/evidence.sh xlm-align
-# No section: all of them (about 4.5 hours), then the page. `bench/evidence.sh --write`: only the page.
+# No section: all of them (about 5 hours, 10 at worst), then the page. `bench/evidence.sh --write`: only the page.
 # The FLOP-budget sections (xlm-e-*, veco) need `trainer.max_flops` in the trainer.
 # Environment: PREPARED (prepared folder with a dev split), PY (Python), W (work folder, default bench/work).
 set -euo pipefail
