@@ -315,7 +315,7 @@ def independent_reading(claim: Claim, root: Path | None = None) -> tuple[str | N
     states = {name: implementation_state(curve, result["unigram_floor"]) for name, curve in result["curves"].items()}
     each = "; ".join(f"{name}: {text}" for name, (text, _) in states.items())
     line = (
-        f"- Against an independent implementation (`{path.relative_to(root)}`, {path.with_suffix('.md').name}): "
+        f"- Against an independent implementation (`{path.with_suffix('.md').relative_to(root)}`): "
         f"MRTD from scratch, both on the same {result['steps']} batches of {result['max_tokens']} tokens, {each} "
         f"(unigram floor {result['unigram_floor']:.2f})."
     )
@@ -514,9 +514,8 @@ def investigation(
         if diagnosis:
             lines.append(f"{reading}; {diagnosis}.")
         else:
-            lines.append(
-                f"{reading}: the model (scale) stands in the way; these checks do not clear or convict the code."
-            )
+            verdict_on_code = "" if independent else "; these checks do not clear or convict the code"
+            lines.append(f"{reading}: the model (scale) stands in the way{verdict_on_code}.")
     elif at_floor and all(flag for _, flag in at_floor):
         floor_text = (
             f"- Reading: every compared model ended pre-training at or above the unigram floor "
