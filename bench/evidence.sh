@@ -21,7 +21,8 @@
 # the shared CPU lock, e.g.
 #   flock /tmp/polyalign-cpu.lock bench/evidence.sh ppa
 #   PREPARED=/work/runs/prepared/all24 flock /tmp/polyalign-cpu.lock bench/evidence.sh xlm-align
-# No section: all of them (about 5 hours, 10 at worst), then the page. `bench/evidence.sh --write`: only the page.
+# No section: all of them (about 5 hours, 10 at worst), then the page. `bench/evidence.sh --write`: only the page
+# (preparing the folder first when it is missing, ~4 min: the investigations read unigram floors from it).
 # The FLOP-budget sections (xlm-e-*, veco) need `trainer.max_flops` in the trainer.
 # Environment: PREPARED (prepared folder with a dev split), PY (Python), W (work folder, default bench/work).
 set -euo pipefail
@@ -32,11 +33,12 @@ W=${W:-bench/work}
 PREPARED=${PREPARED:-$W/prepared-all24}
 EVAL=../shared/data/eval
 
+# The same command as bench/best.sh, so the benches share the folder. --write needs it too: the investigations read
+# the unigram floors of the sections' training text from it.
+[ -d $PREPARED ] || $PY -m polyalign.cli prepare --mono ../shared/data/train/mono \
+  --parallel ../shared/data/train/parallel --tokenizer-from ../shared/models/small-base --exclude $EVAL/tatoeba \
+  --dev-pairs 1000 --out $PREPARED --no-progress
 if [ "${1:-}" != --write ]; then
-  # The same command as bench/best.sh, so the benches share the folder.
-  [ -d $PREPARED ] || $PY -m polyalign.cli prepare --mono ../shared/data/train/mono \
-    --parallel ../shared/data/train/parallel --tokenizer-from ../shared/models/small-base --exclude $EVAL/tatoeba \
-    --dev-pairs 1000 --out $PREPARED --no-progress
   SECTIONS=("$@")
   [ ${#SECTIONS[@]} -gt 0 ] || read -ra SECTIONS <<< "$($PY -c 'from bench.evidence.claims import sections; \
 print(" ".join(sections()))')"
