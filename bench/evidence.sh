@@ -20,7 +20,8 @@
 # interrupted section, only does what is missing. The script takes no lock: run one section at a time under
 # the shared CPU lock, e.g.
 #   flock /tmp/polyalign-cpu.lock bench/evidence.sh ppa
-#   PREPARED=/work/runs/prepared/all24 flock /tmp/polyalign-cpu.lock bench/evidence.sh xlm-align
+#   PREPARED=bench/work/prepared-all24 flock /tmp/polyalign-cpu.lock bench/evidence.sh xlm-align
+# (a run's hash includes the PREPARED path as written: another path for the same folder trains every arm again)
 # No section: all of them (about 5 hours, 10 at worst), then the page. `bench/evidence.sh --write`: only the page
 # (preparing the folder first when it is missing, ~4 min: the investigations read unigram floors from it).
 # The FLOP-budget sections (xlm-e-*, veco) need `trainer.max_flops` in the trainer.
