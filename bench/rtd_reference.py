@@ -7,9 +7,14 @@ generator stays above the unigram floor (bench/results/evidence.md, xlm-e-3). If
 the same data, that is what the algorithm does at this size and step count (scale); if it learns where ours does
 not, the difference is in our code.
 
+The two share polyalign's batches and its three small pure functions for the draw from the generator, the
+replaced labels and the detection loss (Eqs. 2-3, pinned by tests/test_xlm_e.py); the models, the heads, the
+embedding sharing, the optimizer step and the training loop of the reference are transformers' and PyTorch's.
+
 Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python bench/rtd_reference.py \
-    --data bench/work/prepared-all24 --steps 600 --out bench/results/rtd_reference.json
-Writes the JSON, a markdown page beside it and a plot of both runs' curves.
+    --data bench/work/prepared-all24 --steps 1200 --every 25 --out bench/results/rtd_reference.json
+(21 minutes on 2 cores). Writes the JSON, a markdown page beside it and a plot of both runs' curves;
+`--report-only` rewrites the page and plot from the JSON.
 """
 
 from __future__ import annotations
@@ -208,7 +213,9 @@ def report(result: dict, out: Path, produced_by: str) -> None:
         "",
         f"MRTD from scratch, cpu-small sizes (absolute positions in both), {result['steps']} steps of "
         f"{result['max_tokens']} tokens, languages {result['languages']}, seed {result['seed']}; both trained on "
-        "the same batches with AdamW, the same warmup and linear decay, clipping and λ = 50. First and last "
+        "the same batches with AdamW, the same warmup and linear decay, clipping and λ = 50; they share polyalign's "
+        "functions for the draw from the generator, the replaced labels and the detection loss (Eqs. 2-3), and "
+        "nothing else of its model or training loop. First and last "
         f"logged windows ({result['curves']['polyalign'][1]['step'] - result['curves']['polyalign'][0]['step']} steps "
         f"each); a discriminator counts as above the majority class from the first window it beats it by more than "
         f"{MAJORITY_MARGIN:g} (as the evidence page's premise). Unigram floor of the generator loss: "
