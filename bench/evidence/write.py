@@ -571,7 +571,8 @@ def flop_curves(rows_by_section: dict[str, dict], out: Path) -> list[Path]:
             name: ([p[0] for p in sorted(set(pts))], [p[1] for p in sorted(set(pts))]) for name, pts in series.items()
         }
         name = f"{paper.lower()}-{metric.replace('@', '-')}-flops.png"
-        paths.append(plot_series(data, out / name, "training FLOPs", METRICS[metric][1][:60], f"{paper}: {metric}"))
+        ylabel = METRICS[metric][1].split(",")[0].split(" (")[0]  # "AER", "Tatoeba-14 acc@1": the rest is the key's
+        paths.append(plot_series(data, out / name, "training FLOPs", ylabel, f"{paper}: {metric}"))
     return paths
 
 
