@@ -28,17 +28,29 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from evidence.floor import MAJORITY_MARGIN, majority_floor, unigram_floor  # bench/ is on sys.path
-from reporting import markdown_table, provenance, write_json
 
-from polyalign.config import load_recipe
-from polyalign.data.masking import IGNORE
-from polyalign.evaluate.plots import plot_series
-from polyalign.objectives.rtd import corrupt, detection_loss, replaced_token_labels, sample_replacements
-from polyalign.train import Window, build_run, start_loader, train_step
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the repository's bench package, as bench/evidence uses it
 
-XNLI15 = "en,ar,bg,de,el,es,fr,hi,ru,sw,th,tr,ur,vi,zh"
-WEIGHT = 50.0  # λ, XLM-E §4.1 (ELECTRA's too)
+from bench.evidence.claims import XNLI15  # noqa: E402  (xlm-e-3's languages)
+from bench.evidence.floor import (  # noqa: E402
+    MAJORITY_MARGIN,
+    first_step_beating_majority,
+    majority_floor,
+    unigram_floor,
+)
+from bench.reporting import markdown_table, provenance, write_json  # noqa: E402
+from polyalign.config import load_recipe  # noqa: E402
+from polyalign.data.masking import IGNORE  # noqa: E402
+from polyalign.evaluate.plots import plot_series  # noqa: E402
+from polyalign.objectives.rtd import (  # noqa: E402
+    corrupt,
+    detection_loss,
+    replaced_token_labels,
+    sample_replacements,
+)
+from polyalign.train import Window, build_run, start_loader, train_step  # noqa: E402
+
 KEYS = ("generator_loss", "discriminator_loss", "discriminator_accuracy", "replaced")
 
 
@@ -66,8 +78,9 @@ def reference_models(config, generator_layers: int, dropout: float):
     return generator, discriminator
 
 
-def reference_step(generator, discriminator, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """ELECTRA's loss on one MRTD batch: L_G + λ·L_D, with the same sampling and labels as polyalign."""
+def reference_step(generator, discriminator, batch: dict[str, torch.Tensor], weight: float) -> dict[str, torch.Tensor]:
+    """ELECTRA's loss on one MRTD batch: L_G + λ·L_D (λ = `weight`), with the same sampling and labels as
+    polyalign."""
     inputs, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
     masked = labels != IGNORE
     hidden = generator.electra(input_ids=inputs, attention_mask=mask).last_hidden_state  # (B, T, C)
@@ -81,7 +94,7 @@ def reference_step(generator, discriminator, batch: dict[str, torch.Tensor]) -> 
     discriminator_loss, accuracy = detection_loss(detection, replaced, mask)
     real = mask.bool()
     return {
-        "loss": generator_loss + WEIGHT * discriminator_loss,
+        "loss": generator_loss + weight * discriminator_loss,
         "generator_loss": generator_loss.detach(),
         "discriminator_loss": discriminator_loss.detach(),
         "discriminator_accuracy": accuracy,
@@ -138,7 +151,7 @@ def run(data: Path, steps: int, max_tokens: int, seed: int, languages: str, ever
             ours.window = Window(ours.device)
             # the reference: the same batch, loss, clipping and schedule
             with autocast:
-                out = reference_step(generator, discriminator, batch)
+                out = reference_step(generator, discriminator, batch, objective.config.discriminator_weight)
             out["loss"].backward()
             torch.nn.utils.clip_grad_norm_(modules.parameters(), cfg.clip_norm)
             optimizer.step()
@@ -175,13 +188,11 @@ def report(result: dict, out: Path, produced_by: str) -> None:
     rows = []
     for name, curve in result["curves"].items():
         first, last = curve[0], curve[-1]
-        above = [
-            p["step"] for p in curve if p["discriminator_accuracy"] > majority_floor(p["replaced"]) + MAJORITY_MARGIN
-        ]
+        above = first_step_beating_majority(curve)
         rows.append(
             [
                 name,
-                str(above[0]) if above else "never",
+                "never" if above is None else str(above),
                 f"{first['discriminator_accuracy']:.3f} -> {last['discriminator_accuracy']:.3f}",
                 f"{majority_floor(last['replaced']):.3f}",
                 f"{first['discriminator_loss']:.3f} -> {last['discriminator_loss']:.3f}",
@@ -245,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--languages", default=XNLI15)
+    parser.add_argument("--languages", default=",".join(XNLI15))
     parser.add_argument("--every", type=int, default=20, help="log a mean over this many steps")
     parser.add_argument("--out", type=Path, default=Path("bench/results/rtd_reference.json"))
     parser.add_argument("--report-only", action="store_true", help="rewrite the page and plot from --out")

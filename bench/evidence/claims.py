@@ -472,7 +472,7 @@ MLM_TLM_SAME_INPUT = dataclasses.replace(
     overrides=(*CONTINUED, "model.num_languages=0", "objectives.1.config.style=ppa"),
 )
 XLM_E_LOCATING = ("xlm-e-held-embeddings-aer", "xlm-e-same-input-aer", "xlm-e-absolute-positions-aer")
-# The copied generator above is as deep as the discriminator, which ELECTRA (§3.2) finds too strong an
+# The copied generator above is as deep as the discriminator, which ELECTRA (§3.2) suspects is too strong an
 # adversary; this one keeps the paper's third of the layers (1 of 4): small-base's first layer, embeddings and MLM
 # head, so it starts nearer the floor than the full copy and well below the new generator.
 XLM_E_WARM_SMALL_GENERATOR = dataclasses.replace(

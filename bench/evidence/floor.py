@@ -32,6 +32,21 @@ def majority_floor(replaced_rate: float) -> float:
     return max(replaced_rate, 1.0 - replaced_rate)
 
 
+def beats_majority(accuracy: float, majority: float) -> bool:
+    """A detector has learned something to detect with: its accuracy is above the majority floor by more than
+    MAJORITY_MARGIN."""
+    return accuracy > majority + MAJORITY_MARGIN
+
+
+def first_step_beating_majority(curve: list[dict]) -> int | None:
+    """The first logged window ({step, discriminator_accuracy, replaced}) whose detector beats the majority class
+    of its own replaced rate (None: none does)."""
+    return next(
+        (p["step"] for p in curve if beats_majority(p["discriminator_accuracy"], majority_floor(p["replaced"]))),
+        None,
+    )
+
+
 def entropy(counts: np.ndarray) -> float:
     """Shannon entropy (nats) of the distribution the counts give."""
     p = counts[counts > 0] / counts.sum()

@@ -27,7 +27,7 @@ from bench.evidence.claims import (
     Claim,
     sections,
 )
-from bench.evidence.floor import MAJORITY_MARGIN, majority_floor, unigram_floor
+from bench.evidence.floor import beats_majority, first_step_beating_majority, majority_floor, unigram_floor
 from bench.evidence.verdict import NOT_REPRODUCED, REPRODUCED, difference, verdict
 from bench.reporting import markdown_table, provenance, write_json
 from polyalign.evaluate.plots import plot_series
@@ -176,7 +176,7 @@ def unmet_premise(check: Check, section: dict, floors: dict[str, float] | None =
     if check.premise_max is not None and last > check.premise_max:
         return f"{check.label} {numbers_text(numbers)} > {check.premise_max:g}"
     floor = majority_of(check, section)
-    if floor is not None and last <= floor + MAJORITY_MARGIN:
+    if floor is not None and not beats_majority(last, floor):
         return f"{check.label} {last:.3f} where predicting the majority class scores {floor:.3f}"
     unigram = premise_floor(check, floors)
     if unigram is not None and last >= unigram:
@@ -293,9 +293,8 @@ def implementation_state(curve: list[dict], floor: float) -> tuple[str, tuple[bo
     class, its generator is below the unigram floor), judged as the premises are."""
     last = curve[-1]
     majority = majority_floor(last["replaced"])
-    detects = last["discriminator_accuracy"] > majority + MAJORITY_MARGIN
-    exits = [p["step"] for p in curve if p["discriminator_accuracy"] > majority_floor(p["replaced"]) + MAJORITY_MARGIN]
-    since = f", above it from step {exits[0]}" if detects and exits else ""
+    detects = beats_majority(last["discriminator_accuracy"], majority)
+    since = f", above it from step {first_step_beating_majority(curve)}" if detects else ""
     text = (
         f"discriminator accuracy {last['discriminator_accuracy']:.3f} vs majority {majority:.3f}{since}, "
         f"generator loss {last['generator_loss']:.2f}"
