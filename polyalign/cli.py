@@ -71,6 +71,9 @@ Precision = StrEnum("Precision", ["bf16", "fp32"])
 Pooling = StrEnum("Pooling", ["mean", "first"])
 Score = StrEnum("Score", ["cosine", "margin"])
 
+TextPrefix = Annotated[
+    str, typer.Option(help="Text put before every sentence (E5 models expect 'query: ' for bitext mining).")
+]
 PoolingOption = Annotated[
     Pooling, typer.Option(help="Sentence vector: `mean` over real tokens (XTREME) or the `first` token.")
 ]
@@ -217,6 +220,7 @@ def evaluate_tatoeba_command(
         Score, typer.Option(help="`cosine` or `margin` (ratio margin, k = 4: discounts hub sentences).")
     ] = Score.cosine,
     pooling: PoolingOption = Pooling.mean,
+    prefix: TextPrefix = "",
     batch_tokens: BatchTokens = 16384,
     device: Device = None,
     trust_pickle: TrustPickle = False,
@@ -228,7 +232,9 @@ def evaluate_tatoeba_command(
 
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     languages = resolve_languages(langs, data)
-    result = evaluate_tatoeba(loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value)
+    result = evaluate_tatoeba(
+        loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
+    )
     print_tatoeba(result, str(model))
     if out is not None:
         from polyalign.io import write_json
@@ -268,6 +274,7 @@ def evaluate_bucc_command(
     split: Annotated[str, typer.Option(help="`dev` (gold known) or `test`.")] = "dev",
     layer: SentenceLayer = None,
     pooling: PoolingOption = Pooling.mean,
+    prefix: TextPrefix = "",
     out: Annotated[Path | None, typer.Option(help="Folder for bucc.json.")] = None,
     batch_tokens: BatchTokens = 16384,
     device: Device = None,
@@ -280,7 +287,7 @@ def evaluate_bucc_command(
 
     loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
     result = evaluate_bucc(
-        loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress
+        loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress, prefix=prefix
     )
     Console().print(
         f"BUCC {pair} {split}, {model}: F1 {result.f1:.2f} (precision {result.precision:.2f}, recall "

@@ -192,6 +192,15 @@ def parameter_groups(module: nn.Module, config: TrainerConfig) -> list[dict]:
     ]
 
 
+def freeze_held_for_good(module: nn.Module, config: TrainerConfig) -> None:
+    """Parameters `train_only` holds for the whole run (train_only_until 0) get no gradient at all: autograd then
+    skips their backward, e.g. the dense (250k, C) gradient of held word embeddings, which would be dropped."""
+    if config.train_only and config.train_only_until == 0:
+        for name, p in module.named_parameters():
+            if not any(s in name for s in config.train_only):
+                p.requires_grad_(False)
+
+
 def holding(step: int, config: TrainerConfig) -> bool:
     """Whether `train_only` still holds the other parameters at (0-based) `step`."""
     return bool(config.train_only) and (config.train_only_until == 0 or step < config.train_only_until)
@@ -447,6 +456,7 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
         objective.setup(model)
     model.encoder.checkpoint_layers = cfg.activation_checkpointing
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
+    freeze_held_for_good(module, cfg)  # before DDP/FSDP and the optimizer see the parameters
     trained: nn.Module = module
     if world > 1 and cfg.distributed == "fsdp":
         shard(module, model.encoder.layers, device, cfg.precision)  # before the optimizer takes the parameters

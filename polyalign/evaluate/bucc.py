@@ -180,9 +180,10 @@ class BuccResult:
     mined: int
     candidates: int
     sentences: dict[str, int]
+    prefix: str = ""
 
     def protocol(self) -> str:
-        return PROTOCOL.format(
+        return (f"every sentence prefixed with {self.prefix!r}; " if self.prefix else "") + PROTOCOL.format(
             pair=self.pair,
             split=self.split,
             pooling=self.pooling,
@@ -205,13 +206,15 @@ def embed_corpus(
     chunk: int,
     batch_tokens: int,
     progress: bool,
+    prefix: str = "",
 ) -> tuple[dict[str, int], np.ndarray]:
     """Stream a BUCC file: {id: row} and the unit sentence vectors (rows) of its distinct texts, embedded
     `chunk` texts at a time so that only one layer of the corpus is ever held."""
     id_to_row, text_to_row, pending, parts = {}, {}, [], []
 
     def flush():
-        vectors = embed_sentences(loaded, pending, language, batch_tokens=batch_tokens, pooling=pooling)[layer]
+        vectors = embed_sentences(loaded, pending, language, batch_tokens=batch_tokens, pooling=pooling, prefix=prefix)
+        vectors = vectors[layer]
         parts.append(vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12))
         pending.clear()
 
@@ -239,13 +242,14 @@ def evaluate_bucc(
     chunk: int = 8192,
     batch_tokens: int = 16384,
     progress: bool = False,
+    prefix: str = "",
 ) -> BuccResult:
     layer = check_sentence_options(loaded.model.config.num_layers, layer, pooling)
     src_file, tgt_file, gold_file = bucc_files(data_dir, pair, split)
     gold = read_bucc_gold(gold_file)
     src_lang, tgt_lang = pair.split("-")
-    src_ids, x = embed_corpus(loaded, src_file, src_lang, layer, pooling, chunk, batch_tokens, progress)
-    tgt_ids, y = embed_corpus(loaded, tgt_file, tgt_lang, layer, pooling, chunk, batch_tokens, progress)
+    src_ids, x = embed_corpus(loaded, src_file, src_lang, layer, pooling, chunk, batch_tokens, progress, prefix)
+    tgt_ids, y = embed_corpus(loaded, tgt_file, tgt_lang, layer, pooling, chunk, batch_tokens, progress, prefix)
     unknown = [p for p in gold if p[0] not in src_ids or p[1] not in tgt_ids]
     if unknown:
         raise DataError(f"{gold_file}: {len(unknown)} gold pairs name ids not in the text files, e.g. {unknown[0]}")
@@ -254,5 +258,5 @@ def evaluate_bucc(
     sentences = {src_lang: len(src_ids), tgt_lang: len(tgt_ids)}
     return BuccResult(
         pair, split, layer, pooling, threshold, 100 * precision, 100 * recall, 100 * f1, len(gold), len(mined),
-        candidates, sentences,
+        candidates, sentences, prefix,
     )  # fmt: skip

@@ -69,12 +69,15 @@ def embed_sentences(
     precision: str = "bf16",
     progress: bool = False,
     pooling: str = "mean",
+    prefix: str = "",
 ) -> np.ndarray:
     """Pooled hidden states (see `pool`) of every layer: returns (L + 1, N, C) float32, index 0 being the
-    embedding layer. Runs on the model's device, in bf16 autocast there unless `precision` is fp32."""
+    embedding layer. Runs on the model's device, in bf16 autocast there unless `precision` is fp32. `prefix`
+    is put before every sentence (E5 models expect `query: `; its tokens are pooled too, as E5 pools them)."""
     model, sp = loaded.model, loaded.tokenizer.special
     device = next(model.parameters()).device
-    seqs = [[sp.cls, *ids[: max_length - 2], sp.sep] for ids in loaded.tokenizer.encode_batch(sentences)]
+    encoded = loaded.tokenizer.encode_batch([prefix + s for s in sentences])
+    seqs = [[sp.cls, *ids[: max_length - 2], sp.sep] for ids in encoded]
     language_id = loaded.language_id(language) if language else None
     out = np.zeros((model.config.num_layers + 1, len(sentences), model.config.hidden_size), dtype=np.float32)
     batches = length_batches([len(s) for s in seqs], batch_tokens)

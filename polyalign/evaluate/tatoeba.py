@@ -107,6 +107,7 @@ class TatoebaResult:
     sizes: dict[str, int] = field(default_factory=dict)
     pooling: str = "mean"
     score: str = "cosine"
+    prefix: str = ""
 
     def row(self, layer: int) -> dict:
         i = self.layers.index(layer)
@@ -133,7 +134,8 @@ class TatoebaResult:
 
     def protocol(self) -> str:
         score = "cosine" if self.score == "cosine" else f"ratio-margin (k = {MARGIN_K}, Artetxe and Schwenk 2019)"
-        return PROTOCOL.format(pooling=self.pooling, layer=self.layer, score=score)
+        text = PROTOCOL.format(pooling=self.pooling, layer=self.layer, score=score)
+        return text + (f"; every sentence prefixed with {self.prefix!r}" if self.prefix else "")
 
     def to_dict(self) -> dict:
         return {
@@ -177,6 +179,7 @@ def evaluate_tatoeba(
     progress: bool = False,
     pooling: str = "mean",
     score: str = "cosine",
+    prefix: str = "",
 ) -> TatoebaResult:
     L = loaded.model.config.num_layers
     layer = check_sentence_options(L, layer, pooling)
@@ -187,7 +190,7 @@ def evaluate_tatoeba(
     e2x = np.zeros((L + 1, len(languages)))
     texts = {lang: read_tatoeba(data_dir, lang) for lang in languages}
     sizes = {lang: len(xx) for lang, (xx, _) in texts.items()}
-    options = {"batch_tokens": batch_tokens, "progress": progress, "pooling": pooling}
+    options = {"batch_tokens": batch_tokens, "progress": progress, "pooling": pooling, "prefix": prefix}
     # English sentences recur across the 14 files: all of them are embedded once, in one length-sorted pass.
     english = [sentence for _, en in texts.values() for sentence in en]
     ee, english_row = embed_unique(loaded, english, "en", **options)  # (L + 1, U, C), (sum of sizes,)
@@ -199,4 +202,4 @@ def evaluate_tatoeba(
         start += len(en)
         for i in layers:
             x2e[i, j], e2x[i, j] = (100 * a for a in retrieval_accuracies(ex[i][xx_row], ee[i][own], score))
-    return TatoebaResult(layers, languages, x2e, e2x, layer, sizes, pooling, score)
+    return TatoebaResult(layers, languages, x2e, e2x, layer, sizes, pooling, score, prefix)

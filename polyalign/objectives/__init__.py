@@ -14,6 +14,7 @@ from polyalign.objectives.dwa import DWA
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.moco import MoCo
 from polyalign.objectives.rtd import MRTD, TRTD
+from polyalign.objectives.self_align import SelfAlign
 from polyalign.objectives.tlm import TLM
 from polyalign.tokenizer import SpecialTokens
 
@@ -29,6 +30,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "btmlm": BTMLM,
     "moco": MoCo,
     "contrast": SentenceContrast,  # in-batch translation ranking (LaBSE; PPA's sentence alignment without a queue)
+    "self_align": SelfAlign,  # awesome-align's self-training: word alignments labelled by the model itself
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
