@@ -201,3 +201,17 @@ def test_xlm_align_recipe_continues_an_xlm_run(sample_prepared, tmp_path):
     assert all(np.isfinite(r["dwa/dwa_loss"]) and np.isfinite(r["dwa/tlm_loss"]) for r in records)
     saved = load_file(str(tmp_path / "xlm-align" / "checkpoints" / "step-0000003" / "objectives.safetensors"))
     assert "dwa.pointer.query.weight" in saved and "dwa.pointer.key.weight" in saved
+
+
+def test_dwa_alone_computes_no_mlm_output(monkeypatch):
+    """tlm_weight 0: the loss is DWA's, and the (large-vocabulary) MLM output is never computed."""
+    model, objective, raw = toy_objective(mask_prob=0.4, tlm_weight=0.0)
+    batch = objective.make_batch(raw, np.random.default_rng(0))
+
+    def no_mlm_output(hidden):
+        raise AssertionError("the MLM output was computed for a TLM weight of 0")
+
+    monkeypatch.setattr(model, "mlm_logits", no_mlm_output)
+    out = objective(model, batch)
+    torch.testing.assert_close(out.loss, out.metrics["dwa_loss"])
+    out.loss.backward()

@@ -151,7 +151,10 @@ class DWA(TLM):
 
         # 2) one forward pass of the masked pair for TLM and DWA (§4.1)
         out = model(**model_inputs(batch), output_hidden_states=True)
-        tlm_loss, accuracy, n_predicted = masked_lm_loss(model, out.last_hidden_state, labels)
+        if self.config.tlm_weight:
+            tlm_loss, accuracy, n_predicted = masked_lm_loss(model, out.last_hidden_state, labels)
+        else:  # DWA alone: the 250k-way output of a large vocabulary is not computed for a weight of 0
+            tlm_loss, accuracy, n_predicted = torch.zeros((), device=labels.device), float("nan"), 0
         h = out.hidden_states[self.dwa_layer]
         source, target = gather_side(h, s_index), gather_side(h, t_index)  # (B, n, C), (B, m, C)
         forward_sum, forward_n, forward_hits = pointer_loss(
@@ -162,7 +165,7 @@ class DWA(TLM):
         )
         queries = forward_n + backward_n
         dwa_loss = (forward_sum + backward_sum) / queries.clamp(min=1)
-        loss = self.config.tlm_weight * tlm_loss + dwa_loss
+        loss = dwa_loss + (self.config.tlm_weight * tlm_loss if self.config.tlm_weight else 0.0)
 
         B, T = batch["input_ids"].shape
         n, m, C = s_index.shape[1], t_index.shape[1], model.config.hidden_size
