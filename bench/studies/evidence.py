@@ -1,265 +1,30 @@
-"""The papers' claims as data (issue 19): what is trained, from where, for how long, and what decides it.
+"""The papers' claims as one study (issue 19): PPA, XLM-Align, ERNIE-M, XLM-E and VECO as A/B at equal compute.
 
-A claim compares two arms on one metric: the method against the same start continued with the baseline
+Each claim is a comparison of bench/study.py: the method against the same start continued with the baseline
 objectives (MLM + TLM) for the same steps, or trained from scratch at the same training FLOPs. Ablations are
-claims too (the full method as baseline, the ablated one as method, expected to lose). Claims of one section
-share their arms: an arm is trained once per seed and measured once, whatever number of claims read it.
-Adding a claim is adding a `Claim(...)` below; `bench/evidence/run.py` trains and measures it, and
-`bench/evidence/write.py` puts it on `bench/results/evidence.md`.
+claims too (the full method as baseline, the ablated one as method, expected to lose). What was concluded from
+each is a note in bench/studies/notes/evidence.json.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
 
-from bench.evidence.floor import MAJORITY_PREFIX, TARGET_PREFIX, UNIGRAM
+from bench.study import SMALL_BASE, Arm, Budget, Check, Comparison, Investigation, Rule, Setup, Study
 
-SMALL_BASE = "../shared/models/small-base"
-SECTION_LIMIT_MINUTES = 45.0
-"""Issue 19: every section, seed 1 and evaluation included, fits in 45 CPU-minutes (the 2-core machine)."""
 XNLI_SMOKE_FLOOR = 1.5
-"""Points: the XNLI smoke measure scores 100 test pairs in each of 15 languages (MEASURE_MINUTES["xnli"]); one
-binomial standard error of an accuracy near chance (33%) over those 1,500 pairs is 1.2 points, so differences up
-to 1.5 are that test's own sampling error, as NOISE_FLOOR is Tatoeba-14's."""
-CLOSE = 2.0
-"""Points: a difference below this after seed 0 gets a second seed (issue 19)."""
-NOISE_FLOOR = 0.5
-"""Points: differences this small are within the test sets' own sampling error, which a second seed does not
-see (Tatoeba-14 has 14,000 queries per direction: one binomial standard error is 0.1 point at 2% accuracy and
-0.4 at 50%; the gold alignment sets are smaller still). Translation-loss claims set their own."""
-
-# --------------------------------------------------------------------------------------------------------
-# Arms and budgets
+"""Points: the XNLI smoke measure scores 100 test pairs in each of 15 languages; one binomial standard error of an
+accuracy near chance over those 1,500 pairs is 1.2 points, so differences up to 1.5 are that test's own error."""
+CLOSE, NOISE_FLOOR = Rule().close, Rule().floor
 
 
-@dataclass(frozen=True)
-class Arm:
-    name: str
-    recipe: str | None
-    """A built-in recipe or a YAML path; None: no training, the start model is measured as it is."""
-    overrides: tuple[str, ...] = ()
-    """`--set` strings; `{steps}` and `{warmup}` are filled with the run's step count and a tenth of it."""
-    init_from: str | None = SMALL_BASE
-    """The start model; None trains from scratch."""
-    preset: str | None = None
-    """`pretrain --preset` (model size, batch, lr; the arm's overrides still win): the from-scratch arms use
-    `cpu-small`, the settings that learn fastest per CPU-minute here (bench/results/preset.md)."""
-    seconds_per_step: float = 1.0
-    """Estimated wall seconds per step on the 2-core machine (for the CPU-minute estimate only)."""
-    flops_per_step: float | None = None
-    """Estimated training FLOPs per step (FLOP budgets only: the estimated step count)."""
-
-    @property
-    def trained(self) -> bool:
-        return self.recipe is not None
-
-
-@dataclass(frozen=True)
-class Budget:
-    steps: int | None = None
-    """Optimizer steps (methods applied to an existing model)."""
-    max_flops: float | None = None
-    """Training FLOPs (methods trained from scratch): `--set trainer.max_flops`, with max_steps from a 3-step
-    probe of FLOPs per step so that the linear schedule ends where the budget does."""
-
-    def __post_init__(self) -> None:
-        if (self.steps is None) == (self.max_flops is None):
-            raise ValueError(f"budget {self}: give exactly one of steps and max_flops")
-
-    def label(self) -> str:
-        return f"{self.steps} steps" if self.steps else f"{self.max_flops:.2g} training FLOPs"
-
-    def estimated_steps(self, arm: Arm) -> int:
-        if self.steps:
-            return self.steps
-        if not arm.flops_per_step:
-            raise ValueError(f"arm {arm.name}: a FLOP budget needs flops_per_step for the estimate")
-        return max(8, math.ceil(self.max_flops / arm.flops_per_step))
-
-
-@dataclass(frozen=True)
-class Check:
-    """A premise or mechanism measurement for the investigation of a claim that is not reproduced."""
-
-    label: str
-    arm: str
-    key: str
-    """`log:NAME`: a logged training metric of the arm (mean of the first and of the last 10 logged values);
-    otherwise a metric key of the arm (see METRICS)."""
-    reference: str = ""
-    """What the number is compared with, in words (e.g. `chance: ln(K+1) = 8.32`)."""
-    premise_max: float | None = None
-    """For a premise: the largest value at which it holds (e.g. the worst AER of the paper's start model)."""
-    floor: str | None = None
-    """For a loss: the unigram floor it is compared with (bench/evidence/floor.py: `unigram`, H(token |
-    language) of the section's training text, for masked-token losses; `unigram:en` for a loss on English). For a
-    detector's accuracy: `majority:<logged rate>`, what predicting the majority class everywhere scores; a
-    detector at it has not learned to detect, which is a premise of the method (read as `premise_max` is)."""
-
-    premise_below_floor: bool = False
-    """For a loss with a unigram `floor`: a premise of the method that it ends below the floor (an RTD generator
-    whose replacements are no more plausible than frequency draws gives the discriminator nothing that needs
-    the context, or the translation, to detect: XLM-E §3.1, a weaker generator "in turn harms pre-training")."""
-
-    @property
-    def rate_key(self) -> str | None:
-        """For a detector check (`majority:` floor): the logged rate its majority-class floor comes from."""
-        if self.floor and self.floor.startswith(MAJORITY_PREFIX):
-            return self.floor.removeprefix(MAJORITY_PREFIX)
-        return None
-
-
-# --------------------------------------------------------------------------------------------------------
-# Measures and metrics
-
-MEASURE_MINUTES = {
-    # Estimated wall minutes per model on the 2-core machine, small-base size (4 x 256); the 6 x 384 models
-    # from scratch take about twice as long (MEASURE_SCALE_SCRATCH). Sources: bench/results/alignment.json
-    # (50-100 s per model and gold set with a layer sweep), veco.json (XNLI smoke 2.8 min;
-    # translation 56 s in `git show edb6cd0:bench/results/veco.json`).
-    "retrieval": 1.5,  # Tatoeba-14 test + the dev split, all layers in one pass each
-    "aer-ot": 3.0,  # 7 gold sets, pair encoding, all layers
-    "aer-argmax": 2.5,
-    "aer-itermax": 2.5,
-    "xnli": 3.0,  # zero-shot smoke: 2,000 English pairs, one epoch, 100 per language scored
-    "pseudo": 1.0,
-    "mt-veco": 1.3,  # 60 steps
-    "mt-encoder": 1.3,
-    "mt-random": 1.3,
-}
-MEASURE_SCALE_SCRATCH = 1.7
-"""For arms from scratch without a preset (the recipes' 6 x 384); `cpu-small` is small-base's size."""
-GOLD_SETS = {  # ../shared/data/eval/word_alignment: folder -> its two languages
-    "de-en": ("de", "en"),
-    "en-fr": ("en", "fr"),
-    "en-hi": ("en", "hi"),
-    "ja-en": ("ja", "en"),
-    "ro-en": ("ro", "en"),
-    "ro-en-wpt05": ("ro", "en"),
-    "zh-en": ("zh", "en"),
-}
-
-
-def gold_sets_for(languages: tuple[str, ...] | None) -> list[str]:
-    """The gold sets whose two languages were both trained (all 7 when every language was)."""
-    return [g for g, pair in GOLD_SETS.items() if languages is None or set(pair) <= set(languages)]
-
-
-METRICS = {
-    # key: (measure, description)
-    "tatoeba14@dev": ("retrieval", "Tatoeba-14 acc@1 (both directions) at the layer with the best dev retrieval"),
-    "tatoeba14@last": ("retrieval", "Tatoeba-14 acc@1 (both directions), mean-pooled last layer"),
-    "tatoeba14@default": ("retrieval", "Tatoeba-14 acc@1 (both directions) at the evaluator's default layer"),
-    "dev@best": ("retrieval", "dev-split retrieval acc@1 at its best layer"),
-    "aer-ot@default": ("aer-ot", "AER, OT aligner, pair encoding, default layer, mean over the gold sets"),
-    "aer-ot@best": ("aer-ot", "AER, OT aligner, best layer (chosen on the gold sets), mean over the gold sets"),
-    "aer-ot@label": ("aer-ot", "AER, OT aligner at DWA's self-labeling layer round(10 L / 12): its self-labels"),
-    "aer-argmax@default": ("aer-argmax", "AER, SimAlign argmax, pair encoding, default layer, mean over the gold sets"),
-    "aer-argmax@best": ("aer-argmax", "AER, SimAlign argmax, best layer, mean over the gold sets"),
-    "aer-itermax@default": (
-        "aer-itermax",
-        "AER, SimAlign itermax, pair encoding, default layer, mean over the gold sets",
-    ),
-    "aer-itermax@best": ("aer-itermax", "AER, SimAlign itermax, best layer, mean over the gold sets"),
-    "xnli": ("xnli", "XNLI zero-shot accuracy (smoke: 2,000 English pairs, 1 epoch, 100 per language)"),
-    "pseudo": ("pseudo", "BTMLM pseudo-token precision in the true translation (%)"),
-    "pseudo-copy": ("pseudo", "the copy baseline: source tokens found in the translation (%)"),
-    "mt-veco-loss": ("mt-veco", "held-out de-en translation loss, encoder-decoder from the VECO weights"),
-    "mt-veco-bleu": ("mt-veco", "held-out de-en sacreBLEU, from the VECO weights"),
-    "mt-encoder-loss": ("mt-encoder", "held-out de-en loss, encoder-only init (encoder-decoder attention new)"),
-    "mt-encoder-bleu": ("mt-encoder", "held-out de-en sacreBLEU, encoder-only init"),
-    "mt-random-loss": ("mt-random", "held-out de-en loss, random init"),
-    "mt-random-bleu": ("mt-random", "held-out de-en sacreBLEU, random init"),
-}
-
-
-ONE_CLASS = "xnli/one-class"
-"""Section result key: True when the XNLI classifier scored the same in every language (see run.py)."""
-RELEASED_FILTERING = "aer-ot/released-filtering"
-"""Section result key: True when every OT evaluation of the run used the released Itermax filtering."""
-ONE_PAIR_LAYOUT = "aer/one-pair-layout"
-"""Section result key: True when the run's AER was measured in the one pair layout of every model
-(polyalign/align/aligner.py PAIR_LAYOUT), or when the model has no language embeddings (its layout never
-changed). Missing in results written before the runner knew of it: such AER is read as stale."""
-
-
-def measure_of(metric: str) -> str:
-    if metric not in METRICS:
-        raise KeyError(f"metric {metric!r}: known {', '.join(METRICS)}")
-    return METRICS[metric][0]
-
-
-# --------------------------------------------------------------------------------------------------------
-# Claims
-
-
-@dataclass(frozen=True)
-class Claim:
-    id: str
-    section: str
-    """Claims of one section share start, languages, budget and arms, and run together (< 45 CPU-minutes)."""
-    paper: str
-    statement: str
-    paper_number: str
-    """The paper's own number, quoted with its table."""
-    baseline: Arm
-    method: Arm
-    budget: Budget
-    metric: str
-    """The decisive metric (a key of METRICS)."""
-    direction: int
-    """+1: the method should score higher than the baseline; -1: lower."""
-    baseline_metric: str | None = None
-    """Compare the method's `metric` with this metric of the baseline arm (e.g. two aligners on one model)."""
-    start: str | None = SMALL_BASE
-    """The start model of the section (None: from scratch); measured once per section."""
-    languages: tuple[str, ...] | None = None
-    """Train on these languages only (None: every language of the prepared folder)."""
-    measures: tuple[str, ...] = ()
-    """Reported beside the decisive metric (metric keys)."""
-    checks: tuple[Check, ...] = ()
-    code_checks: tuple[str, ...] = ()
-    """pytest node ids of the tests that fail if the method's mechanism is wired otherwise than the paper (or
-    its released code) has it: the code side of an investigation."""
-    diagnostics: tuple[str, ...] = ()
-    """Ids of claims run to separate code from scale for this one: the same mechanism where this claim's premise
-    is met. The investigation reads their verdicts (bench/evidence/write.py)."""
-    localises: tuple[str, str, str] = ()
-    """For a diagnostic that holds or removes a part of the model: (the part, what the diagnostic does with it,
-    in words; the id of the same comparison without that). When the reference shows a gap, the claims it
-    diagnoses read from this one's verdict whether the gap lies in that part."""
-    independent: str = ""
-    """A JSON, relative to the repository, of the method trained from the same start on the same batches by
-    polyalign and by an independent implementation (`curves`: implementation -> logged windows), e.g.
-    bench/rtd_reference.py's: the investigation compares where each ends against the premises."""
-    departs: tuple[str, str] = ()
-    """For a diagnostic set up otherwise than the paper has the method: (how it departs, in words; the id of the
-    same diagnostic at the paper's configuration). Its verdict is shown beside the claims it diagnoses but not
-    read as evidence on the paper's method; its own investigation reads it against that reference."""
-    seeds: str = f"seed 0; seed 1 too when |method - baseline| < {CLOSE:g} points after seed 0"
-    close: float = CLOSE
-    floor: float = NOISE_FLOOR
-    """A difference at or under this is inconclusive whatever the seeds say (the test set's sampling error)."""
-
-    def __post_init__(self) -> None:
-        if self.direction not in (1, -1):
-            raise ValueError(f"claim {self.id}: direction={self.direction}: use +1 or -1")
-        for key in (self.metric, self.baseline_metric or self.metric, *self.measures):
-            measure_of(key)
-
-    @property
-    def arms(self) -> tuple[Arm, ...]:
-        return (self.baseline,) if self.baseline == self.method else (self.baseline, self.method)
-
-    def metrics_of(self, arm: Arm) -> set[str]:
-        keys = set(self.measures)
-        if arm == self.baseline:
-            keys.add(self.baseline_metric or self.metric)
-        if arm == self.method:
-            keys.add(self.metric)
-        return keys
+def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BASE, languages=None, checks=(),
+          code_checks=(), diagnostics=(), localises=(), departs=(), independent="", close=CLOSE, floor=NOISE_FLOOR,
+          **comparison) -> Comparison:  # fmt: skip
+    """A comparison written as the claims were before issue 33: setup, investigation and rule by keyword."""
+    why = Investigation(checks, code_checks, diagnostics, localises, departs, independent)
+    setup = Setup(budget, start, languages)
+    return Comparison(id, section, setup, rule=Rule(close, floor), why=why, **comparison)
 
 
 # The arms. Continued runs: 4,096 tokens per objective and step (the recipes' 8,192 halved for time, as in
@@ -405,7 +170,7 @@ def _detectors(arm: str, objectives: tuple[str, ...] = ("mrtd", "trtd")) -> tupl
             arm,
             f"log:{o}/discriminator_accuracy",
             "predicting 'original' at every token scores 1 - the logged replaced rate",
-            floor=f"{MAJORITY_PREFIX}{o}/replaced",
+            floor=f"majority:{o}/replaced",
         )
         for o in objectives
     )
@@ -416,7 +181,7 @@ def _generators(arm: str) -> tuple[Check, ...]:
     masked-token loss ends below the unigram floor), so that telling them from the original takes the context,
     and in TRTD the translation (§3.1: a weaker generator "in turn harms pre-training")."""
     return tuple(
-        Check(f"{o.upper()} generator loss", arm, f"log:{o}/generator_loss", floor=UNIGRAM, premise_below_floor=True)
+        Check(f"{o.upper()} generator loss", arm, f"log:{o}/generator_loss", floor="unigram", premise_below_floor=True)
         for o in ("mrtd", "trtd")
     )
 
@@ -508,10 +273,10 @@ VECO_FLOPS = Budget(max_flops=4e13)
 _bleu_veco = Check("BLEU, VECO init", "veco", "mt-veco-bleu")
 # What the compared encoders learned in pre-training: CA-MLM's loss on the sentence's own context, XLM's MLM loss.
 _veco_floor = (
-    Check("CA-MLM loss (own context)", "veco", "log:ca_mlm/own_loss", floor=UNIGRAM),
-    Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
+    Check("CA-MLM loss (own context)", "veco", "log:ca_mlm/own_loss", floor="unigram"),
+    Check("MLM loss", "xlm", "log:mlm/loss", floor="unigram"),
 )
-_mt_veco_loss = Check("translation loss, VECO init", "veco", "mt-veco-loss", floor=f"{TARGET_PREFIX}en")
+_mt_veco_loss = Check("translation loss, VECO init", "veco", "mt-veco-loss", floor="unigram:en")
 
 
 def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
@@ -519,7 +284,7 @@ def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
     learned in pre-training."""
     other = (
         Check(f"BLEU, {init}", arm, f"{measure}-bleu"),
-        Check(f"translation loss, {init}", arm, f"{measure}-loss", floor=f"{TARGET_PREFIX}en"),
+        Check(f"translation loss, {init}", arm, f"{measure}-loss", floor="unigram:en"),
     )
     return (_bleu_veco, other[0], _mt_veco_loss, other[1], *_veco_floor)
 
@@ -533,10 +298,10 @@ RTD_REFERENCE = "bench/results/rtd_reference.json"
 
 def _xlm_e_diagnostic(
     name: str, section: str, statement: str, baseline: Arm, method: Arm, budget: Budget, **where
-) -> Claim:
+) -> Comparison:
     """An XLM-E diagnostic: OT AER, with the discriminator's and the generator's premises and the baseline's MLM
     loss as checks. `where`: start, languages, localises, departs."""
-    return Claim(
+    return claim(
         name,
         paper="XLM-E",
         section=section,
@@ -551,14 +316,14 @@ def _xlm_e_diagnostic(
         checks=(
             *_detectors(method.name),
             *_generators(method.name),
-            Check("MLM loss", baseline.name, "log:mlm/loss", floor=UNIGRAM),
+            Check("MLM loss", baseline.name, "log:mlm/loss", floor="unigram"),
         ),
         code_checks=_RTD_CODE,
         **where,
     )
 
 
-def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, localises=()) -> Claim:
+def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, localises=()) -> Comparison:
     """From scratch at the largest budget, on xlm-e-3's languages."""
     flops = XLM_E_BUDGETS[-1]
     statement = f"MRTD + TRTD beats MLM + TLM at equal training FLOPs ({flops:.2g}), {setting}"
@@ -578,7 +343,7 @@ def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, local
 
 def _xlm_e_continued(
     name: str, section: str, setting: str, baseline: Arm, method: Arm, steps: int = 150, localises=(), departs=()
-) -> Claim:
+) -> Comparison:
     """Continued from small-base for `steps`, on the gold sets' languages."""
     return _xlm_e_diagnostic(
         name,
@@ -625,9 +390,9 @@ _mt = dict(
     **_veco,
 )
 
-CLAIMS: tuple[Claim, ...] = (
+CLAIMS: tuple[Comparison, ...] = (
     # PPA Table 5 (XNLI ablation) and the retrieval the issue asks for, on the representation MoCo trains.
-    Claim(
+    claim(
         "ppa-vs-start",
         statement="MoCo + TLM improves retrieval over the start model",
         paper_number="not in the paper's tables (PPA reports XNLI; retrieval is the issue's measure)",
@@ -638,7 +403,7 @@ CLAIMS: tuple[Claim, ...] = (
         checks=(_moco, _queue),
         **_ppa,
     ),
-    Claim(
+    claim(
         "ppa-vs-mlm-tlm",
         statement="MoCo + TLM beats MLM + TLM continued for the same steps",
         paper_number="no MLM+TLM row; Table 5 full system (250k) XNLI 77.4",
@@ -649,7 +414,7 @@ CLAIMS: tuple[Claim, ...] = (
         checks=(_moco, _queue, _start_t14),
         **_ppa,
     ),
-    Claim(
+    claim(
         "ppa-no-moco",
         statement="-MoCo loses some",
         paper_number="Table 5 (250k) XNLI 77.4 -> 77.4 (-0.0)",
@@ -660,7 +425,7 @@ CLAIMS: tuple[Claim, ...] = (
         checks=(_moco,),
         **{**_ppa, "section": "ppa-no-moco"},
     ),
-    Claim(
+    claim(
         "ppa-no-tlm",
         statement="-TLM loses some",
         paper_number="Table 5 (250k) XNLI 77.4 -> 76.3 (-1.1)",
@@ -671,7 +436,7 @@ CLAIMS: tuple[Claim, ...] = (
         checks=(_moco,),
         **{**_ppa, "section": "ppa-no-tlm"},
     ),
-    Claim(
+    claim(
         "ppa-xnli",
         statement="MoCo + TLM vs MLM + TLM on XNLI zero-shot (smoke scale)",
         paper_number="Table 5 (250k) full system XNLI 77.4",
@@ -685,7 +450,7 @@ CLAIMS: tuple[Claim, ...] = (
         floor=XNLI_SMOKE_FLOOR,
     ),
     # XLM-Align: DWA against MLM + TLM continued; the OT aligner against SimAlign on the same hidden states.
-    Claim(
+    claim(
         "xlm-align-dwa",
         statement="DWA lowers AER vs the same model continued with MLM + TLM",
         paper_number="Table 2 OT AER avg: XLM-R 22.64 -> XLM-Align 21.05",
@@ -703,7 +468,7 @@ CLAIMS: tuple[Claim, ...] = (
         code_checks=_DWA_CODE,
         **_xa,
     ),
-    Claim(
+    claim(
         "xlm-align-dwa-aligned",
         statement="DWA lowers AER vs MLM + TLM, both from a sentence-aligned start (DWA's premise)",
         paper_number="Table 2 OT AER avg: XLM-R 22.64 -> XLM-Align 21.05",
@@ -718,7 +483,7 @@ CLAIMS: tuple[Claim, ...] = (
         **{**_xa, "section": "xlm-align-aligned", "budget": Budget(steps=150)},
     ),
     *(
-        Claim(
+        claim(
             f"xlm-align-ot-vs-{other}-{layer}",
             statement=f"OT beats {other} on the same states ({layer} layer)",
             paper_number="Table 2 AER avg on XLM-Align: SimAlign itermax 22.55 vs OT 21.05",
@@ -746,7 +511,7 @@ CLAIMS: tuple[Claim, ...] = (
     # ERNIE-M Table 6, from small-base (whose retrieval is at chance) and from the sentence-aligned start (whose
     # retrieval is not, so that a method keeping or adding alignment can show it).
     *(
-        Claim(
+        claim(
             name + suffix,
             statement=statement + where,
             paper_number=number,
@@ -758,7 +523,7 @@ CLAIMS: tuple[Claim, ...] = (
             # monolingual text, Table 6)
             checks=(
                 Check("Tatoeba-14 of the start model", START.name, "tatoeba14@dev"),
-                *(Check("MLM loss", arm.name, "log:mlm/loss", floor=UNIGRAM) for arm in (baseline, method)),
+                *(Check("MLM loss", arm.name, "log:mlm/loss", floor="unigram") for arm in (baseline, method)),
                 *((Check("BTMLM loss", method.name, "log:btmlm/loss"),) if name == "ernie-m-btmlm" else ()),
             ),
             paper="ERNIE-M",
@@ -773,7 +538,7 @@ CLAIMS: tuple[Claim, ...] = (
         )
         for name, statement, number, baseline, method in _ERNIE_TABLE_6
     ),
-    Claim(
+    claim(
         "ernie-m-pseudo",
         statement="BTMLM pseudo-tokens carry translation information (above copying)",
         paper_number="Fig. 5 (perplexity falls with BTMLM); no precision number in the paper",
@@ -790,7 +555,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     # XLM-E Fig. 1 / Tables 3-4: MRTD + TRTD vs MLM + TLM from scratch at equal FLOPs, three budgets.
     *(
-        Claim(
+        claim(
             f"xlm-e-{metric.split('@')[0]}-{i + 1}",
             paper="XLM-E",
             section=f"xlm-e-{i + 1}",
@@ -806,7 +571,7 @@ CLAIMS: tuple[Claim, ...] = (
             checks=(
                 *_detectors("xlm-e"),
                 *_generators("xlm-e"),
-                Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
+                Check("MLM loss", "xlm", "log:mlm/loss", floor="unigram"),
             ),
             code_checks=_RTD_CODE,
             independent=RTD_REFERENCE,
@@ -821,7 +586,7 @@ CLAIMS: tuple[Claim, ...] = (
     # XLM-E Tables 3-4, -TRTD: MRTD alone against MRTD + TRTD, from scratch at xlm-e-1's budget (its xlm-e runs
     # are reused). The paper gives -TRTD fewer FLOPs (6.3e19 vs 9.5e19, Table 2); here both get the same.
     *(
-        Claim(
+        claim(
             f"xlm-e-no-trtd-{metric.split('@')[0]}",
             paper="XLM-E",
             section="xlm-e-no-trtd",
@@ -836,8 +601,8 @@ CLAIMS: tuple[Claim, ...] = (
             languages=XNLI15,
             checks=(
                 Check("MRTD discriminator loss", "xlm-e-mono", "log:mrtd/discriminator_loss"),
-                Check("MRTD generator loss, -TRTD", "xlm-e-mono", "log:mrtd/generator_loss", floor=UNIGRAM),
-                Check("MRTD generator loss, XLM-E", "xlm-e", "log:mrtd/generator_loss", floor=UNIGRAM),
+                Check("MRTD generator loss, -TRTD", "xlm-e-mono", "log:mrtd/generator_loss", floor="unigram"),
+                Check("MRTD generator loss, XLM-E", "xlm-e", "log:mrtd/generator_loss", floor="unigram"),
             ),
             code_checks=_RTD_CODE,
         )
@@ -847,7 +612,7 @@ CLAIMS: tuple[Claim, ...] = (
         )
     ),
     # XNLI in a section of its own (xlm-e-1's runs, reused): with Tatoeba and AER in one section it would pass 45 min.
-    Claim(
+    claim(
         "xlm-e-xnli",
         paper="XLM-E",
         section="xlm-e-xnli",
@@ -862,8 +627,8 @@ CLAIMS: tuple[Claim, ...] = (
         languages=XNLI15,
         floor=XNLI_SMOKE_FLOOR,
         checks=(
-            Check("MRTD generator (masked-token) loss", "xlm-e", "log:mrtd/generator_loss", floor=UNIGRAM),
-            Check("MLM loss", "xlm", "log:mlm/loss", floor=UNIGRAM),
+            Check("MRTD generator (masked-token) loss", "xlm-e", "log:mrtd/generator_loss", floor="unigram"),
+            Check("MLM loss", "xlm", "log:mlm/loss", floor="unigram"),
         ),
     ),
     # The diagnostic of the from-scratch AER rows (see XLM_E_CONTINUED): the same A/B where the discriminator
@@ -921,7 +686,7 @@ CLAIMS: tuple[Claim, ...] = (
         SCRATCH_XLM_SMALL_BATCH,
         SCRATCH_XLM_E_SMALL_BATCH,
     ),
-    Claim(
+    claim(
         "xlm-e-continued-no-trtd",
         paper="XLM-E",
         section=XLM_E_DIAGNOSTICS[0][1],
@@ -938,7 +703,7 @@ CLAIMS: tuple[Claim, ...] = (
         code_checks=_RTD_CODE,
     ),
     # VECO Table 5 (small models: XNLI, IWSLT de-en) and Table 3 (right: translation learning curves).
-    Claim(
+    claim(
         "veco-ca-mlm",
         statement="CA-MLM + TLM improves cross-lingual representations over MLM + TLM",
         paper_number="Table 5 (small, bilingual): XNLI 64.5 (MLM+TLM) -> 67.7 (CA-MLM+TLM)",
@@ -951,7 +716,7 @@ CLAIMS: tuple[Claim, ...] = (
         checks=_veco_floor,
         **_veco,
     ),
-    Claim(
+    claim(
         "veco-mt-vs-random",
         statement="an encoder-decoder from VECO learns translation faster than from random",
         paper_number="Table 3 (left): VECO init +2.3 BLEU over random init; Table 5 IWSLT 36.0 vs 33.9",
@@ -961,7 +726,7 @@ CLAIMS: tuple[Claim, ...] = (
         checks=_mt_checks("random init", "veco", "mt-random"),
         **_mt,
     ),
-    Claim(
+    claim(
         "veco-mt-vs-encoder",
         statement="VECO init learns translation faster than encoder-only (XLM) init",
         paper_number="Table 3 (left): VECO leads XLM-R init (decoder attention new) by 1.1 BLEU",
@@ -974,145 +739,4 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
-# --------------------------------------------------------------------------------------------------------
-# Sections
-
-
-@dataclass
-class Section:
-    name: str
-    claims: list[Claim] = field(default_factory=list)
-
-    @property
-    def first(self) -> Claim:
-        return self.claims[0]
-
-    @property
-    def arms(self) -> list[Arm]:
-        """Every arm once (the start model first, when the section has one)."""
-        out: dict[str, Arm] = {}
-        if self.first.start is not None:
-            out["start"] = Arm("start", None, init_from=self.first.start)
-        for claim in self.claims:
-            for arm in claim.arms:
-                out.setdefault(arm.name, arm)
-        return list(out.values())
-
-    def metrics_of(self, arm: Arm) -> set[str]:
-        keys = set().union(*(c.metrics_of(a) for c in self.claims for a in c.arms if a.name == arm.name))
-        keys |= {c.key for c in self.checks() if c.arm == arm.name and not c.key.startswith("log:")}
-        if arm.name == "start":  # the start model: every measure of the section's trained arms
-            keys |= set().union(*(self.metrics_of(a) for a in self.arms if a.trained))
-            keys -= {k for k in keys if measure_of(k).startswith("mt-")}
-        return keys
-
-    def measures_of(self, arm: Arm) -> list[str]:
-        return sorted({measure_of(k) for k in self.metrics_of(arm)})
-
-    def checks(self) -> list[Check]:
-        return [c for claim in self.claims for c in claim.checks]
-
-    def training_key(self, arm: Arm) -> tuple:
-        """What makes two sections' runs of an arm one and the same training, measured once: the arm itself
-        (recipe, overrides, start, preset) and the section's budget and languages; the start model's measures
-        depend on the languages alone. bench/evidence/run.py keeps runs under a hash of this key, so a section
-        whose arm another section trained (the full PPA system in each PPA ablation, xlm-e-1's runs for XNLI)
-        trains and measures only what is new."""
-        first = self.first
-        if not arm.trained:
-            return ("start", arm.init_from, first.languages)
-        return (arm.recipe, arm.overrides, arm.init_from, arm.preset, first.budget, first.languages)
-
-    def work(self) -> set[tuple]:
-        """(training key, TRAIN) and (training key, measure) for everything this section trains and measures."""
-        out = set()
-        for arm in self.arms:
-            key = self.training_key(arm)
-            out |= {(key, m) for m in self.measures_of(arm)} | ({(key, TRAIN)} if arm.trained else set())
-        return out
-
-    def estimated_minutes(self, seeds: int = 2, earlier: set[tuple] = frozenset()) -> float:
-        """Worst case: every trained arm for `seeds` seeds, trained and measured; measure-only arms once. What
-        `earlier` sections already trained or measured (their `work()`) costs nothing."""
-        total = 0.0
-        for arm in self.arms:
-            key = self.training_key(arm)
-            scale = MEASURE_SCALE_SCRATCH if self.first.start is None and not arm.preset else 1.0
-            share = {m: len(gold_sets_for(self.first.languages)) / len(GOLD_SETS) for m in MEASURE_MINUTES}
-            share |= {m: 1.0 for m in MEASURE_MINUTES if not m.startswith("aer-")}
-            new = [m for m in self.measures_of(arm) if (key, m) not in earlier]
-            measure = scale * sum(MEASURE_MINUTES[m] * share[m] for m in new)
-            if not arm.trained:
-                total += measure
-                continue
-            training = 0.0
-            if (key, TRAIN) not in earlier:
-                steps = self.first.budget.estimated_steps(arm)
-                total += 3 * arm.seconds_per_step / 60 if self.first.budget.max_flops else 0.0  # the FLOP probe
-                training = steps * arm.seconds_per_step / 60
-            total += seeds * (training + measure)
-        return total
-
-
-TRAIN = "train"
-
-
-def sections(claims: tuple[Claim, ...] = CLAIMS) -> dict[str, Section]:
-    out: dict[str, Section] = {}
-    for claim in claims:
-        out.setdefault(claim.section, Section(claim.section)).claims.append(claim)
-    return out
-
-
-def estimates(seeds: int = 2, claims: tuple[Claim, ...] = CLAIMS) -> dict[str, float]:
-    """CPU-minutes of every section when they run in the listed order (as bench/evidence.sh runs them): what an
-    earlier section trained or measured is not counted again."""
-    done: set[tuple] = set()
-    out = {}
-    for name, section in sections(claims).items():
-        out[name] = section.estimated_minutes(seeds, done)
-        done |= section.work()
-    return out
-
-
-def section_problems(section: Section, earlier: set[tuple] = frozenset()) -> list[str]:
-    """What makes a section unrunnable as one A/B: claims that disagree on what they share, arm names reused
-    for different arms, a budget over the section limit."""
-    problems = []
-    first = section.first
-    for claim in section.claims[1:]:
-        for name in ("start", "languages", "budget"):
-            if getattr(claim, name) != getattr(first, name):
-                problems.append(f"{section.name}: claim {claim.id} has another {name} than {first.id}")
-    seen: dict[str, Arm] = {}
-    for claim in section.claims:
-        for arm in claim.arms:
-            if seen.setdefault(arm.name, arm) != arm:
-                problems.append(f"{section.name}: two different arms are named {arm.name}")
-            if arm.trained and arm.preset != first.method.preset:
-                problems.append(f"{section.name}: arm {arm.name} has preset {arm.preset}, the method another")
-            if arm.trained and (arm.init_from is None) != (first.start is None):
-                problems.append(
-                    f"{section.name}: arm {arm.name} starts from {arm.init_from}, the section from {first.start}"
-                )
-    minutes = section.estimated_minutes(earlier=earlier)
-    if minutes > SECTION_LIMIT_MINUTES:
-        problems.append(f"{section.name}: about {minutes:.0f} CPU-minutes > {SECTION_LIMIT_MINUTES:g}")
-    return problems
-
-
-def fill(override: str, steps: int) -> str:
-    """An arm's override with the run's step count filled in ({steps}, {warmup} = a tenth, {half})."""
-    for name, value in (("steps", steps), ("warmup", max(1, steps // 10)), ("half", steps // 2)):
-        override = override.replace("{" + name + "}", str(value))  # not str.format: values may hold YAML braces
-    return override
-
-
-if __name__ == "__main__":  # print the CPU-minute estimate of every section, run in order
-    two, one = estimates(2), estimates(1)
-    for name, section in sections().items():
-        arms = ", ".join(a.name for a in section.arms)
-        print(
-            f"{name:17s} ~{two[name]:4.0f} CPU-min worst case (2 seeds) ~{one[name]:4.0f} with one seed "
-            f"(alone: ~{section.estimated_minutes():3.0f}); {section.first.budget.label()}; arms: {arms}"
-        )
+STUDY = Study("evidence", "Evidence: each paper's claims as A/B at equal compute (issue 19)", CLAIMS)
