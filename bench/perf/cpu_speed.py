@@ -15,9 +15,9 @@ Every measurement is a whole command in its own process, start-up included, time
 Writes --out/cpu_speed.json; bench/throughput.py's report adds it as a section (`cpu_speed_section`).
 
 Usage (2 CPU cores, idle machine; about 15 minutes):
-    flock /tmp/polyalign-cpu.lock .venv/bin/python bench/cpu_speed.py
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.cpu_speed
 Quick check that it runs (not a measurement):
-    .venv/bin/python bench/cpu_speed.py --pairs 200 --rounds 1 --only aligner --out /tmp/cpu_speed
+    .venv/bin/python -m bench.perf.cpu_speed --pairs 200 --rounds 1 --only aligner --out /tmp/cpu_speed
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 NOT_RECORDED = "commit not recorded by that run"
 
 SHARED = ROOT.parent / "shared"
@@ -296,7 +295,7 @@ def cpu_speed_section(path: Path) -> list[str]:
         return []
     r = json.loads(Path(path).read_text())
     lines = [
-        "## CPU speed of alignment, evaluation and prepare (`bench/cpu_speed.py`)",
+        "## CPU speed of alignment, evaluation and prepare (`python -m bench.perf.cpu_speed`)",
         "",
         f"Measured {r['date']} on {r['machine']}; 1-minute load average {r['load_average_1min'][0]:.1f} before, "
         f"{r['load_average_1min'][1]:.1f} after. Command: `{r['command']}` (code: {r.get('code', NOT_RECORDED)}). "
@@ -399,7 +398,7 @@ def main() -> None:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "code": commit(),
         "machine": machine(),
-        "command": "bench/cpu_speed.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.perf.cpu_speed " + " ".join(sys.argv[1:]),
         "load_average_1min": [os.getloadavg()[0]],
         "prepare_sample_lines": args.sample_lines,
     }

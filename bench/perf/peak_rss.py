@@ -1,6 +1,6 @@
 """Run a command and record its peak resident memory (largest over the process tree's waited-for processes).
 
-Usage: python bench/peak_rss.py OUT.json LABEL -- command args...
+Usage: python -m bench.perf.peak_rss OUT.json LABEL -- command args...
 Appends {"label", "command", "peak_rss_mb", "seconds", "returncode"} as one JSON line to OUT.json.
 """
 

@@ -1,4 +1,4 @@
-"""Summarise bench/scale.sh: peak RSS 1x vs 10x corpus, DDP vs accumulation loss curves -> bench/results/scale.*"""
+"""Summarise bench/perf/scale.sh: peak RSS 1x vs 10x corpus, DDP vs accumulation loss curves -> bench/results/scale.*"""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 W = ROOT / "bench" / "work" / "scale"
 OUT = ROOT / "bench" / "results"
 
@@ -54,7 +54,7 @@ def main() -> None:
     lines = [
         "# Scale: memory flat in corpus size; DDP equals gradient accumulation",
         "",
-        f"Machine: {result['machine']}; {result['date']}. Command: `PY=/path/to/python bench/scale.sh` "
+        f"Machine: {result['machine']}; {result['date']}. Command: `PY=/path/to/python bench/perf/scale.sh` "
         "(each heavy step under `flock /tmp/polyalign-cpu.lock`; this file is written by bench/scale_report.py).",
         "",
         "## Peak RSS, corpus 1x vs 10x",

@@ -4,7 +4,7 @@ Forward + backward of: attention (SDPA's fused kernel vs polyalign's `attend`), 
 (nn.Dropout vs polyalign's `Dropout`), the MLM cross-entropy (F.cross_entropy on fp32 logits vs
 polyalign's `cross_entropy`), and one AdamW update of the model's parameters (for-loop vs fused).
 
-Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python bench/step_parts.py   (~1 min on 2 cores)
+Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts   (~1 min on 2 cores)
 Writes bench/results/step_parts.md and step_parts.json.
 """
 
@@ -13,19 +13,17 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.model.encoder import Dropout, attend, expand_attention_mask
+from polyalign.model.losses import cross_entropy
 
-from polyalign.model import EncoderConfig, MaskedLanguageModel  # noqa: E402
-from polyalign.model.encoder import Dropout, attend, expand_attention_mask  # noqa: E402
-from polyalign.model.losses import cross_entropy  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 B, T, H, HS, C, V = 64, 128, 6, 64, 384, 32000
 PREDICTED = B * T * 15 // 100
@@ -96,7 +94,7 @@ def main() -> None:
     lines = [
         "# Parts of a CPU MLM step: stock PyTorch op vs polyalign's replacement",
         "",
-        "Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python bench/step_parts.py` (2 threads, bf16 "
+        "Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts` (2 threads, bf16 "
         f"tensors, forward + backward, median of 5 after a warm-up; 1-minute load average {load:.1f}).",
         "",
         "| part | stock (ms) | polyalign (ms) | speed-up |",

@@ -11,8 +11,8 @@ second over the measured bf16 peak. transformers runs its MLM head at every posi
 XLMRobertaForMaskedLM does); that extra work is not counted as model FLOPs.
 
 Usage (2 CPU cores, ~5 min):
-    flock /tmp/polyalign-cpu.lock .venv/bin/python bench/throughput.py
-    .venv/bin/python bench/throughput.py --profile     # torch.profiler table of our bf16 step
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.throughput
+    .venv/bin/python -m bench.perf.throughput --profile     # torch.profiler table of our bf16 step
 Writes bench/results/throughput.md and throughput.json (and throughput_profile.txt with --profile).
 """
 
@@ -32,19 +32,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.perf.cpu_speed import NOT_RECORDED, cpu_speed_section
+from bench.reporting import commit
+from polyalign.config import TrainerConfig
+from polyalign.data.layout import sentence_layout
+from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.objectives.mlm import MLM, MLMConfig, masked_batch
+from polyalign.tokenizer import SpecialTokens
+from polyalign.train import PretrainingModule, parameter_groups
 
-from cpu_speed import NOT_RECORDED, cpu_speed_section  # noqa: E402  (bench/ is this script's folder)
-from reporting import commit  # noqa: E402
-
-from polyalign.config import TrainerConfig  # noqa: E402
-from polyalign.data.layout import sentence_layout  # noqa: E402
-from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops  # noqa: E402
-from polyalign.model import EncoderConfig, MaskedLanguageModel  # noqa: E402
-from polyalign.objectives.mlm import MLM, MLMConfig, masked_batch  # noqa: E402
-from polyalign.tokenizer import SpecialTokens  # noqa: E402
-from polyalign.train import PretrainingModule, parameter_groups  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "bench" / "results"
 SPECIAL = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=32000, first_normal=5)
@@ -277,7 +275,7 @@ def report(r: dict, argv: str, results: Path = RESULTS) -> str:
         "",
         f"Machine: {r['cpu']}, {r['machine']}; torch {r['torch']}, transformers {r['transformers']}; {r['date']}; "
         "1-minute load average {:.1f} before, {:.1f} after.".format(*r.get("load_average_1min", [float("nan")] * 2)),
-        f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python bench/throughput.py {argv}` (code: "
+        f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.throughput {argv}` (code: "
         f"{r.get('code', NOT_RECORDED)}; page written at {commit()}).",
         "",
         f"Protocol: batch {r['batch']} x {r['length']} tokens (no padding), 15% masked (80/10/10), "

@@ -17,8 +17,8 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from reporting import write_json  # bench/ is on sys.path
 
+from bench.reporting import write_json
 from polyalign.checkpoint import load_model
 from polyalign.evaluate.embed import embed_sentences
 from polyalign.evaluate.tatoeba import read_tatoeba, retrieval_hits

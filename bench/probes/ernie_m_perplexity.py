@@ -3,7 +3,7 @@
 Perplexity = exp(mean stage-2 cross-entropy over all masked sentence tokens). The masking of the sentences
 and the target languages are drawn from fixed seeds, so every model and every ratio is scored on the same
 targets (BTMLM draws its masking on the sentence alone); ratio 0 appends no pseudo-tokens, i.e. plain MLM.
-Usage: python bench/ernie_m_perplexity.py --xnli DIR --out FILE.json --model NAME=RUN_OR_MODEL [--model ...]
+Usage: python -m bench.probes.ernie_m_perplexity --xnli DIR --out FILE.json --model NAME=RUN_OR_MODEL [--model ...]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The literal reading discounts by alpha every entry whose row or column holds a l
 row and a column that are both aligned already; the released `iter_max` (polyalign's `filter_alignments`) gives
 those entries weight 0. Writes bench/results/ot_filtering.md and .json.
 
-  .venv/bin/python bench/ot_filtering.py [--model ../shared/models/small-base]
+  .venv/bin/python -m bench.probes.ot_filtering [--model ../shared/models/small-base]
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 
 import torch
-from reporting import markdown_table, provenance, write_json  # bench/ is on sys.path
 
+from bench.reporting import markdown_table, provenance, write_json
 from polyalign.align import extract
 from polyalign.align.aer import alignment_error_rate, read_gold
 from polyalign.align.aligner import Aligner
@@ -109,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     synthetic, real = planted(GOLD / "de-en"), model_states(args.model)
-    command = f"bench/ot_filtering.py --model {args.model}"
+    command = f"python -m bench.probes.ot_filtering --model {args.model}"
     write_json(args.out.with_suffix(".json"), {"provenance": provenance(command), "planted": synthetic, "model": real})
     methods = list(dict.fromkeys(r["method"] for r in synthetic))
     golds = list(dict.fromkeys(r["gold"] for r in real))

@@ -6,7 +6,7 @@ The restart gives a target word the position embedding of the source word at the
 no training put there. Measured on the same weights, so any difference is the layout's. Writes
 bench/results/pair_layout.md and .json.
 
-  .venv/bin/python bench/pair_layout.py [--model ../shared/models/small-base --model RUN_DIR ...]
+  .venv/bin/python -m bench.probes.pair_layout [--model ../shared/models/small-base --model RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from reporting import markdown_table, provenance, write_json  # bench/ is on sys.path
-
+from bench.reporting import markdown_table, provenance, write_json
 from polyalign.align.aer import read_gold
 from polyalign.align.aligner import PAIR_STYLE, Aligner
 from polyalign.checkpoint import load_model
@@ -53,7 +52,7 @@ def main() -> None:
         for style, sweep in by_style.items()
     ]
     depth = max(len(s) for by_style in results.values() for s in by_style.values())
-    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python bench/pair_layout.py " + " ".join(
+    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.pair_layout " + " ".join(
         f"--model {m}" for m in models
     )
     page = [

@@ -11,7 +11,7 @@ The two share polyalign's batches and its three small pure functions for the dra
 replaced labels and the detection loss (Eqs. 2-3, pinned by tests/test_xlm_e.py); the models, the heads, the
 embedding sharing, the optimizer step and the training loop of the reference are transformers' and PyTorch's.
 
-Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python bench/rtd_reference.py \
+Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.rtd_reference \
     --data bench/work/prepared-all24 --steps 1200 --every 25 --out bench/results/rtd_reference.json
 (21 minutes on 2 cores). Writes the JSON, a markdown page beside it and a plot of both runs' curves;
 `--report-only` rewrites the page and plot from the JSON.
@@ -29,27 +29,26 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: the repository's bench package, as bench/evidence uses it
-
-from bench.evidence.claims import XNLI15  # noqa: E402  (xlm-e-3's languages)
-from bench.evidence.floor import (  # noqa: E402
+from bench.reporting import markdown_table, provenance, write_json
+from bench.studies.evidence import XNLI15  # xlm-e-3's languages
+from bench.verdict import (
     MAJORITY_MARGIN,
     first_step_beating_majority,
     majority_floor,
     unigram_floor,
 )
-from bench.reporting import markdown_table, provenance, write_json  # noqa: E402
-from polyalign.config import load_recipe  # noqa: E402
-from polyalign.data.masking import IGNORE  # noqa: E402
-from polyalign.evaluate.plots import plot_series  # noqa: E402
-from polyalign.objectives.rtd import (  # noqa: E402
+from polyalign.config import load_recipe
+from polyalign.data.masking import IGNORE
+from polyalign.evaluate.plots import plot_series
+from polyalign.objectives.rtd import (
     corrupt,
     detection_loss,
     replaced_token_labels,
     sample_replacements,
 )
-from polyalign.train import Window, build_run, start_loader, train_step  # noqa: E402
+from polyalign.train import Window, build_run, start_loader, train_step
+
+ROOT = Path(__file__).resolve().parents[2]
 
 KEYS = ("generator_loss", "discriminator_loss", "discriminator_accuracy", "replaced")
 
@@ -252,7 +251,7 @@ def report(result: dict, out: Path, produced_by: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, help="prepared folder (bench/evidence.sh's); not for --report-only")
+    parser.add_argument("--data", type=Path, help="prepared folder (bench.run's); not for --report-only")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
@@ -269,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--data: the prepared folder to train on (or --report-only)")
     result = run(args.data, args.steps, args.max_tokens, args.seed, args.languages, args.every)
     given = sys.argv[1:] if argv is None else argv
-    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python bench/rtd_reference.py " + " ".join(given)
+    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.rtd_reference " + " ".join(given)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, {"provenance": provenance(command), **result})
     report(result, args.out, provenance(command))

@@ -6,7 +6,7 @@ with the same configuration (`--init random`). Training pairs come from ../share
 language pair); the test sets are a held-out slice at the end of that file and, optionally, Tatoeba (which
 `prepare --exclude` kept out of pre-training). Greedy decoding; sacreBLEU on detokenised text.
 
-  python bench/veco_translation.py --model bench/work/runs/veco --init veco --steps 300 --out results.json
+  python -m bench.probes.veco_translation --model bench/work/runs/veco --init veco --steps 300 --out results.json
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from polyalign.model.seq2seq import Seq2SeqTransformer
 from polyalign.objectives.mlm import masked_lm_loss
 from polyalign.train import learning_rate_factor
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 TATOEBA_CODES = {"de": "deu", "fr": "fra", "es": "spa", "ru": "rus", "zh": "cmn", "en": "eng"}
 
 
