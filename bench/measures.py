@@ -57,6 +57,11 @@ class Target:
     language_embeddings: bool = False
 
     @property
+    def run_model(self) -> str:
+        """The run itself (VECO's plug-in fine-tuning reads the cross-attention that `model` leaves out)."""
+        return str(self.run) if self.model.endswith("plugged-out") else self.model
+
+    @property
     def evals(self) -> Path:
         return self.run / "eval"
 
@@ -89,6 +94,8 @@ class Measure:
     """Its time scales with the number of gold sets the languages allow."""
     current: Callable[[Target, dict], bool] = field(default=lambda target, result: True)
     """Whether a saved result is current (an older one is measured again)."""
+    seeded: bool = False
+    """The measure trains (fine-tuning) and so varies with a seed even on an untrained arm."""
 
     def minutes_for(self, languages: tuple[str, ...] | None) -> float:
         share = len(gold_sets_for(languages)) / len(GOLD_SETS) if self.per_gold_set else 1.0
@@ -285,6 +292,101 @@ def translation_measure(init: str, what: str) -> Measure:
     return Measure(1.3, metrics, commands, read, of_start=False)
 
 
+def finetune_measure(task: str, what: str, options: tuple[str, ...], minutes: float, plug_in: bool = False) -> Measure:
+    """XTREME-style zero-shot transfer (`polyalign finetune TASK`; plug_in: VECO §3.1 translate-train-all): the
+    average over the test languages and the transfer gap (English - the others)."""
+    name = f"{task}-plug-in" if plug_in else f"xtreme-{task}"
+    extra = ("--plug-in", "--setting", "translate-train-all") if plug_in else ()
+
+    def commands(t: Target) -> list[tuple[Path, list[str]]]:
+        out = t.evals / name
+        cmd = [*t.cli, "finetune", task, *extra, "--model", t.run_model, "--data", str(t.eval_root), *options]
+        return [(out / "finetune.json", [*cmd, "--out", str(out), "--no-progress"])]
+
+    def read(t: Target) -> dict:
+        if not (data := load(t.evals / name / "finetune.json")):
+            return {}
+        result = data["results"][0] if "results" in data else data
+        return {name: result["average"]["mean"], f"{name}/gap": (result.get("gap") or {}).get("mean")}
+
+    return Measure(minutes, {name: what}, commands, read, of_start=False, seeded=True)
+
+
+def read_training_loss(t: Target) -> dict:
+    """The MLM loss at the end of a run trained for minutes: the mean over the last 10% of its logged windows."""
+    if not (t.run / "metrics.jsonl").is_file():
+        return {}
+    values = [
+        r["mlm/loss"] for r in map(json.loads, (t.run / "metrics.jsonl").read_text().splitlines()) if "mlm/loss" in r
+    ]
+    tail = values[-max(1, len(values) // 10) :]
+    return {"mlm-loss@end": statistics.mean(tail)}
+
+
+def protocol_measures() -> dict[str, Measure]:
+    """Evaluation protocols (issue 16): Tatoeba-14 with ratio-margin scores, BUCC 2018 zh-en mining (dev)."""
+
+    def margin(t: Target) -> list[tuple[Path, list[str]]]:
+        out = t.evals / "tatoeba-margin"
+        cmd = [*t.cli, "evaluate", "tatoeba", "--model", t.model, "--langs", "tatoeba14", "--layers", "all"]
+        return [(out / "tatoeba.json", [*cmd, "--score", "margin", "--out", str(out), "--no-progress"])]
+
+    def bucc(t: Target) -> list[tuple[Path, list[str]]]:
+        out, data = t.evals / "bucc", t.eval_root / "bucc2018"
+        cmd = [*t.cli, "evaluate", "bucc", "--model", t.model, "--data", str(data), "--pair", "zh-en", "--split", "dev"]
+        return [(out / "bucc.json", [*cmd, "--out", str(out), "--no-progress"])]
+
+    def read_margin(t: Target) -> dict:
+        data = load(t.evals / "tatoeba-margin" / "tatoeba.json")
+        return {"tatoeba14-margin@default": data["reported"]["average"]["both"]} if data else {}
+
+    def read_bucc(t: Target) -> dict:
+        return {"bucc-f1": 100 * data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}
+
+    return {
+        "tatoeba-margin": Measure(
+            1.0,
+            {"tatoeba14-margin@default": "Tatoeba-14 acc@1, ratio-margin scores, default layer"},
+            margin,
+            read_margin,
+        ),
+        "bucc": Measure(
+            2.0, {"bucc-f1": "BUCC 2018 zh-en (dev) F1 of mined pairs at the oracle threshold"}, bucc, read_bucc
+        ),
+    }
+
+
+XTREME = (  # (task, seeds and options: bench/results/xtreme.md's smoke budgets, minutes per model)
+    ("xnli", ("--seeds", "3", "--set", "epochs=2", "--max-eval", "400"), 12.0),
+    (
+        "ner",
+        ("--seeds", "3", "--set", "epochs=1", "--max-train", "3000", "--max-select", "1000", "--max-eval", "500"),
+        10.0,
+    ),
+    (
+        "pos",
+        ("--seeds", "1", "--set", "epochs=2", "--max-train", "4000", "--max-select", "1000", "--max-eval", "400"),
+        6.0,
+    ),
+    ("pawsx", ("--seeds", "1", "--set", "epochs=3"), 4.0),
+    (
+        "qa",
+        (
+            "--seeds",
+            "1",
+            "--set",
+            "max_length=128",
+            "--set",
+            "doc_stride=64",
+            "--set",
+            "max_query_length=32",
+            "--max-eval",
+            "200",
+        ),
+        8.0,
+    ),
+)
+
 MEASURES: dict[str, Measure] = {
     "retrieval": Measure(
         1.5,
@@ -305,6 +407,7 @@ MEASURES: dict[str, Measure] = {
         {"xnli": "XNLI zero-shot accuracy (smoke: 2,000 English pairs, 1 epoch, 100 per language)"},
         xnli_commands,
         read_xnli,
+        seeded=True,
     ),
     "pseudo": Measure(
         1.0,
@@ -318,6 +421,27 @@ MEASURES: dict[str, Measure] = {
     "mt-veco": translation_measure("veco", "encoder-decoder from the VECO weights"),
     "mt-encoder": translation_measure("encoder", "encoder-only init (encoder-decoder attention new)"),
     "mt-random": translation_measure("random", "random init"),
+    **{
+        f"xtreme-{task}": finetune_measure(
+            task, f"{task} zero-shot transfer, average over the test languages", options, minutes
+        )
+        for task, options, minutes in XTREME
+    },
+    "xnli-plug-in": finetune_measure(
+        "xnli",
+        "XNLI accuracy, plug-in fine-tuning, translate-train-all (smoke: 2,000 pairs, 1 epoch)",
+        ("--seeds", "1", "--max-train", "2000", "--max-select", "100", "--max-eval", "100", "--set", "epochs=1"),
+        4.0,
+        plug_in=True,
+    ),
+    **protocol_measures(),
+    "training-loss": Measure(
+        0.0,
+        {"mlm-loss@end": "MLM training loss, mean over the last 10% of the logged windows"},
+        lambda t: [],
+        read_training_loss,
+        of_start=False,
+    ),
 }
 METRICS: dict[str, tuple[str, str]] = {k: (name, d) for name, m in MEASURES.items() for k, d in m.metrics.items()}
 """Metric key -> (its measure, what it is)."""

@@ -1,4 +1,4 @@
-"""The one page writer: a study's saved results -> bench/results/STUDY.md, STUDY.json and STUDY/*.png.
+"""The one page writer: a study's saved results -> bench/results/STUDY.md, STUDY/verdicts.json and STUDY/*.png.
 
 Usage: python -m bench.page STUDY [--command TEXT]
 The page opens with the command and the commits that made it, then one table row per comparison (the paper's
@@ -30,6 +30,15 @@ def values_text(values: list[float] | None) -> str:
         return "-"
     mean = statistics.mean(values)
     return f"{mean:.2f}" + (" (" + ", ".join(f"{v:.2f}" for v in values) + ")" if len(values) > 1 else "")
+
+
+def cell(values: list) -> str:
+    """A table cell: integers as they are, large numbers in 3 significant digits, others as values_text."""
+    if len(values) == 1 and isinstance(values[0], int):
+        return str(values[0])
+    if len(values) == 1 and isinstance(values[0], float) and abs(values[0]) >= 1e5:
+        return f"{values[0]:.3g}"
+    return values_text([v for v in values if isinstance(v, int | float)])
 
 
 def difference_text(row: dict) -> str:
@@ -248,9 +257,11 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     plots = flop_curves(study, loaded, figures)
     for name, section in loaded.items():
         plots += section_curves(name, section, figures)
-    for old in set(figures.glob("*.png")) - set(plots):  # a figure this page no longer draws
+    drawn = ("-layers.png", "-flops.png", "-translation-loss.png")
+    for old in {p for p in figures.glob("*.png") if p.name.endswith(drawn)} - set(plots):  # no longer drawn
         old.unlink()
-    codes = sorted({s["code"] for s in loaded.values()})
+    saved = sorted(p for p in figures.rglob("*.png") if p not in plots)  # drawn by the runs themselves
+    codes = sorted({code for s in loaded.values() for code in s["code"].split(", ")})
     lines = [
         f"# {study.title}",
         "",
@@ -281,6 +292,8 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
         for c in study.comparisons
     ]
     used = {k for c in study.comparisons for k in (c.metric, c.base_metric, *c.measures)}
+    sources = sorted({(s["command"], s["source"]) for s in loaded.values() if "source" in s})
+    lines += [f"Measured by `{c}` (before the one harness); the numbers are read from {x}.\n" for c, x in sources]
     lines += [
         markdown_table(header, table),
         "",
@@ -290,7 +303,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     for title, keys in study.tables:
         arms = [(name, arm, seeds) for name, s in loaded.items() for arm, seeds in s["results"].items()]
         body = [
-            [f"{name}: `{arm}`", *(values_text(V.seed_values({"results": {arm: seeds}}, arm, k)) for k in keys)]
+            [f"{name}: `{arm}`", *(cell(V.seed_values({"results": {arm: seeds}}, arm, k)) for k in keys)]
             for name, arm, seeds in arms
         ]
         lines += [f"## {title}", "", markdown_table(["section: arm", *keys], body), ""]
@@ -299,12 +312,12 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
         lines += ["## Investigation of what was not reproduced", ""]
         for c in failed:
             lines += investigation(study, c, rows, loaded, notes, root)
-    if plots:
-        lines += ["## Figures", "", *(f"![{p.stem}]({study.name}/{p.name})" for p in plots), ""]
+    if plots or saved:
+        lines += ["## Figures", "", *(f"![{p.stem}]({p.relative_to(results)})" for p in [*plots, *saved]), ""]
     page = results / f"{study.name}.md"
     page.write_text("\n".join(lines))
     json_rows = [rows[c.id] | {"protocol": protocol(c)} for c in study.comparisons]
-    write_json(results / f"{study.name}.json", {"provenance": provenance(command), "rows": json_rows})
+    write_json(results / study.name / "verdicts.json", {"provenance": provenance(command), "rows": json_rows})
     return page
 
 

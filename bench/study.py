@@ -64,13 +64,13 @@ class Budget:
     def label(self) -> str:
         if self.minutes:
             return f"{self.minutes:g} training minutes"
-        return f"{self.steps} steps" if self.steps else f"{self.max_flops:.2g} training FLOPs"
+        return f"{self.steps} steps" if self.steps is not None else f"{self.max_flops:.2g} training FLOPs"
 
     def amount(self) -> float:
-        return self.steps or self.max_flops or self.minutes
+        return next(x for x in (self.steps, self.max_flops, self.minutes) if x is not None)
 
     def estimated_steps(self, arm: Arm) -> int:
-        if self.steps:
+        if self.steps is not None:
             return self.steps
         if self.minutes:
             return math.ceil(self.minutes * 60 / arm.seconds_per_step)

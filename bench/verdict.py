@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.measures import ONE_CLASS, ONE_PAIR_LAYOUT, RELEASED_FILTERING
+from bench.measures import MEASURES, ONE_CLASS, ONE_PAIR_LAYOUT, RELEASED_FILTERING, measure_of
 from bench.study import Check, Comparison, Study
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
@@ -207,7 +207,9 @@ def comparison_row(c: Comparison, section: dict | None) -> dict:
         return row | {"verdict": STALE}
     if one_class(c, section):
         return row | {"verdict": ONE_CLASS_VERDICT}
-    varies = c.baseline.trained or c.method.trained
+    varies = (
+        c.baseline.trained or c.method.trained or any(MEASURES[measure_of(k)].seeded for k in (c.metric, c.base_metric))
+    )
     return row | {"verdict": verdict(diff, c.direction, c.rule.close, varies, c.rule.floor)}
 
 

@@ -530,7 +530,7 @@ def test_the_page_shows_not_run_rows_then_verdicts_floors_and_figures(tmp_path):
     sections = tmp_path / "evidence" / "sections"
     sections.mkdir(parents=True)
     page.write(STUDY, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path)
-    rows = json.loads((tmp_path / "evidence.json").read_text())["rows"]
+    rows = json.loads((tmp_path / "evidence" / "verdicts.json").read_text())["rows"]
     assert len(rows) == len(STUDY.comparisons) and {r["verdict"] for r in rows} == {V.NOT_RUN}
     c, section = section_of(
         "veco-mt-vs-encoder",
@@ -558,7 +558,7 @@ def test_the_page_shows_not_run_rows_then_verdicts_floors_and_figures(tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "evidence.json").write_text(json.dumps({c.id: {"commit": "abc1234", "note": "N"}}))
     text = page.write(STUDY, tmp_path, "cmd", notes_dir=tmp_path / "notes", root=tmp_path).read_text()
-    rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence.json").read_text())["rows"]}
+    rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence" / "verdicts.json").read_text())["rows"]}
     assert rows[c.id]["difference"] == pytest.approx(0.2) and rows[c.id]["verdict"] == V.NOT_REPRODUCED
     assert "unigram floor 6.60 nats" in text and "- Note (commit abc1234): N" in text
     drawn = {p.name for p in (tmp_path / "evidence").glob("*.png")}
