@@ -258,7 +258,7 @@ def read_pseudo(t: Target) -> dict:
     return {"pseudo": 100 * result["precision"], "pseudo-copy": 100 * result["copy_precision"]}
 
 
-def translation_measure(init: str, what: str) -> Measure:
+def translation_measure(init: str, loss: str, bleu: str) -> Measure:
     name = f"mt-{init}"
 
     def commands(t: Target) -> list[tuple[Path, list[str]]]:
@@ -288,7 +288,7 @@ def translation_measure(init: str, what: str) -> Measure:
             f"curve/{name}": data["train_curve"],
         }
 
-    metrics = {f"{name}-loss": f"held-out de-en loss, {what}", f"{name}-bleu": f"held-out de-en sacreBLEU, {what}"}
+    metrics = {f"{name}-loss": f"held-out de-en {loss}", f"{name}-bleu": f"held-out de-en sacreBLEU, {bleu}"}
     return Measure(1.3, metrics, commands, read, of_start=False)
 
 
@@ -418,9 +418,13 @@ MEASURES: dict[str, Measure] = {
         pseudo_commands,
         read_pseudo,
     ),
-    "mt-veco": translation_measure("veco", "encoder-decoder from the VECO weights"),
-    "mt-encoder": translation_measure("encoder", "encoder-only init (encoder-decoder attention new)"),
-    "mt-random": translation_measure("random", "random init"),
+    "mt-veco": translation_measure(
+        "veco", "translation loss, encoder-decoder from the VECO weights", "from the VECO weights"
+    ),
+    "mt-encoder": translation_measure(
+        "encoder", "loss, encoder-only init (encoder-decoder attention new)", "encoder-only init"
+    ),
+    "mt-random": translation_measure("random", "loss, random init", "random init"),
     **{
         f"xtreme-{task}": finetune_measure(
             task, f"{task} zero-shot transfer, average over the test languages", options, minutes
