@@ -63,16 +63,17 @@ def run_dir(ctx: Context, arm: Arm, seed: int) -> Path:
 
 
 def budget_overrides(ctx: Context, steps: int) -> list[str]:
-    setup = ctx.section.setup
-    sets = [f"trainer.max_steps={steps}", f"trainer.warmup_steps={max(1, steps // 10)}", f"trainer.save_every={steps}"]
-    sets.append(f"trainer.log_every={max(1, steps // 60)}")
-    if setup.budget.max_flops:
-        sets.append(f"trainer.max_flops={setup.budget.max_flops:g}")
-    if setup.budget.minutes:
-        sets.append(f"trainer.max_minutes={setup.budget.minutes:g}")
-    if setup.languages:
-        sets.append(f"data.languages=[{','.join(setup.languages)}]")
-    return sets
+    """The budget as `--set` values: steps (and their schedule), FLOPs, or training minutes; a minutes budget
+    leaves the schedule to the recipe and the arm (the preset sweep's lr stays at its peak, the best recipe's
+    stages keep their own)."""
+    budget, languages = ctx.section.setup.budget, ctx.section.setup.languages
+    if budget.minutes:
+        sets = [f"trainer.max_minutes={budget.minutes:g}"]
+    else:
+        sets = [f"trainer.max_steps={steps}", f"trainer.warmup_steps={max(1, steps // 10)}"]
+        sets += [f"trainer.save_every={steps}", f"trainer.log_every={max(1, steps // 60)}"]
+    sets += [f"trainer.max_flops={budget.max_flops:g}"] if budget.max_flops else []
+    return sets + ([f"data.languages=[{','.join(languages)}]"] if languages else [])
 
 
 def pretrain_command(ctx: Context, arm: Arm, seed: int, steps: int, out: Path, budget: bool = True) -> list[str]:

@@ -52,7 +52,10 @@ def test_every_arm_of_every_comparison_loads_with_its_overrides(c, tmp_path):
     for arm in (a for a in c.arms if a.trained):
         steps = c.setup.budget.estimated_steps(arm)
         recipe = load_recipe(arm.recipe, [*budget_overrides(ctx, steps), *(fill(o, steps) for o in arm.overrides)])
-        assert recipe.trainer.max_steps == steps
+        if c.setup.budget.minutes:  # the trainer's clock, or (max_minutes 0) a step budget of the arm's own
+            assert recipe.trainer.max_minutes in (c.setup.budget.minutes, 0.0)
+        else:
+            assert recipe.trainer.max_steps == steps
         if c.setup.budget.max_flops:
             assert recipe.trainer.max_flops == c.setup.budget.max_flops
         for check in c.why.checks:  # a logged check names an objective the arm trains
@@ -347,6 +350,7 @@ def test_an_unmet_premise_reads_scale_and_a_met_one_does_not():
             "mlm-tlm": {"0": {"aer-ot@default": 64.9, **CURRENT_AER}},
             "dwa": {"0": {"aer-ot@default": 82.2, **CURRENT_AER, "train": {"dwa/dwa_loss": [3.3, 2.3]}}},
         }  # noqa: E731
+
     assert reading("xlm-align-dwa-aligned", results(72.2)) == f"premise not met: {V.SCALE}"
     assert reading("xlm-align-dwa-aligned", results(20.0)) == f"the method's loss falls: {V.NOT_SEPARATED}"
 
@@ -392,6 +396,7 @@ def test_models_that_never_passed_the_unigram_floor_read_as_scale_unless_the_gap
             "xlm": {"0": {"mt-encoder-loss": 6.4, "train": {"mlm/loss": [10.1, mlm]}}},
             "veco": {"0": {"mt-veco-loss": 6.6, "train": {"ca_mlm/own_loss": [9.5, 7.3]}}},
         }  # noqa: E731
+
     assert (
         reading("veco-mt-vs-encoder", results(7.8), {"unigram": 6.6}) == f"every model at its unigram floor: {V.SCALE}"
     )
@@ -411,6 +416,7 @@ def test_a_loss_of_the_method_that_does_not_fall_makes_the_code_suspect():
             "mlm-tlm": {"0": {"aer-ot@default": 76.0, **CURRENT_AER, "train": {"mlm/loss": [5.89, 5.89]}}},
             "xlm-e-continued": {"0": {"aer-ot@default": 80.0, **CURRENT_AER, "train": {"mrtd/generator_loss": gen}}},
         }  # noqa: E731
+
     assert reading("xlm-e-continued-aer", results([9.1, 7.5])) == f"the method's loss falls: {V.NOT_SEPARATED}"
     assert reading("xlm-e-continued-aer", results([7.5, 9.1])) == f"a loss of the method does not fall: {V.CODE}"
 
@@ -491,6 +497,7 @@ def test_an_independent_implementation_on_the_same_batches_clears_or_convicts_th
             {"step": 25, "discriminator_accuracy": 0.8, "replaced": 0.15, "generator_loss": 10.0},
             {"step": 50, "discriminator_accuracy": accuracy, "replaced": 0.15, "generator_loss": loss},
         ]  # noqa: E731
+
     result = lambda ours, theirs: {"unigram_floor": 6.6, "curves": {"polyalign": ours, "ref": theirs}}  # noqa: E731
     states, alike = V.independent_states(result(curve(0.85, 8.5), curve(0.851, 8.4)))
     assert states["polyalign"]["majority"] == pytest.approx(0.85) and alike.endswith("not the code")
