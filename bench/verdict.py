@@ -249,7 +249,7 @@ def unmet_premises(c: Comparison, section: dict) -> list[Check]:
     return [ch for ch in c.why.checks if (p := premise(ch, section, floors)) and not p[3]]
 
 
-def mechanism_reading(study: Study, counted: list[tuple[Comparison, dict, bool]], rows: dict) -> str | None:
+def mechanism_reading(counted: list[tuple[Comparison, dict, bool]]) -> str | None:
     """From the diagnostics of the mechanism (diagnostic, row, its premise met), in the listed order: the last
     one's verdict, with the trend of the same arms across budgets; settings whose last ones disagree separate
     nothing."""
@@ -265,7 +265,7 @@ def mechanism_reading(study: Study, counted: list[tuple[Comparison, dict, bool]]
         return f"{'premise met' if met else 'premise not met either'}, reproduced: {SCALE}"
     if row["verdict"] == NOT_REPRODUCED:
         return f"trails, gap closes with compute: {NOT_SEPARATED}, trend to {SCALE}" if trend > 0 else CODE
-    return f"premise met, {row['verdict']}"
+    return f"{'premise met' if met else 'premise not met either'}, {row['verdict']}"
 
 
 def location_reading(d: Comparison, row: dict, rows: dict) -> str:
@@ -301,7 +301,7 @@ def diagnostic_lines(study: Study, c: Comparison, rows: dict, loaded: dict) -> t
             counted.append((d, row, not unmet))
         else:
             line["read"] = "premise not met, not reproduced: not read"
-    readings = [mechanism_reading(study, counted, rows), *(location_reading(d, r, rows) for d, r in located)]
+    readings = [mechanism_reading(counted), *(location_reading(d, r, rows) for d, r in located)]
     return lines, [r for r in readings if r]
 
 
