@@ -1,7 +1,9 @@
-"""The measures: name -> how to measure a model (CLI commands, each writing a JSON) and how to read the metrics back.
+"""The measures: name -> the commands that measure a model (each writes one JSON) and how its metrics are read back.
 
-A new measure is one entry of MEASURES; its metric keys come with a line of description each. The runner skips a
-command whose JSON is there (and current: `Measure.current`), so a rerun measures only what is missing.
+A new measure is one entry of MEASURES: its metric keys with a line each, its commands as templates, a reader. A
+template is a `polyalign` command line (or `-m MODULE ...` for a Python module) whose fields are filled for each
+model: {model} {run} {out} (the JSON's folder) {data} {eval} {dev_langs} {arm}, and {gold}, which repeats the
+command for every gold set of the trained languages. The runner skips a command whose JSON is there and current.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from polyalign.align.aligner import PAIR_LAYOUT
@@ -24,7 +26,6 @@ GOLD_SETS = {  # ../shared/data/eval/word_alignment: folder -> its two languages
     "ro-en-wpt05": ("ro", "en"),
     "zh-en": ("zh", "en"),
 }
-MT_STEPS = 60  # translation fine-tuning steps of the mt-* measures (a 3-point loss curve)
 ONE_CLASS = "xnli/one-class"
 """True when the XNLI classifier scored the same in every language: the test rows are the same in each, so one
 accuracy everywhere is a classifier that ignores its input, whatever that accuracy is."""
@@ -33,6 +34,8 @@ RELEASED_FILTERING = "aer-ot/released-filtering"
 ONE_PAIR_LAYOUT = "aer/one-pair-layout"
 """True when the AER was measured in every model's one pair layout (polyalign/align/aligner.py PAIR_LAYOUT) or the
 model has no language embeddings (its layout never changed); missing in results from before: read as stale."""
+SMOKE = "--seeds 1 --max-train 2000 --max-select 100 --max-eval 100 --set epochs=1"
+"""Fine-tuning at smoke scale: 2,000 English pairs, one epoch, 100 test pairs per language."""
 
 
 def gold_sets_for(languages: tuple[str, ...] | None) -> list[str]:
@@ -42,7 +45,7 @@ def gold_sets_for(languages: tuple[str, ...] | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Target:
-    """One model to measure: everything a measure's commands and reader need."""
+    """One model to measure."""
 
     arm: str
     model: str
@@ -57,21 +60,14 @@ class Target:
     language_embeddings: bool = False
 
     @property
-    def run_model(self) -> str:
-        """The run itself (VECO's plug-in fine-tuning reads the cross-attention that `model` leaves out)."""
-        return str(self.run) if self.model.endswith("plugged-out") else self.model
-
-    @property
     def evals(self) -> Path:
         return self.run / "eval"
 
-    @property
-    def cli(self) -> list[str]:
-        return [self.python, "-m", "polyalign.cli"]
-
-    @property
-    def dev_languages(self) -> str:
-        return "all" if self.languages is None else ",".join(x for x in self.languages if x != "en")
+    def fill(self, template: str, out: Path, gold: str = "") -> list[str]:
+        dev_langs = "all" if self.languages is None else ",".join(x for x in self.languages if x != "en")
+        fields = dict(model=self.model, run=self.run, out=out, data=self.data, eval=self.eval_root, arm=self.arm)
+        args = template.format(**fields, dev_langs=dev_langs, gold=gold).split()
+        return [self.python, *args] if args[0] == "-m" else [self.python, "-m", "polyalign.cli", *args, "--no-progress"]
 
 
 def load(path: Path) -> dict | None:
@@ -84,26 +80,33 @@ class Measure:
     """Estimated wall minutes per small-base-sized model on the 2-core machine (sizes the sections)."""
     metrics: dict[str, str]
     """Metric key -> what it is."""
-    commands: Callable[[Target], list[tuple[Path, list[str]]]]
-    """The (JSON it writes, command) pairs."""
+    commands: tuple[tuple[str, str], ...]
+    """(the JSON it writes, relative to the run's eval/ folder, with {gold} where per gold set; the template)."""
     read: Callable[[Target], dict]
     """The metrics from those JSONs (empty while one is missing: never guessed)."""
     of_start: bool = True
     """Measured on the untrained start model too (translation from a start model is not)."""
-    per_gold_set: bool = False
-    """Its time scales with the number of gold sets the languages allow."""
-    current: Callable[[Target, dict], bool] = field(default=lambda target, result: True)
-    """Whether a saved result is current (an older one is measured again)."""
     seeded: bool = False
     """The measure trains (fine-tuning) and so varies with a seed even on an untrained arm."""
+    current: Callable[[Target, dict], bool] = lambda target, result: True
+    """Whether a saved result is current (an older one is measured again)."""
+
+    def jobs(self, t: Target) -> list[tuple[Path, list[str]]]:
+        """The (JSON, command) pairs for one model."""
+        out = []
+        for path, template in self.commands:
+            for gold in gold_sets_for(t.languages) if "{gold}" in path else [""]:
+                done = t.evals / path.format(gold=gold)
+                out.append((done, t.fill(template, done.parent, gold)))
+        return out
 
     def minutes_for(self, languages: tuple[str, ...] | None) -> float:
-        share = len(gold_sets_for(languages)) / len(GOLD_SETS) if self.per_gold_set else 1.0
-        return self.minutes * share
+        per_gold = any("{gold}" in path for path, _ in self.commands)
+        return self.minutes * (len(gold_sets_for(languages)) / len(GOLD_SETS) if per_gold else 1.0)
 
 
 # --------------------------------------------------------------------------------------------------------
-# Retrieval: Tatoeba-14 (test) and the held-out training pairs (dev), every layer; the layer chosen on dev
+# Readers
 
 
 def best_layer(dev: dict) -> int:
@@ -124,27 +127,9 @@ def retrieval_metrics(dev: dict, test: dict) -> dict:
     }
 
 
-def retrieval_commands(t: Target) -> list[tuple[Path, list[str]]]:
-    return [
-        (
-            t.evals / split / "tatoeba.json",
-            [*t.cli, "evaluate", "tatoeba", "--model", t.model, "--data", str(data), "--langs", langs]
-            + ["--layers", "all", "--out", str(t.evals / split), "--no-progress"],
-        )
-        for split, data, langs in (
-            ("dev", t.data / "dev", t.dev_languages),
-            ("test", t.eval_root / "tatoeba", "tatoeba14"),
-        )
-    ]
-
-
 def read_retrieval(t: Target) -> dict:
     dev, test = load(t.evals / "dev" / "tatoeba.json"), load(t.evals / "test" / "tatoeba.json")
     return retrieval_metrics(dev, test) if dev and test else {}
-
-
-# --------------------------------------------------------------------------------------------------------
-# Word alignment: AER on every gold set of the trained languages, pair encoding, every layer
 
 
 def aer_metrics(method: str, per_gold: dict[str, dict], language_embeddings: bool = False) -> dict:
@@ -165,71 +150,28 @@ def aer_metrics(method: str, per_gold: dict[str, dict], language_embeddings: boo
     return out
 
 
-def aer_current(method: str) -> Callable[[Target, dict], bool]:
-    """An OT result from before the released Itermax filtering, or a result of a model with language embeddings
-    from before the one pair layout, is measured again."""
-
-    def current(t: Target, result: dict) -> bool:
-        if method == "ot" and result.get("ot_filtering") != OT_FILTERING:
-            return False
-        return not t.language_embeddings or result.get("pair_layout") == PAIR_LAYOUT
-
-    return current
-
-
-def aer_measure(method: str, minutes: float) -> Measure:
-    def commands(t: Target) -> list[tuple[Path, list[str]]]:
-        out = t.evals / f"aer-{method}"
-        return [
-            (
-                out / gold / "alignment.json",
-                [
-                    *t.cli,
-                    "evaluate",
-                    "alignment",
-                    "--model",
-                    t.model,
-                    "--gold",
-                    str(t.eval_root / "word_alignment" / gold),
-                ]
-                + [
-                    "--method",
-                    method,
-                    "--encoding",
-                    "pair",
-                    "--layers",
-                    "all",
-                    "--out",
-                    str(out / gold),
-                    "--no-progress",
-                ],
-            )
-            for gold in gold_sets_for(t.languages)
-        ]
+def aer_measure(method: str, what: str, minutes: float) -> Measure:
+    """AER on every gold set of the trained languages, pair encoding, every layer. An OT result from before the
+    released Itermax filtering, or one of a model with language embeddings from before the one pair layout, is
+    measured again."""
 
     def read(t: Target) -> dict:
         golds = {g: load(t.evals / f"aer-{method}" / g / "alignment.json") for g in gold_sets_for(t.languages)}
         return aer_metrics(method, golds, t.language_embeddings) if golds and all(golds.values()) else {}
 
-    what = {"ot": "OT aligner", "argmax": "SimAlign argmax", "itermax": "SimAlign itermax"}[method]
+    def current(t: Target, result: dict) -> bool:
+        stale_filter = method == "ot" and result.get("ot_filtering") != OT_FILTERING
+        return not stale_filter and (not t.language_embeddings or result.get("pair_layout") == PAIR_LAYOUT)
+
     metrics = {
         f"aer-{method}@default": f"AER, {what}, pair encoding, default layer, mean over the gold sets",
         f"aer-{method}@best": f"AER, {what}, best layer (chosen on the gold sets), mean over the gold sets",
     }
     if method == "ot":
         metrics["aer-ot@label"] = "AER, OT aligner at DWA's self-labeling layer round(10 L / 12): its self-labels"
-    return Measure(minutes, metrics, commands, read, per_gold_set=True, current=aer_current(method))
-
-
-# --------------------------------------------------------------------------------------------------------
-# Fine-tuning, pseudo-tokens and translation
-
-
-def xnli_commands(t: Target) -> list[tuple[Path, list[str]]]:
-    smoke = ["--seeds", "1", "--max-train", "2000", "--max-select", "100", "--max-eval", "100", "--set", "epochs=1"]
-    out = t.evals / "xnli"
-    cmd = [*t.cli, "finetune", "xnli", "--model", t.model, "--data", str(t.eval_root), *smoke, "--out", str(out)]
-    return [(out / "finetune.json", [*cmd, "--no-progress"])]
+    command = f"evaluate alignment --model {{model}} --gold {{eval}}/word_alignment/{{gold}} --method {method} "
+    command += "--encoding pair --layers all --out {out}"
+    return Measure(minutes, metrics, ((f"aer-{method}/{{gold}}/alignment.json", command),), read, current=current)
 
 
 def read_xnli(t: Target) -> dict:
@@ -240,17 +182,6 @@ def read_xnli(t: Target) -> dict:
     return {"xnli": data["results"][0]["average"]["mean"], ONE_CLASS: one_class}
 
 
-def pseudo_commands(t: Target) -> list[tuple[Path, list[str]]]:
-    out = t.evals / "pseudo.json"
-    return [
-        (
-            out,
-            [t.python, "-m", "bench.probes.ernie_m_pseudo_tokens", "--data", str(t.data / "dev")]
-            + ["--langs", t.dev_languages, "--max-pairs", "100", "--out", str(out), "--model", f"{t.arm}={t.model}"],
-        )
-    ]
-
-
 def read_pseudo(t: Target) -> dict:
     if not (data := load(t.evals / "pseudo.json")):
         return {}
@@ -259,25 +190,8 @@ def read_pseudo(t: Target) -> dict:
 
 
 def translation_measure(init: str, loss: str, bleu: str) -> Measure:
+    """60 steps of de-en translation fine-tuning (a 3-point loss curve) from the run's weights as `init` has it."""
     name = f"mt-{init}"
-
-    def commands(t: Target) -> list[tuple[Path, list[str]]]:
-        out = t.evals / f"{name}.json"
-        args = [
-            "--init",
-            init,
-            "--pair",
-            "de-en",
-            "--steps",
-            str(MT_STEPS),
-            "--test-size",
-            "200",
-            "--tatoeba-size",
-            "0",
-        ]
-        return [
-            (out, [t.python, "-m", "bench.probes.veco_translation", "--model", str(t.run), *args, "--out", str(out)])
-        ]
 
     def read(t: Target) -> dict:
         if not (data := load(t.evals / f"{name}.json")):
@@ -289,19 +203,17 @@ def translation_measure(init: str, loss: str, bleu: str) -> Measure:
         }
 
     metrics = {f"{name}-loss": f"held-out de-en {loss}", f"{name}-bleu": f"held-out de-en sacreBLEU, {bleu}"}
-    return Measure(1.3, metrics, commands, read, of_start=False)
+    command = f"-m bench.probes.veco_translation --model {{run}} --init {init} --pair de-en --steps 60 "
+    command += f"--test-size 200 --tatoeba-size 0 --out {{out}}/{name}.json"
+    return Measure(1.3, metrics, ((f"{name}.json", command),), read, of_start=False)
 
 
-def finetune_measure(task: str, what: str, options: tuple[str, ...], minutes: float, plug_in: bool = False) -> Measure:
-    """XTREME-style zero-shot transfer (`polyalign finetune TASK`; plug_in: VECO §3.1 translate-train-all): the
-    average over the test languages and the transfer gap (English - the others)."""
-    name = f"{task}-plug-in" if plug_in else f"xtreme-{task}"
-    extra = ("--plug-in", "--setting", "translate-train-all") if plug_in else ()
-
-    def commands(t: Target) -> list[tuple[Path, list[str]]]:
-        out = t.evals / name
-        cmd = [*t.cli, "finetune", task, *extra, "--model", t.run_model, "--data", str(t.eval_root), *options]
-        return [(out / "finetune.json", [*cmd, "--out", str(out), "--no-progress"])]
+def finetune_measure(
+    task: str, what: str, options: str, minutes: float, name: str = "", model: str = "{model}"
+) -> Measure:
+    """XTREME-style fine-tuning (`polyalign finetune TASK`): the average over the test languages and the transfer
+    gap (English - the others)."""
+    name = name or f"xtreme-{task}"
 
     def read(t: Target) -> dict:
         if not (data := load(t.evals / name / "finetune.json")):
@@ -309,7 +221,8 @@ def finetune_measure(task: str, what: str, options: tuple[str, ...], minutes: fl
         result = data["results"][0] if "results" in data else data
         return {name: result["average"]["mean"], f"{name}/gap": (result.get("gap") or {}).get("mean")}
 
-    return Measure(minutes, {name: what}, commands, read, of_start=False, seeded=True)
+    command = f"finetune {task} --model {model} --data {{eval}} {options} --out {{out}}"
+    return Measure(minutes, {name: what}, ((f"{name}/finetune.json", command),), read, of_start=False, seeded=True)
 
 
 def read_training_loss(t: Target) -> dict:
@@ -319,74 +232,28 @@ def read_training_loss(t: Target) -> dict:
     values = [
         r["mlm/loss"] for r in map(json.loads, (t.run / "metrics.jsonl").read_text().splitlines()) if "mlm/loss" in r
     ]
-    tail = values[-max(1, len(values) // 10) :]
-    return {"mlm-loss@end": statistics.mean(tail)}
+    return {"mlm-loss@end": statistics.mean(values[-max(1, len(values) // 10) :])}
 
 
-def protocol_measures() -> dict[str, Measure]:
-    """Evaluation protocols (issue 16): Tatoeba-14 with ratio-margin scores, BUCC 2018 zh-en mining (dev)."""
-
-    def margin(t: Target) -> list[tuple[Path, list[str]]]:
-        out = t.evals / "tatoeba-margin"
-        cmd = [*t.cli, "evaluate", "tatoeba", "--model", t.model, "--langs", "tatoeba14", "--layers", "all"]
-        return [(out / "tatoeba.json", [*cmd, "--score", "margin", "--out", str(out), "--no-progress"])]
-
-    def bucc(t: Target) -> list[tuple[Path, list[str]]]:
-        out, data = t.evals / "bucc", t.eval_root / "bucc2018"
-        cmd = [*t.cli, "evaluate", "bucc", "--model", t.model, "--data", str(data), "--pair", "zh-en", "--split", "dev"]
-        return [(out / "bucc.json", [*cmd, "--out", str(out), "--no-progress"])]
-
-    def read_margin(t: Target) -> dict:
-        data = load(t.evals / "tatoeba-margin" / "tatoeba.json")
-        return {"tatoeba14-margin@default": data["reported"]["average"]["both"]} if data else {}
-
-    def read_bucc(t: Target) -> dict:
-        return {"bucc-f1": 100 * data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}
-
-    return {
-        "tatoeba-margin": Measure(
-            1.0,
-            {"tatoeba14-margin@default": "Tatoeba-14 acc@1, ratio-margin scores, default layer"},
-            margin,
-            read_margin,
-        ),
-        "bucc": Measure(
-            2.0, {"bucc-f1": "BUCC 2018 zh-en (dev) F1 of mined pairs at the oracle threshold"}, bucc, read_bucc
-        ),
-    }
+def read_margin(t: Target) -> dict:
+    data = load(t.evals / "tatoeba-margin" / "tatoeba.json")
+    return {"tatoeba14-margin@default": data["reported"]["average"]["both"]} if data else {}
 
 
-XTREME = (  # (task, seeds and options: bench/results/xtreme.md's smoke budgets, minutes per model)
-    ("xnli", ("--seeds", "3", "--set", "epochs=2", "--max-eval", "400"), 12.0),
-    (
-        "ner",
-        ("--seeds", "3", "--set", "epochs=1", "--max-train", "3000", "--max-select", "1000", "--max-eval", "500"),
-        10.0,
-    ),
-    (
-        "pos",
-        ("--seeds", "1", "--set", "epochs=2", "--max-train", "4000", "--max-select", "1000", "--max-eval", "400"),
-        6.0,
-    ),
-    ("pawsx", ("--seeds", "1", "--set", "epochs=3"), 4.0),
-    (
-        "qa",
-        (
-            "--seeds",
-            "1",
-            "--set",
-            "max_length=128",
-            "--set",
-            "doc_stride=64",
-            "--set",
-            "max_query_length=32",
-            "--max-eval",
-            "200",
-        ),
-        8.0,
-    ),
+def read_bucc(t: Target) -> dict:
+    return {"bucc-f1": 100 * data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}
+
+
+# --------------------------------------------------------------------------------------------------------
+
+TATOEBA = "evaluate tatoeba --model {model} --layers all --out {out}"
+XTREME = (  # (task, options: bench/results/xtreme.md's budgets, minutes per model)
+    ("xnli", "--seeds 3 --set epochs=2 --max-eval 400", 12.0),
+    ("ner", "--seeds 3 --set epochs=1 --max-train 3000 --max-select 1000 --max-eval 500", 10.0),
+    ("pos", "--seeds 1 --set epochs=2 --max-train 4000 --max-select 1000 --max-eval 400", 6.0),
+    ("pawsx", "--seeds 1 --set epochs=3", 4.0),
+    ("qa", "--seeds 1 --set max_length=128 --set doc_stride=64 --set max_query_length=32 --max-eval 200", 8.0),
 )
-
 MEASURES: dict[str, Measure] = {
     "retrieval": Measure(
         1.5,
@@ -396,16 +263,19 @@ MEASURES: dict[str, Measure] = {
             "tatoeba14@default": "Tatoeba-14 acc@1 (both directions) at the evaluator's default layer",
             "dev@best": "dev-split retrieval acc@1 at its best layer",
         },
-        retrieval_commands,
+        (
+            ("dev/tatoeba.json", f"{TATOEBA} --data {{data}}/dev --langs {{dev_langs}}"),
+            ("test/tatoeba.json", f"{TATOEBA} --data {{eval}}/tatoeba --langs tatoeba14"),
+        ),
         read_retrieval,
     ),
-    "aer-ot": aer_measure("ot", 3.0),
-    "aer-argmax": aer_measure("argmax", 2.5),
-    "aer-itermax": aer_measure("itermax", 2.5),
+    "aer-ot": aer_measure("ot", "OT aligner", 3.0),
+    "aer-argmax": aer_measure("argmax", "SimAlign argmax", 2.5),
+    "aer-itermax": aer_measure("itermax", "SimAlign itermax", 2.5),
     "xnli": Measure(
         3.0,
         {"xnli": "XNLI zero-shot accuracy (smoke: 2,000 English pairs, 1 epoch, 100 per language)"},
-        xnli_commands,
+        (("xnli/finetune.json", f"finetune xnli --model {{model}} --data {{eval}} {SMOKE} --out {{out}}"),),
         read_xnli,
         seeded=True,
     ),
@@ -415,7 +285,13 @@ MEASURES: dict[str, Measure] = {
             "pseudo": "BTMLM pseudo-token precision in the true translation (%)",
             "pseudo-copy": "the copy baseline: source tokens found in the translation (%)",
         },
-        pseudo_commands,
+        (
+            (
+                "pseudo.json",
+                "-m bench.probes.ernie_m_pseudo_tokens --data {data}/dev --langs {dev_langs} --max-pairs 100 "
+                "--out {out}/pseudo.json --model {arm}={model}",
+            ),
+        ),
         read_pseudo,
     ),
     "mt-veco": translation_measure(
@@ -431,18 +307,35 @@ MEASURES: dict[str, Measure] = {
         )
         for task, options, minutes in XTREME
     },
-    "xnli-plug-in": finetune_measure(
-        "xnli",
+    "xnli-plug-in": finetune_measure(  # VECO §3.1: the cross-attention plugged in, read from the run itself
+        "xnli --plug-in --setting translate-train-all",
         "XNLI accuracy, plug-in fine-tuning, translate-train-all (smoke: 2,000 pairs, 1 epoch)",
-        ("--seeds", "1", "--max-train", "2000", "--max-select", "100", "--max-eval", "100", "--set", "epochs=1"),
+        SMOKE,
         4.0,
-        plug_in=True,
+        "xnli-plug-in",
+        "{run}",
     ),
-    **protocol_measures(),
+    "tatoeba-margin": Measure(
+        1.0,
+        {"tatoeba14-margin@default": "Tatoeba-14 acc@1, ratio-margin scores, default layer"},
+        (("tatoeba-margin/tatoeba.json", f"{TATOEBA} --langs tatoeba14 --score margin"),),
+        read_margin,
+    ),
+    "bucc": Measure(
+        2.0,
+        {"bucc-f1": "BUCC 2018 zh-en (dev) F1 of mined pairs at the oracle threshold"},
+        (
+            (
+                "bucc/bucc.json",
+                "evaluate bucc --model {model} --data {eval}/bucc2018 --pair zh-en --split dev --out {out}",
+            ),
+        ),
+        read_bucc,
+    ),
     "training-loss": Measure(
         0.0,
         {"mlm-loss@end": "MLM training loss, mean over the last 10% of the logged windows"},
-        lambda t: [],
+        (),
         read_training_loss,
         of_start=False,
     ),

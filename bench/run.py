@@ -156,7 +156,7 @@ def run_seed(ctx: Context, arm: Arm, seed: int) -> dict:
     out: dict = {}
     for name in ctx.section.measures_of(arm):
         measure = MEASURES[name]
-        for done, command in measure.commands(t):
+        for done, command in measure.jobs(t):
             if not (done.is_file() and measure.current(t, json.loads(done.read_text()))):
                 sh(ctx, command)
         out |= {} if ctx.dry_run else measure.read(t)

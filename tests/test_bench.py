@@ -167,21 +167,33 @@ def test_every_note_names_a_commit_and_a_comparison():
 
 
 def test_a_new_measure_is_one_registry_entry(tmp_path, monkeypatch, capsys):
-    out = lambda t: t.evals / "toy.json"  # noqa: E731
-    toy = Measure(
-        0.5,
-        {"toy@x": "a toy"},
-        lambda t: [(out(t), ["toy", t.model])],
-        lambda t: json.loads(out(t).read_text()) if out(t).is_file() else {},
-    )
+    def read(t):
+        return json.loads(path.read_text()) if (path := t.evals / "toy" / "toy.json").is_file() else {}
+
+    toy = Measure(0.5, {"toy@x": "a toy"}, (("toy/toy.json", "evaluate toy --model {model} --out {out}"),), read)
     monkeypatch.setitem(MEASURES, "toy", toy)
     monkeypatch.setitem(METRICS, "toy@x", ("toy", "a toy"))
     c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), metric="toy@x", id="toy")
     ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=True)
     run_section(ctx, "toy")
-    assert f"+ toy {E.SMALL_BASE}" in capsys.readouterr().out
+    assert (
+        f"-m polyalign.cli evaluate toy --model {E.SMALL_BASE} --out {tmp_path}/runs/start-" in capsys.readouterr().out
+    )
     with pytest.raises(KeyError, match="unknown@x"):
         dataclasses.replace(c, metric="unknown@x")
+
+
+def test_a_measure_repeats_its_command_for_every_gold_set_of_the_trained_languages(tmp_path):
+    t = Target("a", "m", tmp_path, tmp_path, tmp_path / "eval", ("en", "de", "fr"), "py")
+    jobs = MEASURES["aer-ot"].jobs(t)
+    assert [done.parent.name for done, _ in jobs] == ["de-en", "en-fr"]
+    assert (
+        jobs[0][1][:4] == ["py", "-m", "polyalign.cli", "evaluate"]
+        and f"{tmp_path}/eval/word_alignment/de-en" in jobs[0][1]
+    )
+    assert MEASURES["aer-ot"].minutes_for(("en", "de", "fr")) == pytest.approx(3.0 * 2 / 7)
+    mt = MEASURES["mt-veco"].jobs(t)[0][1]
+    assert mt[:3] == ["py", "-m", "bench.probes.veco_translation"] and mt[-1] == f"{tmp_path}/eval/mt-veco.json"
 
 
 def sweep(values):
