@@ -422,6 +422,37 @@ def test_models_that_never_passed_the_unigram_floor_read_as_scale_unless_the_gap
     assert reading("ernie-m-camlm-aligned", at_floor, {"unigram": 6.57}).endswith(V.SCALE)
 
 
+def test_models_at_the_floor_whose_gap_grows_against_the_paper_with_compute_are_not_read_as_scale():
+    # xlm-e-no-trtd-aer-ot has no other budget; veco-ca-mlm neither: build the family of xlm-e-aer-ot-1..3
+    floor = {"unigram": 6.6}
+    at_floor = {
+        "train": {"mlm/loss": [9.0, 7.0], "mrtd/generator_loss": [10.0, 8.0], "trtd/generator_loss": [10.0, 8.0]}
+    }
+    loaded, c = {}, STUDY.comparison("xlm-e-aer-ot-3")
+    for i, (xlm, xlm_e) in enumerate(((80.0, 84.0), (80.0, 83.0), (80.0, 88.0)), start=1):
+        d = STUDY.comparison(f"xlm-e-aer-ot-{i}")
+        results = {
+            "xlm": {"0": {"aer-ot@default": xlm, **CURRENT_AER, **at_floor}},
+            "xlm-e": {"0": {"aer-ot@default": xlm_e, **CURRENT_AER, **at_floor}},
+        }
+        loaded[d.section] = {"section": d.section, "results": results, "floors": floor}
+    c = dataclasses.replace(
+        c,
+        why=dataclasses.replace(
+            c.why, checks=tuple(ch for ch in c.why.checks if "loss" in ch.key and not ch.premise_below_floor)
+        ),
+    )
+    study = dataclasses.replace(STUDY, comparisons=tuple(c if x.id == c.id else x for x in STUDY.comparisons))
+    rows = {x.id: V.comparison_row(x, loaded.get(x.section)) for x in study.comparisons}
+    assert (
+        V.reading(study, c, rows, loaded)
+        == f"every model at its unigram floor, gap grows with compute: {V.NOT_SEPARATED}"
+    )
+    loaded[c.section]["results"]["xlm-e"]["0"]["aer-ot@default"] = 81.0  # +4 -> +1: the gap shrinks, scale
+    rows = {x.id: V.comparison_row(x, loaded.get(x.section)) for x in study.comparisons}
+    assert V.reading(study, c, rows, loaded) == f"every model at its unigram floor: {V.SCALE}"
+
+
 def test_a_loss_of_the_method_that_does_not_fall_makes_the_code_suspect():
     def results(gen):
         return {

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
+
+from bench.reporting import cpu_name
 
 ROOT = Path(__file__).resolve().parents[2]
 W = ROOT / "bench" / "work" / "scale"
@@ -44,7 +47,7 @@ def main() -> None:
     worst = max(s["rel_diff"] for s in steps)
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {_cpu()}",
+        "machine": f"{platform.machine()}, {cpu_name()}, {os.cpu_count()} cores",
         "corpus": sizes,
         "peak_rss": memory,
         "ddp": {"steps": steps, "max_rel_diff": worst},
@@ -92,12 +95,6 @@ def main() -> None:
         lines.append(f"| {s['step']} | {s['ddp']:.5f} | {s['single']:.5f} | {s['rel_diff']:.1e} |")
     (OUT / "scale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def _cpu() -> str:
-    info = Path("/proc/cpuinfo").read_text().splitlines()
-    names = [line.split(":", 1)[1].strip() for line in info if line.startswith("model name")]
-    return f"{names[0] if names else 'unknown CPU'}, {len(names)} cores"
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.perf.cpu_speed import NOT_RECORDED, cpu_speed_section
-from bench.reporting import commit
+from bench.reporting import commit, cpu_name
 from polyalign.config import TrainerConfig
 from polyalign.data.layout import sentence_layout
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
@@ -248,7 +248,7 @@ def main() -> None:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "code": commit(),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "torch": torch.__version__,
         "transformers": _version("transformers"),
         "batch": args.batch,
@@ -319,16 +319,6 @@ def report(r: dict, argv: str, results: Path = RESULTS) -> str:
     ]
     lines += cpu_speed_section(results / "cpu_speed.json")  # aligner vs eflomal, Tatoeba-14, prepare
     return "\n".join(lines)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def _version(package: str) -> str:
