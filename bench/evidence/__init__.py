@@ -1,1 +1,0 @@
-"""Issue 19's one bench harness: claims as data (claims.py), one runner (run.py), one writer (write.py)."""

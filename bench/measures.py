@@ -1,0 +1,350 @@
+"""The measures: name -> the commands that measure a model (each writes one JSON) and how its metrics are read back.
+
+A new measure is one entry of MEASURES: its metric keys with a line each, its commands as templates, a reader. A
+template is a `polyalign` command line (or `-m MODULE ...` for a Python module) whose fields are filled for each
+model: {model} {run} {out} (the JSON's folder) {data} {eval} {dev_langs} {arm}, and {gold}, which repeats the
+command for every gold set of the trained languages. The runner skips a command whose JSON is there and current.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyalign.align.aligner import PAIR_LAYOUT
+from polyalign.align.extract import OT_FILTERING
+
+GOLD_SETS = {  # ../shared/data/eval/word_alignment: folder -> its two languages
+    "de-en": ("de", "en"),
+    "en-fr": ("en", "fr"),
+    "en-hi": ("en", "hi"),
+    "ja-en": ("ja", "en"),
+    "ro-en": ("ro", "en"),
+    "ro-en-wpt05": ("ro", "en"),
+    "zh-en": ("zh", "en"),
+}
+ONE_CLASS = "xnli/one-class"
+"""True when the XNLI classifier scored the same in every language: the test rows are the same in each, so one
+accuracy everywhere is a classifier that ignores its input, whatever that accuracy is."""
+RELEASED_FILTERING = "aer-ot/released-filtering"
+"""True when every OT evaluation of the run used the released Itermax filtering."""
+ONE_PAIR_LAYOUT = "aer/one-pair-layout"
+"""True when the AER was measured in every model's one pair layout (polyalign/align/aligner.py PAIR_LAYOUT) or the
+model has no language embeddings (its layout never changed); missing in results from before: read as stale."""
+SMOKE = "--seeds 1 --max-train 2000 --max-select 100 --max-eval 100 --set epochs=1"
+"""Fine-tuning at smoke scale: 2,000 English pairs, one epoch, 100 test pairs per language."""
+
+
+def gold_sets_for(languages: tuple[str, ...] | None) -> list[str]:
+    """The gold sets whose two languages were both trained (all 7 when every language was)."""
+    return [g for g, pair in GOLD_SETS.items() if languages is None or set(pair) <= set(languages)]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model to measure."""
+
+    arm: str
+    model: str
+    """The model folder the measure reads (a run, the start model, VECO's plugged-out encoder)."""
+    run: Path
+    """The run folder (a trained arm) or the folder its measures go to (the start model)."""
+    data: Path
+    """The prepared folder (its dev/ split holds the held-out training pairs)."""
+    eval_root: Path
+    languages: tuple[str, ...] | None
+    python: str
+    language_embeddings: bool = False
+
+    @property
+    def evals(self) -> Path:
+        return self.run / "eval"
+
+    def fill(self, template: str, out: Path, gold: str = "") -> list[str]:
+        dev_langs = "all" if self.languages is None else ",".join(x for x in self.languages if x != "en")
+        fields = dict(model=self.model, run=self.run, out=out, data=self.data, eval=self.eval_root, arm=self.arm)
+        args = template.format(**fields, dev_langs=dev_langs, gold=gold).split()
+        return [self.python, *args] if args[0] == "-m" else [self.python, "-m", "polyalign.cli", *args, "--no-progress"]
+
+
+def load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class Measure:
+    minutes: float
+    """Estimated wall minutes per small-base-sized model on the 2-core machine (sizes the sections)."""
+    metrics: dict[str, str]
+    """Metric key -> what it is."""
+    commands: tuple[tuple[str, str], ...]
+    """(the JSON it writes, relative to the run's eval/ folder, with {gold} where per gold set; the template)."""
+    read: Callable[[Target], dict]
+    """The metrics from those JSONs (empty while one is missing: never guessed)."""
+    of_start: bool = True
+    """Measured on the untrained start model too (translation from a start model is not)."""
+    seeded: bool = False
+    """The measure trains (fine-tuning) and so varies with a seed even on an untrained arm."""
+    current: Callable[[Target, dict], bool] = lambda target, result: True
+    """Whether a saved result is current (an older one is measured again)."""
+
+    def jobs(self, t: Target) -> list[tuple[Path, list[str]]]:
+        """The (JSON, command) pairs for one model."""
+        out = []
+        for path, template in self.commands:
+            for gold in gold_sets_for(t.languages) if "{gold}" in path else [""]:
+                done = t.evals / path.format(gold=gold)
+                out.append((done, t.fill(template, done.parent, gold)))
+        return out
+
+    def minutes_for(self, languages: tuple[str, ...] | None) -> float:
+        per_gold = any("{gold}" in path for path, _ in self.commands)
+        return self.minutes * (len(gold_sets_for(languages)) / len(GOLD_SETS) if per_gold else 1.0)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Readers
+
+
+def best_layer(dev: dict) -> int:
+    """The layer with the best dev retrieval (both directions): the protocol's layer choice, never the test's."""
+    return max(dev["sweep"], key=lambda r: r["average"]["both"])["layer"]
+
+
+def retrieval_metrics(dev: dict, test: dict) -> dict:
+    by_layer = {r["layer"]: r["average"]["both"] for r in test["sweep"]}
+    layer = best_layer(dev)
+    return {
+        "tatoeba14@dev": by_layer[layer],
+        "tatoeba14@last": by_layer[max(by_layer)],
+        "tatoeba14@default": by_layer[test["reported"]["layer"]],
+        "dev@best": max(r["average"]["both"] for r in dev["sweep"]),
+        "layer@dev": layer,
+        "sweep/tatoeba14": [by_layer[k] for k in sorted(by_layer)],
+    }
+
+
+def read_retrieval(t: Target) -> dict:
+    dev, test = load(t.evals / "dev" / "tatoeba.json"), load(t.evals / "test" / "tatoeba.json")
+    return retrieval_metrics(dev, test) if dev and test else {}
+
+
+def aer_metrics(method: str, per_gold: dict[str, dict], language_embeddings: bool = False) -> dict:
+    """Means over the gold sets: at the evaluator's default layer, at the best layer of the mean sweep, and at
+    DWA's self-labeling layer round(10 L / 12) (XLM-Align Table 11 scaled to the depth L)."""
+    golds = list(per_gold.values())
+    sweep = [statistics.mean(g["sweep"][i]["aer"] for g in golds) for i in range(len(golds[0]["sweep"]))]
+    out = {
+        f"aer-{method}@default": statistics.mean(g["aer"] for g in golds),
+        f"aer-{method}@best": min(sweep),
+        f"sweep/aer-{method}": sweep,
+        f"per-gold/aer-{method}": {name: g["aer"] for name, g in per_gold.items()},
+    }
+    if method == "ot":
+        out["aer-ot@label"] = sweep[round(10 * (len(sweep) - 1) / 12)]
+        out[RELEASED_FILTERING] = all(g.get("ot_filtering") == OT_FILTERING for g in golds)
+    out[ONE_PAIR_LAYOUT] = not language_embeddings or all(g.get("pair_layout") == PAIR_LAYOUT for g in golds)
+    return out
+
+
+def aer_measure(method: str, what: str, minutes: float) -> Measure:
+    """AER on every gold set of the trained languages, pair encoding, every layer. An OT result from before the
+    released Itermax filtering, or one of a model with language embeddings from before the one pair layout, is
+    measured again."""
+
+    def read(t: Target) -> dict:
+        golds = {g: load(t.evals / f"aer-{method}" / g / "alignment.json") for g in gold_sets_for(t.languages)}
+        return aer_metrics(method, golds, t.language_embeddings) if golds and all(golds.values()) else {}
+
+    def current(t: Target, result: dict) -> bool:
+        stale_filter = method == "ot" and result.get("ot_filtering") != OT_FILTERING
+        return not stale_filter and (not t.language_embeddings or result.get("pair_layout") == PAIR_LAYOUT)
+
+    metrics = {
+        f"aer-{method}@default": f"AER, {what}, pair encoding, default layer, mean over the gold sets",
+        f"aer-{method}@best": f"AER, {what}, best layer (chosen on the gold sets), mean over the gold sets",
+    }
+    if method == "ot":
+        metrics["aer-ot@label"] = "AER, OT aligner at DWA's self-labeling layer round(10 L / 12): its self-labels"
+    command = f"evaluate alignment --model {{model}} --gold {{eval}}/word_alignment/{{gold}} --method {method} "
+    command += "--encoding pair --layers all --out {out}"
+    return Measure(minutes, metrics, ((f"aer-{method}/{{gold}}/alignment.json", command),), read, current=current)
+
+
+def read_xnli(t: Target) -> dict:
+    if not (data := load(t.evals / "xnli" / "finetune.json")):
+        return {}
+    per_language = [v["mean"] for v in data["results"][0]["per_language"].values()]
+    one_class = len(per_language) > 1 and len(set(per_language)) == 1
+    return {"xnli": data["results"][0]["average"]["mean"], ONE_CLASS: one_class}
+
+
+def read_pseudo(t: Target) -> dict:
+    if not (data := load(t.evals / "pseudo.json")):
+        return {}
+    result = data["results"][t.arm]
+    return {"pseudo": 100 * result["precision"], "pseudo-copy": 100 * result["copy_precision"]}
+
+
+def translation_measure(init: str, loss: str, bleu: str) -> Measure:
+    """60 steps of de-en translation fine-tuning (a 3-point loss curve) from the run's weights as `init` has it."""
+    name = f"mt-{init}"
+
+    def read(t: Target) -> dict:
+        if not (data := load(t.evals / f"{name}.json")):
+            return {}
+        return {
+            f"{name}-loss": data["heldout_loss"],
+            f"{name}-bleu": data["heldout"]["bleu"],
+            f"curve/{name}": data["train_curve"],
+        }
+
+    metrics = {f"{name}-loss": f"held-out de-en {loss}", f"{name}-bleu": f"held-out de-en sacreBLEU, {bleu}"}
+    command = f"-m bench.probes.veco_translation --model {{run}} --init {init} --pair de-en --steps 60 "
+    command += f"--test-size 200 --tatoeba-size 0 --out {{out}}/{name}.json"
+    return Measure(1.3, metrics, ((f"{name}.json", command),), read, of_start=False)
+
+
+def finetune_measure(
+    task: str, what: str, options: str, minutes: float, name: str = "", model: str = "{model}"
+) -> Measure:
+    """XTREME-style fine-tuning (`polyalign finetune TASK`): the average over the test languages and the transfer
+    gap (English - the others)."""
+    name = name or f"xtreme-{task}"
+
+    def read(t: Target) -> dict:
+        if not (data := load(t.evals / name / "finetune.json")):
+            return {}
+        result = data["results"][0] if "results" in data else data
+        return {name: result["average"]["mean"], f"{name}/gap": (result.get("gap") or {}).get("mean")}
+
+    command = f"finetune {task} --model {model} --data {{eval}} {options} --out {{out}}"
+    return Measure(minutes, {name: what}, ((f"{name}/finetune.json", command),), read, of_start=False, seeded=True)
+
+
+def read_training_loss(t: Target) -> dict:
+    """The MLM loss at the end of a run trained for minutes: the mean over the last 10% of its logged windows."""
+    if not (t.run / "metrics.jsonl").is_file():
+        return {}
+    values = [
+        r["mlm/loss"] for r in map(json.loads, (t.run / "metrics.jsonl").read_text().splitlines()) if "mlm/loss" in r
+    ]
+    return {"mlm-loss@end": statistics.mean(values[-max(1, len(values) // 10) :])}
+
+
+def read_margin(t: Target) -> dict:
+    data = load(t.evals / "tatoeba-margin" / "tatoeba.json")
+    return {"tatoeba14-margin@default": data["reported"]["average"]["both"]} if data else {}
+
+
+def read_bucc(t: Target) -> dict:
+    return {"bucc-f1": 100 * data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}
+
+
+# --------------------------------------------------------------------------------------------------------
+
+TATOEBA = "evaluate tatoeba --model {model} --layers all --out {out}"
+XTREME = (  # (task, options: bench/results/xtreme.md's budgets, minutes per model)
+    ("xnli", "--seeds 3 --set epochs=2 --max-eval 400", 12.0),
+    ("ner", "--seeds 3 --set epochs=1 --max-train 3000 --max-select 1000 --max-eval 500", 10.0),
+    ("pos", "--seeds 1 --set epochs=2 --max-train 4000 --max-select 1000 --max-eval 400", 6.0),
+    ("pawsx", "--seeds 1 --set epochs=3", 4.0),
+    ("qa", "--seeds 1 --set max_length=128 --set doc_stride=64 --set max_query_length=32 --max-eval 200", 8.0),
+)
+MEASURES: dict[str, Measure] = {
+    "retrieval": Measure(
+        1.5,
+        {
+            "tatoeba14@dev": "Tatoeba-14 acc@1 (both directions) at the layer with the best dev retrieval",
+            "tatoeba14@last": "Tatoeba-14 acc@1 (both directions), mean-pooled last layer",
+            "tatoeba14@default": "Tatoeba-14 acc@1 (both directions) at the evaluator's default layer",
+            "dev@best": "dev-split retrieval acc@1 at its best layer",
+        },
+        (
+            ("dev/tatoeba.json", f"{TATOEBA} --data {{data}}/dev --langs {{dev_langs}}"),
+            ("test/tatoeba.json", f"{TATOEBA} --data {{eval}}/tatoeba --langs tatoeba14"),
+        ),
+        read_retrieval,
+    ),
+    "aer-ot": aer_measure("ot", "OT aligner", 3.0),
+    "aer-argmax": aer_measure("argmax", "SimAlign argmax", 2.5),
+    "aer-itermax": aer_measure("itermax", "SimAlign itermax", 2.5),
+    "xnli": Measure(
+        3.0,
+        {"xnli": "XNLI zero-shot accuracy (smoke: 2,000 English pairs, 1 epoch, 100 per language)"},
+        (("xnli/finetune.json", f"finetune xnli --model {{model}} --data {{eval}} {SMOKE} --out {{out}}"),),
+        read_xnli,
+        seeded=True,
+    ),
+    "pseudo": Measure(
+        1.0,
+        {
+            "pseudo": "BTMLM pseudo-token precision in the true translation (%)",
+            "pseudo-copy": "the copy baseline: source tokens found in the translation (%)",
+        },
+        (
+            (
+                "pseudo.json",
+                "-m bench.probes.ernie_m_pseudo_tokens --data {data}/dev --langs {dev_langs} --max-pairs 100 "
+                "--out {out}/pseudo.json --model {arm}={model}",
+            ),
+        ),
+        read_pseudo,
+    ),
+    "mt-veco": translation_measure(
+        "veco", "translation loss, encoder-decoder from the VECO weights", "from the VECO weights"
+    ),
+    "mt-encoder": translation_measure(
+        "encoder", "loss, encoder-only init (encoder-decoder attention new)", "encoder-only init"
+    ),
+    "mt-random": translation_measure("random", "loss, random init", "random init"),
+    **{
+        f"xtreme-{task}": finetune_measure(
+            task, f"{task} zero-shot transfer, average over the test languages", options, minutes
+        )
+        for task, options, minutes in XTREME
+    },
+    "xnli-plug-in": finetune_measure(  # VECO §3.1: the cross-attention plugged in, read from the run itself
+        "xnli --plug-in --setting translate-train-all",
+        "XNLI accuracy, plug-in fine-tuning, translate-train-all (smoke: 2,000 pairs, 1 epoch)",
+        SMOKE,
+        4.0,
+        "xnli-plug-in",
+        "{run}",
+    ),
+    "tatoeba-margin": Measure(
+        1.0,
+        {"tatoeba14-margin@default": "Tatoeba-14 acc@1, ratio-margin scores, default layer"},
+        (("tatoeba-margin/tatoeba.json", f"{TATOEBA} --langs tatoeba14 --score margin"),),
+        read_margin,
+    ),
+    "bucc": Measure(
+        2.0,
+        {"bucc-f1": "BUCC 2018 zh-en (dev) F1 of mined pairs at the oracle threshold"},
+        (
+            (
+                "bucc/bucc.json",
+                "evaluate bucc --model {model} --data {eval}/bucc2018 --pair zh-en --split dev --out {out}",
+            ),
+        ),
+        read_bucc,
+    ),
+    "training-loss": Measure(
+        0.0,
+        {"mlm-loss@end": "MLM training loss, mean over the last 10% of the logged windows"},
+        (),
+        read_training_loss,
+        of_start=False,
+    ),
+}
+METRICS: dict[str, tuple[str, str]] = {k: (name, d) for name, m in MEASURES.items() for k, d in m.metrics.items()}
+"""Metric key -> (its measure, what it is)."""
+
+
+def measure_of(metric: str) -> str:
+    if metric not in METRICS:
+        raise KeyError(f"metric {metric!r}: known {', '.join(METRICS)}")
+    return METRICS[metric][0]

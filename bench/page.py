@@ -1,0 +1,334 @@
+"""The one page writer: a study's saved results -> bench/results/STUDY.md, STUDY/verdicts.json and STUDY/*.png.
+
+Usage: python -m bench.page STUDY [--command TEXT]
+The page opens with the command and the commits that made it, then one table row per comparison (the paper's
+number, baseline and method over seeds, the paired difference, the verdict), the study's own tables, for each
+comparison that is not reproduced what stands in its way (bench/verdict.py: premises, floors, diagnostics, the
+rule's reading), the notes people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from bench import verdict as V
+from bench.measures import METRICS, ONE_PAIR_LAYOUT, RELEASED_FILTERING
+from bench.reporting import markdown_table, provenance, write_json
+from bench.studies import STUDIES
+from bench.study import Comparison, Study
+from polyalign.evaluate.plots import plot_series
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTES = ROOT / "bench" / "studies" / "notes"
+
+
+def values_text(values: list[float] | None) -> str:
+    if not values:
+        return "-"
+    mean = statistics.mean(values)
+    return f"{mean:.2f}" + (" (" + ", ".join(f"{v:.2f}" for v in values) + ")" if len(values) > 1 else "")
+
+
+def cell(values: list) -> str:
+    """A table cell: integers as they are, large numbers in 3 significant digits, others as values_text."""
+    if len(values) == 1 and isinstance(values[0], int):
+        return str(values[0])
+    if len(values) == 1 and isinstance(values[0], float) and abs(values[0]) >= 1e5:
+        return f"{values[0]:.3g}"
+    return values_text([v for v in values if isinstance(v, int | float)])
+
+
+def difference_text(row: dict) -> str:
+    if row["difference"] is None:
+        return "-"
+    spread = f" ± {row['spread']:.2f}" if row["spread"] is not None else ""
+    return f"{row['difference']:+.2f}{spread} ({row['seeds']} seed{'s' if row['seeds'] > 1 else ''})"
+
+
+def numbers_text(numbers: list[float]) -> str:
+    """`first -> last` for a logged metric (3 decimals), the value for a measured one (2)."""
+    return " -> ".join(f"{v:.3f}" for v in numbers) if len(numbers) > 1 else f"{numbers[0]:.2f}"
+
+
+def protocol(c: Comparison) -> str:
+    start = f"from {c.setup.start}" if c.setup.start else "from scratch"
+    start += f", preset {c.method.preset}" if c.method.preset else ""
+    languages = "all languages" if c.setup.languages is None else "languages " + ",".join(c.setup.languages)
+    arms = " vs ".join(f"{a.name} ({a.recipe or 'no training'})" for a in (c.baseline, c.method))
+    return f"{arms}; {start}; {c.setup.budget.label()}; {languages}"
+
+
+def budget_text(c: Comparison) -> str:
+    return c.setup.budget.label().replace(" training FLOPs", " FLOPs")
+
+
+def note(notes: dict, key: str) -> list[str]:
+    n = notes.get(key)
+    return [f"- Note (commit {n['commit']}): {n['note']}"] if n else []
+
+
+def current_sweep(seed: dict, key: str) -> list[float] | None:
+    """A seed's layer sweep, or None for an AER sweep measured in a stale layout or filtering (never drawn)."""
+    if key.startswith("sweep/aer-") and (
+        seed.get(ONE_PAIR_LAYOUT) is not True or (key == "sweep/aer-ot" and seed.get(RELEASED_FILTERING) is not True)
+    ):
+        return None
+    return seed.get(key)
+
+
+# --------------------------------------------------------------------------------------------------------
+# What stands in the way of a comparison that is not reproduced: the data, the rule's reading, the note
+
+
+def checks_table(c: Comparison, section: dict) -> list[str]:
+    floors, rows = section.get("floors", {}), []
+    for check in c.why.checks:
+        numbers = V.check_numbers(check, section)
+        against = [check.reference] if check.reference else []
+        if numbers and check.floor in floors:
+            against.append(f"unigram floor {floors[check.floor]:.2f} nats")
+        if numbers and (majority := V.majority_of(check, section)) is not None:
+            against.append(f"majority class {majority:.3f}")
+        if check.premise_max is not None:
+            against.append(f"premise: at most {check.premise_max:g}")
+        held = V.premise(check, section, floors)
+        state = "-" if held is None else "held" if held[3] else "not met"
+        value = numbers_text(numbers) if numbers else "not measured"
+        rows.append([check.label, f"`{check.arm}`", value, "; ".join(against) or "-", state])
+    return (
+        [markdown_table(["check (seed 0)", "arm", "value (first -> last 10 logged)", "held against", "premise"], rows)]
+        if rows
+        else []
+    )
+
+
+def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: dict, root: Path = ROOT) -> list[str]:
+    section, row = loaded[c.section], rows[c.id]
+    lines = [f"### {c.id}: {c.statement}", ""]
+    lines.append(
+        f"- Decisive metric: {METRICS[c.metric][1]} ({row['direction']} is the paper's way); "
+        f"method - baseline {difference_text(row)}."
+    )
+    same = V.same_comparison(study, c)
+    if len(same) > 1:
+        moves = ", ".join(
+            f"{budget_text(x)} {difference_text(r) if r['difference'] is not None else r['verdict']}"
+            for x, r in ((x, rows[x.id]) for x in same)
+        )
+        lines.append(f"- Across budgets (method - baseline): {moves}.")
+    if c.metric.startswith("aer-ot"):
+        sweeps = [
+            (arm, current_sweep(V.seed0(section, arm), "sweep/aer-ot"))
+            for arm in dict.fromkeys(["start", *(a.name for a in c.arms)])
+        ]
+        if shown := [f"{arm} " + " / ".join(f"{v:.1f}" for v in s) for arm, s in sweeps if s]:
+            lines.append(f"- AER by layer (0 = embeddings; seed 0): {'; '.join(shown)}.")
+    if c.why.code:
+        files = " ".join(sorted({t.split("::")[0] for t in c.why.code}))
+        lines.append(
+            "- Code: tests that fail when the mechanism is wired otherwise than the paper: "
+            + ", ".join(f"`{t.split('::')[1]}`" for t in c.why.code)
+            + f" (`python -m pytest {files}`)."
+        )
+    lines += ["", *checks_table(c, section), ""]
+    diagnostics, _ = V.diagnostic_lines(study, c, rows, loaded)
+    if diagnostics:
+        table = []
+        for d in diagnostics:
+            dc, drow = d["diagnostic"], d["row"]
+            section_d = loaded.get(dc.section, {"results": {}})
+            held = [
+                (ch.label, p) for ch in dc.why.checks if (p := V.premise(ch, section_d, section_d.get("floors", {})))
+            ]
+            premises = "; ".join(
+                f"{label} {v:.3f} ({against} {x:{'.3f' if against.startswith('above') else '.2f'}}): "
+                + ("held" if ok else "not met")
+                for label, (v, against, x, ok) in held
+            )
+            table.append(
+                [
+                    f"`{dc.id}`: {dc.statement}",
+                    protocol(dc),
+                    difference_text(drow) if drow else "-",
+                    drow["verdict"] if drow else V.NOT_RUN,
+                    premises or "-",
+                    d["read"],
+                ]
+            )
+        lines += [
+            markdown_table(
+                ["diagnostic", "protocol", "method - baseline", "verdict", "premises (seed 0, last 10 logged)", "read"],
+                table,
+            ),
+            "",
+        ]
+    independent = None
+    if c.why.independent and (path := root / c.why.independent).is_file():
+        independent = json.loads(path.read_text())
+        states, _ = V.independent_states(independent)
+        lines.append(
+            f"- Independent implementation (`{Path(c.why.independent).with_suffix('.md')}`): MRTD from scratch, both "
+            f"on the same {independent['steps']} batches of {independent['max_tokens']} tokens, unigram floor "
+            f"{independent['unigram_floor']:.2f}."
+        )
+        table = [
+            [n, f"{s['accuracy']:.3f}", f"{s['majority']:.3f}", s["since"] or "-", f"{s['generator_loss']:.2f}"]
+            for n, s in states.items()
+        ]
+        lines += [
+            "",
+            markdown_table(
+                ["implementation", "discriminator accuracy", "majority class", "above it from step", "generator loss"],
+                table,
+            ),
+            "",
+        ]
+    lines.append(f"- Reading (rule, bench/verdict.py): {V.reading(study, c, rows, loaded, independent)}.")
+    return [*lines, *note(notes, c.id), ""]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Figures
+
+
+def flop_curves(study: Study, loaded: dict, out: Path) -> list[Path]:
+    """Metric vs training FLOPs (XLM-E Fig. 1's shape): every FLOP-budget family, one line per arm."""
+    families: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
+    for c in study.comparisons:
+        if not c.setup.budget.max_flops or (section := loaded.get(c.section)) is None:
+            continue
+        for arm in c.arms:
+            points = [
+                (s["train"]["flops"], s[c.metric])
+                for s in section["results"].get(arm.name, {}).values()
+                if c.metric in s
+            ]
+            if points:
+                point = (statistics.mean(p[0] for p in points), statistics.mean(p[1] for p in points))
+                families.setdefault((c.paper, c.metric), {}).setdefault(arm.name, []).append(point)
+    paths = []
+    for (paper, metric), series in families.items():
+        data = {
+            name: ([p[0] for p in sorted(set(pts))], [p[1] for p in sorted(set(pts))]) for name, pts in series.items()
+        }
+        ylabel = METRICS[metric][1].split(",")[0].split(" (")[0]
+        paths.append(
+            plot_series(
+                data,
+                out / f"{paper.lower()}-{metric.replace('@', '-')}-flops.png",
+                "training FLOPs",
+                ylabel,
+                f"{paper}: {metric}",
+            )
+        )
+    return paths
+
+
+def section_curves(name: str, section: dict, out: Path) -> list[Path]:
+    """Layer sweeps (Tatoeba-14, OT AER) and fine-tuning curves of seed 0 of every arm."""
+    paths = []
+    for key, ylabel in (("sweep/tatoeba14", "Tatoeba-14 acc@1"), ("sweep/aer-ot", "AER (OT)")):
+        sweeps = {arm: current_sweep(s["0"], key) for arm, s in section["results"].items() if "0" in s}
+        if series := {arm: (list(range(len(sweep))), sweep) for arm, sweep in sweeps.items() if sweep}:
+            path = out / f"{name}-{key.split('/')[1]}-layers.png"
+            paths.append(plot_series(series, path, "layer (0 = embeddings)", ylabel, f"{name}: {ylabel} by layer"))
+    curves = {
+        f"{arm} ({key.removeprefix('curve/mt-')} init)": ([p["step"] for p in c], [p["loss"] for p in c])
+        for arm, s in section["results"].items()
+        for key, c in s.get("0", {}).items()
+        if key.startswith("curve/mt-")
+    }
+    if curves:
+        paths.append(plot_series(curves, out / f"{name}-translation-loss.png", "step", "training loss", "de-en"))
+    return paths
+
+
+# --------------------------------------------------------------------------------------------------------
+
+
+def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
+    loaded = {p.stem: json.loads(p.read_text()) for p in sorted((results / study.name / "sections").glob("*.json"))}
+    notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
+    rows = {c.id: V.comparison_row(c, loaded.get(c.section)) for c in study.comparisons}
+    figures = results / study.name
+    plots = flop_curves(study, loaded, figures)
+    for name, section in loaded.items():
+        plots += section_curves(name, section, figures)
+    drawn = ("-layers.png", "-flops.png", "-translation-loss.png")
+    for old in {p for p in figures.glob("*.png") if p.name.endswith(drawn)} - set(plots):  # no longer drawn
+        old.unlink()
+    saved = sorted(p for p in figures.rglob("*.png") if p not in plots)  # drawn by the runs themselves
+    codes = sorted({code for s in loaded.values() for code in s["code"].split(", ")})
+    lines = [
+        f"# {study.title}",
+        "",
+        provenance(command, ", ".join(codes) if codes else None),
+        "",
+        *note(notes, "_page"),
+        "",
+    ]
+    lines += [
+        f"Sections: {', '.join(study.sections())}; run one with "
+        f"`flock /tmp/polyalign-cpu.lock python -m bench.run {study.name} SECTION`.",
+        "",
+    ]
+    header = ["claim", "paper's number", "metric", "baseline", "method", "difference", "verdict", "protocol"]
+    table = [
+        [
+            f"{c.paper} `{c.id}`: {c.statement}",
+            c.paper_number,
+            c.metric if c.metric == c.base_metric else f"{c.metric} vs {c.base_metric}",
+        ]
+        + [
+            values_text(rows[c.id]["baseline"]),
+            values_text(rows[c.id]["method"]),
+            difference_text(rows[c.id]),
+            rows[c.id]["verdict"],
+            protocol(c),
+        ]
+        for c in study.comparisons
+    ]
+    used = {k for c in study.comparisons for k in (c.metric, c.base_metric, *c.measures)}
+    sources = sorted({(s["command"], s["source"]) for s in loaded.values() if "source" in s})
+    lines += [f"Measured by `{c}` (before the one harness); the numbers are read from {x}.\n" for c, x in sources]
+    lines += [
+        markdown_table(header, table),
+        "",
+        "Metrics: " + "; ".join(f"`{k}` {v[1]}" for k, v in METRICS.items() if k in used) + ".",
+        "",
+    ]
+    for title, keys in study.tables:
+        arms = [(name, arm, seeds) for name, s in loaded.items() for arm, seeds in s["results"].items()]
+        body = [
+            [f"{name}: `{arm}`", *(cell(V.seed_values({"results": {arm: seeds}}, arm, k)) for k in keys)]
+            for name, arm, seeds in arms
+        ]
+        lines += [f"## {title}", "", markdown_table(["section: arm", *keys], body), ""]
+    failed = [c for c in study.comparisons if rows[c.id]["verdict"] == V.NOT_REPRODUCED]
+    if failed:
+        lines += ["## Investigation of what was not reproduced", ""]
+        for c in failed:
+            lines += investigation(study, c, rows, loaded, notes, root)
+    if plots or saved:
+        lines += ["## Figures", "", *(f"![{p.stem}]({p.relative_to(results)})" for p in [*plots, *saved]), ""]
+    page = results / f"{study.name}.md"
+    page.write_text("\n".join(lines))
+    json_rows = [rows[c.id] | {"protocol": protocol(c)} for c in study.comparisons]
+    write_json(results / study.name / "verdicts.json", {"provenance": provenance(command), "rows": json_rows})
+    return page
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("study", choices=list(STUDIES))
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--command", help="the command to name on the page (default: this one)")
+    args = parser.parse_args(argv)
+    print(write(STUDIES[args.study], args.results, args.command or f"python -m bench.page {args.study}"))
+
+
+if __name__ == "__main__":
+    main()

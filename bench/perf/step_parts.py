@@ -1,0 +1,109 @@
+"""Parts of a CPU MLM training step, each against the stock PyTorch op it replaces (bf16, `mlm` recipe shapes).
+
+Forward + backward of: attention (SDPA's fused kernel vs polyalign's `attend`), hidden-state dropout
+(nn.Dropout vs polyalign's `Dropout`), the MLM cross-entropy (F.cross_entropy on fp32 logits vs
+polyalign's `cross_entropy`), and one AdamW update of the model's parameters (for-loop vs fused).
+
+Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts   (~1 min on 2 cores)
+Writes bench/results/step_parts.md and step_parts.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.model.encoder import Dropout, attend, expand_attention_mask
+from polyalign.model.losses import cross_entropy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+B, T, H, HS, C, V = 64, 128, 6, 64, 384, 32000
+PREDICTED = B * T * 15 // 100
+
+
+def seconds(fn, repeats: int = 5) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def forward_backward(fn, *inputs):
+    def run():
+        out = fn(*inputs)
+        out.backward(torch.ones_like(out) if out.dim() else None)
+        for x in inputs:
+            x.grad = None
+
+    return run
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    bf16 = dict(dtype=torch.bfloat16, requires_grad=True)
+    q, k, v = (torch.randn(B, H, T, HS, **bf16) for _ in range(3))
+    mask = expand_attention_mask(torch.arange(T)[None] < torch.randint(T // 2, T + 1, (B, 1)), B, T, T, "cpu")
+    hidden = torch.randn(B, T, C, **bf16)
+    logits = (3 * torch.randn(PREDICTED, V)).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, V, (PREDICTED,))
+    no_dropout, dropout, reference_dropout = Dropout(0.0), Dropout(0.1).train(), torch.nn.Dropout(0.1).train()
+
+    parts = {
+        f"attention (B={B}, H={H}, T={T}, hs={HS})": (
+            forward_backward(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), q, k, v),
+            forward_backward(lambda q, k, v: attend(q, k, v, mask, no_dropout), q, k, v),
+        ),
+        f"dropout p=0.1 on ({B}, {T}, {C})": (
+            forward_backward(reference_dropout, hidden),
+            forward_backward(dropout, hidden),
+        ),
+        f"MLM cross-entropy ({PREDICTED} x {V})": (
+            forward_backward(lambda x: F.cross_entropy(x.float(), target), logits),
+            forward_backward(lambda x: cross_entropy(x, target), logits),
+        ),
+    }
+    model = MaskedLanguageModel(EncoderConfig(vocab_size=V, hidden_size=C, num_layers=6, num_heads=H, ffn_size=1536))
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    loop = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+    fused = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    millions = sum(p.numel() for p in model.parameters()) / 1e6
+    parts[f"AdamW update, `mlm` model ({millions:.1f}M parameters)"] = (loop.step, fused.step)
+
+    rows = {}
+    for name, (stock, ours) in parts.items():
+        a, b = seconds(stock), seconds(ours)
+        rows[name] = {"stock_ms": 1000 * a, "polyalign_ms": 1000 * b, "speedup": a / b}
+        print(f"{name:50s} stock {1000 * a:8.1f} ms  polyalign {1000 * b:8.1f} ms  {a / b:5.2f}x", flush=True)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0]
+    (out / "step_parts.json").write_text(json.dumps({"load_average_1min": load, "parts": rows}, indent=2) + "\n")
+    lines = [
+        "# Parts of a CPU MLM step: stock PyTorch op vs polyalign's replacement",
+        "",
+        "Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts` (2 threads, bf16 "
+        f"tensors, forward + backward, median of 5 after a warm-up; 1-minute load average {load:.1f}).",
+        "",
+        "| part | stock (ms) | polyalign (ms) | speed-up |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {r['stock_ms']:.1f} | {r['polyalign_ms']:.1f} | {r['speedup']:.2f}x |")
+    (out / "step_parts.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

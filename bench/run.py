@@ -1,0 +1,269 @@
+"""Train and measure one section of a study through the polyalign CLI; resumable.
+
+Usage: python -m bench.run STUDY [SECTION ...] [--data PREPARED] [--work bench/work/STUDY] [--dry-run]
+Every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun only does what is missing.
+Runs live in WORK/runs under a hash of what they train, so sections share the runs of the same arm. Seed 0 of
+every arm first; seed 1 of a comparison's arms only when its seed-0 difference is under the rule's `close`
+points. Writes bench/results/STUDY/sections/SECTION.json, which `python -m bench.page STUDY` turns into the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.measures import MEASURES, Target
+from bench.reporting import commit, records, write_json
+from bench.studies import STUDIES
+from bench.study import Arm, Section, fill
+from bench.verdict import difference, needs_second_seed, unigram_floor
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG_WINDOW = 10
+
+
+@dataclass
+class Context:
+    section: Section
+    data: Path
+    """Prepared folder (`polyalign prepare ... --dev-pairs 1000`)."""
+    runs: Path
+    """Where the runs and their evaluations live, shared by every section of the study."""
+    eval_root: Path
+    python: str
+    dry_run: bool = False
+
+    @property
+    def cli(self) -> list[str]:
+        return [self.python, "-m", "polyalign.cli"]
+
+
+def sh(ctx: Context, cmd: list[str]) -> None:
+    print("+ " + " ".join(cmd), flush=True)
+    if not ctx.dry_run:
+        subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def run_key(ctx: Context, arm: Arm) -> str:
+    """A hash of the arm's training key and the data: the same training in any section is the same run; any
+    change to what is trained or measured is another."""
+    return hashlib.sha1(repr((ctx.section.training_key(arm), str(ctx.data))).encode()).hexdigest()[:10]
+
+
+def run_dir(ctx: Context, arm: Arm, seed: int) -> Path:
+    return ctx.runs / f"{arm.name if not arm.trained else f'{arm.name}-s{seed}'}-{run_key(ctx, arm)}"
+
+
+def budget_overrides(ctx: Context, steps: int) -> list[str]:
+    """The budget as `--set` values: steps (and their schedule), FLOPs, or training minutes; a minutes budget
+    leaves the schedule to the recipe and the arm (the preset sweep's lr stays at its peak, the best recipe's
+    stages keep their own)."""
+    budget, languages = ctx.section.setup.budget, ctx.section.setup.languages
+    if budget.minutes:
+        sets = [f"trainer.max_minutes={budget.minutes:g}"]
+    else:
+        sets = [f"trainer.max_steps={steps}", f"trainer.warmup_steps={max(1, steps // 10)}"]
+        sets += [f"trainer.save_every={steps}", f"trainer.log_every={max(1, steps // 60)}"]
+    sets += [f"trainer.max_flops={budget.max_flops:g}"] if budget.max_flops else []
+    return sets + ([f"data.languages=[{','.join(languages)}]"] if languages else [])
+
+
+def pretrain_command(ctx: Context, arm: Arm, seed: int, steps: int, out: Path, budget: bool = True) -> list[str]:
+    cmd = [*ctx.cli, "pretrain", arm.recipe, "--data", str(ctx.data), "--run-dir", str(out), "--no-progress"]
+    cmd += ["--init-from", arm.init_from] if arm.init_from is not None else []
+    cmd += ["--preset", arm.preset] if arm.preset is not None else []
+    sets = [f"trainer.seed={seed}", *budget_overrides(ctx, steps), *(fill(o, steps) for o in arm.overrides)]
+    if not budget:  # the FLOP probe runs 3 steps whatever the budget
+        sets = [s for s in sets if not s.startswith("trainer.max_flops=")]
+    return cmd + [x for s in sets for x in ("--set", s)]
+
+
+def probe_steps(ctx: Context, arm: Arm) -> int:
+    """Steps that spend a FLOP budget: the budget over the mean FLOPs per step of a 3-step probe."""
+    budget = ctx.section.setup.budget
+    if not budget.max_flops:
+        return budget.steps or budget.estimated_steps(arm)
+    probe = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}"
+    cached = probe.with_suffix(".json")
+    if not cached.is_file():
+        shutil.rmtree(probe, ignore_errors=True)
+        sh(ctx, pretrain_command(ctx, arm, 0, 3, probe, budget=False))
+        if ctx.dry_run:
+            return budget.estimated_steps(arm)
+        last = records(probe / "metrics.jsonl")[-1]
+        write_json(cached, {"flops_per_step": last["flops"] / last["step"]})
+        shutil.rmtree(probe)
+    return max(8, round(budget.max_flops / json.loads(cached.read_text())["flops_per_step"]))
+
+
+def cross_attention(arm: Arm) -> bool:
+    from polyalign.config import load_recipe
+
+    return bool(arm.trained and load_recipe(arm.recipe).model.get("cross_attention"))
+
+
+def train(ctx: Context, arm: Arm, seed: int) -> Path:
+    out = run_dir(ctx, arm, seed)
+    if not arm.trained or (out / "done").is_file():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    steps = probe_steps(ctx, arm)
+    sh(ctx, pretrain_command(ctx, arm, seed, steps, out))
+    if cross_attention(arm):  # VECO: measure the plugged-out encoder (§3.1)
+        sh(ctx, [*ctx.cli, "plug-out", "--model", str(out), "--out", str(out / "plugged-out")])
+    if not ctx.dry_run:
+        (out / "done").write_text(f"{steps}\n")
+    return out
+
+
+def has_language_embeddings(model: str) -> bool:
+    """Whether the model reads language ids: the models whose `pair` AER the one pair layout changed."""
+    from polyalign.checkpoint import resolve_model_folder
+
+    config = json.loads((resolve_model_folder(model) / "config.json").read_text())
+    return bool(config["encoder"].get("num_languages"))
+
+
+def target(ctx: Context, arm: Arm, run: Path) -> Target:
+    model = str(run / "plugged-out") if cross_attention(arm) else str(run if arm.trained else arm.init_from)
+    embeddings = not ctx.dry_run and Path(model).exists() and has_language_embeddings(model)
+    languages = ctx.section.setup.languages
+    return Target(arm.name, model, run, ctx.data, ctx.eval_root, languages, ctx.python, embeddings)
+
+
+def log_summary(path: Path) -> dict:
+    """Every logged objective metric: mean of its first and of its last LOG_WINDOW values; the run's totals."""
+    recs = records(path)
+    out = {}
+    for k in sorted({k for r in recs for k in r if "/" in k}):
+        values = [r[k] for r in recs if k in r]
+        out[k] = [statistics.mean(values[:LOG_WINDOW]), statistics.mean(values[-LOG_WINDOW:])]
+    return out | {key: recs[-1].get(key) for key in ("step", "flops", "seconds")} | {"steps": recs[-1].get("step")}
+
+
+def run_seed(ctx: Context, arm: Arm, seed: int) -> dict:
+    """Train (when the arm trains) and measure; the metrics of every finished measure."""
+    run = train(ctx, arm, seed)
+    t = target(ctx, arm, run)
+    out: dict = {}
+    for name in ctx.section.measures_of(arm):
+        measure = MEASURES[name]
+        for done, command in measure.jobs(t):
+            if not (done.is_file() and measure.current(t, json.loads(done.read_text()))):
+                sh(ctx, command)
+        out |= {} if ctx.dry_run else measure.read(t)
+    if arm.trained and (run / "metrics.jsonl").is_file():
+        out["train"] = log_summary(run / "metrics.jsonl")
+    return out
+
+
+def seeds_to_run(section: Section, results: dict) -> set[str]:
+    """Arms that need seed 1: those of a comparison whose seed-0 difference is under its rule's `close`."""
+    wanted = set()
+    for c in section.comparisons:
+        base = results.get(c.baseline.name, {}).get("0", {}).get(c.base_metric)
+        meth = results.get(c.method.name, {}).get("0", {}).get(c.metric)
+        if base is not None and meth is not None and needs_second_seed(difference([meth], [base]), c.rule.close):
+            wanted |= {a.name for a in c.arms if a.trained}
+    return wanted
+
+
+def floors(section: Section, data: Path) -> dict[str, float]:
+    """The unigram floors the section's checks name, measured on its training text (stored with the results)."""
+    kinds = {c.floor for c in section.checks() if c.floor and not c.rate_key}
+    if not kinds or not (data / "meta.json").is_file():
+        return {}
+    return {k: unigram_floor(k, data, section.setup.languages) for k in sorted(kinds)}
+
+
+def run_section(ctx: Context, study: str) -> dict:
+    started = time.time()
+    results: dict[str, dict[str, dict]] = {arm.name: {"0": run_seed(ctx, arm, 0)} for arm in ctx.section.arms}
+    for arm in ctx.section.arms:
+        if arm.name in seeds_to_run(ctx.section, results):
+            results[arm.name]["1"] = run_seed(ctx, arm, 1)
+    setup = ctx.section.setup
+    return {
+        "section": ctx.section.name,
+        "claims": [c.id for c in ctx.section.comparisons],
+        "start": setup.start,
+        "languages": list(setup.languages) if setup.languages else "all",
+        "budget": setup.budget.label(),
+        "data": str(ctx.data),
+        "arms": {
+            a.name: {"recipe": a.recipe, "overrides": list(a.overrides), "init_from": a.init_from}
+            for a in ctx.section.arms
+        },
+        "results": results,
+        "floors": {} if ctx.dry_run else floors(ctx.section, ctx.data),
+        "minutes_this_call": round((time.time() - started) / 60, 1),
+        "code": commit(),
+        "command": f"python -m bench.run {study} {ctx.section.name}",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("study", choices=list(STUDIES))
+    parser.add_argument("sections", nargs="*", help="default: every section of the study, in order")
+    parser.add_argument(
+        "--data", type=Path, default=Path("bench/work/prepared-all24"), help="prepared, with a dev split"
+    )
+    parser.add_argument("--work", type=Path, help="default bench/work/STUDY")
+    parser.add_argument("--eval", type=Path, default=Path("../shared/data/eval"))
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--dry-run", action="store_true", help="print the commands of a fresh run, run nothing")
+    args = parser.parse_args(argv)
+    study = STUDIES[args.study]
+    unknown = set(args.sections) - set(study.sections())
+    if unknown:
+        sys.exit(f"{', '.join(unknown)}: sections of {study.name} are {', '.join(study.sections())}")
+    if not (args.data / "dev").is_dir() and not args.dry_run:
+        prepare(args.data, args.eval, args.python)
+    for name in args.sections or study.sections():
+        section = study.sections()[name]
+        if section.setup.start and not Path(section.setup.start).exists() and not args.dry_run:
+            print(f"section {name} skipped: no start model {section.setup.start}", file=sys.stderr)
+            continue
+        ctx = Context(
+            section,
+            args.data,
+            (args.work or Path("bench/work") / study.name) / "runs",
+            args.eval,
+            args.python,
+            args.dry_run,
+        )
+        print(f"section {name}: about {study.estimates()[name]:.0f} CPU-minutes at most", flush=True)
+        result = run_section(ctx, study.name)
+        if not args.dry_run:
+            write_json(ROOT / "bench" / "results" / study.name / "sections" / f"{name}.json", result)
+
+
+def prepare(data: Path, eval_root: Path, python: str) -> None:
+    """The prepared folder every study trains on: every language of ../shared/data/train with small-base's
+    tokenizer, the Tatoeba test sentences excluded, 1,000 pairs per language held out as the dev split."""
+    train = ROOT.parent / "shared" / "data" / "train"
+    cmd = [
+        python,
+        "-m",
+        "polyalign.cli",
+        "prepare",
+        "--mono",
+        str(train / "mono"),
+        "--parallel",
+        str(train / "parallel"),
+    ]
+    cmd += ["--tokenizer-from", "../shared/models/small-base", "--exclude", str(eval_root / "tatoeba")]
+    subprocess.run([*cmd, "--dev-pairs", "1000", "--out", str(data), "--no-progress"], check=True, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    main()

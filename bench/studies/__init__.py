@@ -1,0 +1,5 @@
+"""Every study of the one harness, by name: `python -m bench.run STUDY [SECTION]`, `python -m bench.page STUDY`."""
+
+from bench.studies import evidence, legacy
+
+STUDIES = {study.name: study for study in (evidence.STUDY, *legacy.STUDIES)}
