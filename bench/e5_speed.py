@@ -1,0 +1,209 @@
+"""Continued training of multilingual-e5-small on 2 cores: polyalign's step against transformers' on the same batches.
+
+The batches: TLM (PPA layout, 15% masked) on en-xx pairs of ../shared/data/train/parallel, 16 pairs of up to 64
+tokens a side. Every step is forward + backward + AdamW in bf16 autocast, timed after two warm-up steps:
+- transformers: BertForMaskedLM (the same config) + torch.optim.AdamW, `labels` given as HF computes them
+  (logits over the 250k vocabulary at every position);
+- polyalign, the `xlm` recipe's step (TLM; MLM logits at masked positions only), embeddings trained and held;
+- polyalign, the `xlm-align` recipe's step (DWA: TLM + OT self-labels + the pointer loss, one forward pass);
+- polyalign, the `self-align` recipe's step (embeddings held; its encoder stops at layer 8).
+And where polyalign's TLM step goes: encoder forward + backward, the masked-only MLM output against a full one,
+the optimizer over all parameters against the encoder layers only, DWA's OT self-labelling.
+"""
+
+from __future__ import annotations
+
+import gzip
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+PAIRS, MAX_LENGTH, STEPS, WARMUP = 16, 64, 5, 2
+LANGUAGES = ("de", "fr", "ro", "zh", "ja", "hi")
+
+
+def raw_batches(tokenizer, count: int):
+    """`count` ParallelBatches of PAIRS en-xx pairs, the languages in turn."""
+    from polyalign.data.streams import ParallelBatch
+
+    batches = []
+    for k in range(count):
+        lang = LANGUAGES[k % len(LANGUAGES)]
+        base = SHARED / "data/train/parallel" / f"en-{lang}"
+        with gzip.open(f"{base}.en.gz", "rt") as en, gzip.open(f"{base}.{lang}.gz", "rt") as xx:
+            lines = [(a.strip(), b.strip()) for _, a, b in zip(range((k + 1) * PAIRS), en, xx, strict=False)][-PAIRS:]
+        source = [np.array(ids[:MAX_LENGTH]) for ids in tokenizer.encode_batch([a for a, _ in lines])]
+        target = [np.array(ids[:MAX_LENGTH]) for ids in tokenizer.encode_batch([b for _, b in lines])]
+        batches.append(ParallelBatch(source, target, np.zeros(PAIRS, dtype=np.int64), np.ones(PAIRS, dtype=np.int64)))
+    return batches
+
+
+def timed(step, batches) -> float:
+    """Median seconds of `step(batch)` over the timed batches, after the warm-up ones."""
+    times = []
+    for k, batch in enumerate(batches):
+        started = time.perf_counter()
+        step(batch)
+        if k >= WARMUP:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def polyalign_step(model, objective, params, autocast):
+    optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+
+    def step(batch):
+        with autocast:
+            loss = objective(model, batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def transformers_step(hf_model, autocast):
+    optimizer = torch.optim.AdamW(hf_model.parameters(), lr=1e-5)
+
+    def step(batch):
+        with autocast:
+            loss = hf_model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"],
+                labels=batch["labels"],
+            ).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def hf_bert(config):
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(
+        BertConfig(
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            num_hidden_layers=config.num_layers,
+            num_attention_heads=config.num_heads,
+            intermediate_size=config.ffn_size,
+            max_position_embeddings=config.max_positions,
+            layer_norm_eps=config.layer_norm_eps,
+            pad_token_id=config.pad_token_id,
+            attn_implementation="sdpa",
+        )
+    ).train()
+
+
+def measure(e5: Path, prepared: Path | None = None) -> dict:
+    """Seconds per step and tokens/s of each variant, and the parts of polyalign's TLM step."""
+    import copy
+
+    from polyalign.checkpoint import load_model
+    from polyalign.objectives import build_objective
+
+    torch.manual_seed(0)
+    loaded = load_model(e5)
+    model, special, config = loaded.model.train(), loaded.tokenizer.special, loaded.model.config
+    rng = np.random.default_rng(0)
+    raws = raw_batches(loaded.tokenizer, WARMUP + STEPS)
+    objectives = {
+        "xlm (TLM)": build_objective("tlm", {"style": "ppa"}, special, config),
+        "xlm-align (DWA)": build_objective("dwa", {"style": "ppa"}, special, config),
+        "self-align": build_objective("self_align", {}, special, config),
+    }
+    batches = {name: [o.make_batch(r, rng) for r in raws] for name, o in objectives.items()}
+    tokens = statistics.mean(int(b["attention_mask"].sum()) for b in batches["xlm (TLM)"])
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    seconds: dict[str, float] = {}
+
+    hf = hf_bert(config)
+    seconds["transformers BertForMaskedLM + AdamW (TLM)"] = timed(transformers_step(hf, autocast), batches["xlm (TLM)"])
+    del hf
+    everything = list(model.parameters())
+    layers = [p for n, p in model.named_parameters() if n.startswith("encoder.layers.")]
+    tlm = objectives["xlm (TLM)"]
+    seconds["polyalign xlm (TLM)"] = timed(polyalign_step(model, tlm, everything, autocast), batches["xlm (TLM)"])
+    held = copy.deepcopy(model)
+    for name, p in held.named_parameters():
+        p.requires_grad_(name.startswith("encoder.layers."))
+    held_layers = [p for p in held.parameters() if p.requires_grad]
+    seconds["polyalign xlm (TLM), embeddings held"] = timed(
+        polyalign_step(held, tlm, held_layers, autocast), batches["xlm (TLM)"]
+    )
+    seconds["polyalign xlm-align (DWA), embeddings held"] = timed(
+        polyalign_step(held, objectives["xlm-align (DWA)"], held_layers, autocast), batches["xlm-align (DWA)"]
+    )
+    seconds["polyalign self-align, embeddings held"] = timed(
+        polyalign_step(held, objectives["self-align"], held_layers, autocast), batches["self-align"]
+    )
+    parts = step_parts(model, tlm, batches["xlm (TLM)"], everything, layers, autocast)
+    parts["OT self-labels of DWA (no grad)"] = ot_labelling_seconds(held, objectives["xlm-align (DWA)"], raws, rng)
+    reference = seconds["transformers BertForMaskedLM + AdamW (TLM)"]
+    return {
+        "batch": f"{PAIRS} pairs, up to {MAX_LENGTH} tokens a side, {tokens:.0f} real tokens a batch (mean)",
+        "steps": {
+            name: {
+                "seconds": round(s, 3),
+                "tokens_per_s": round(tokens / s),
+                "speed_vs_transformers": round(reference / s, 2),
+            }
+            for name, s in seconds.items()
+        },
+        "tlm_step_parts": {name: round(s, 3) for name, s in parts.items()},
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
+def step_parts(model, tlm, batches, everything, layers, autocast) -> dict[str, float]:
+    """Where polyalign's TLM step goes, each part timed on its own on the same batches."""
+    from polyalign.objectives.base import model_inputs
+
+    def encoder(batch):
+        with autocast:
+            hidden = model(**model_inputs(batch)).last_hidden_state
+        hidden.float().sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    def head(masked_only: bool):
+        def run(batch):
+            hidden = torch.randn(*batch["input_ids"].shape, model.config.hidden_size, requires_grad=True)
+            with autocast:
+                rows = hidden[batch["labels"] >= 0] if masked_only else hidden.flatten(0, 1)
+                logits = model.mlm_logits(rows)
+            logits.float().logsumexp(-1).sum().backward()
+            model.zero_grad(set_to_none=True)
+
+        return run
+
+    def optimizer_over(params):
+        optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+
+        def run(batch):
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return run
+
+    return {
+        "encoder forward + backward": timed(encoder, batches),
+        "MLM output at masked positions (forward + backward)": timed(head(True), batches),
+        "MLM output at every position (forward + backward)": timed(head(False), batches),
+        "AdamW over all parameters (embeddings included)": timed(optimizer_over(everything), batches),
+        "AdamW over the encoder layers only": timed(optimizer_over(layers), batches),
+    }
+
+
+def ot_labelling_seconds(model, dwa, raws, rng) -> float:
+    """DWA's self-labelling alone: the unmasked forward pass and the OT aligner, without gradient."""
+    return timed(lambda batch: dwa.self_label(model, batch), [dwa.make_batch(r, rng) for r in raws])
