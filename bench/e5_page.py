@@ -256,6 +256,7 @@ def speed_section(results: dict) -> list[str]:
         for name, v in speed["steps"].items()
     ]
     parts = [[name, seconds] for name, seconds in speed["tlm_step_parts"].items()]
+    aligner = results.get("align_speed")
     return [
         "## Speed of continued training on a 250k vocabulary",
         "",
@@ -269,4 +270,15 @@ def speed_section(results: dict) -> list[str]:
         "",
         *table(["part", "seconds"], parts),
         "",
+        *(
+            [
+                f"`polyalign align` with the aligned model ({aligner['command'].split(' align ')[-1]}) against eflomal "
+                f"(training on the same pairs included) on {aligner['pairs']} en-de pairs, whole commands, median of "
+                f"{aligner['rounds']} interleaved rounds: polyalign {aligner['polyalign']['pairs_per_s']:.0f} pairs/s, "
+                f"eflomal {aligner['eflomal']['pairs_per_s']:.0f} pairs/s.",
+                "",
+            ]
+            if aligner
+            else []
+        ),
     ]

@@ -430,3 +430,14 @@ def test_xlm_e_mono_recipe_trains_two_steps(sample_prepared, tmp_path):
     records = metrics(tmp_path / "run")
     assert [r["step"] for r in records] == [1, 2] and "trtd/generator_loss" not in records[0]
     assert all(np.isfinite(r["mrtd/discriminator_loss"]) for r in records)
+
+
+def test_paper_defaults_lambda_50_and_a_generator_a_third_deep():
+    """XLM-E §4.1: discriminator weight λ = 50; Table 6: a 4-layer generator beside a 12-layer discriminator
+    (a third; at 12 layers L // 2 = 6 or L - 1 = 11 would fail here, where 3 layers could not tell them apart)."""
+    from polyalign.objectives.rtd import generator_config
+
+    assert OBJECTIVES["mrtd"].Config().discriminator_weight == OBJECTIVES["trtd"].Config().discriminator_weight == 50.0
+    twelve = EncoderConfig(vocab_size=100, hidden_size=32, num_layers=12, num_heads=2, ffn_size=64)
+    assert generator_config(twelve).num_layers == 4
+    assert generator_config(twelve, 6).num_layers == 6  # an explicit depth wins

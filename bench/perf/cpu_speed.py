@@ -92,10 +92,12 @@ def eflomal_files(src: Path, tgt: Path, out: Path) -> None:
     out.write_text("".join(pharaoh(found) + "\n" for found in links), encoding="utf-8")
 
 
-def measure_aligner(model: Path, pairs: int, rounds: int, scratch: Path) -> dict:
+def measure_aligner(model: Path, pairs: int, rounds: int, scratch: Path, options: tuple[str, ...] = ()) -> dict:
+    """`polyalign align` (with `options`, e.g. another method) against eflomal on the same pairs, interleaved."""
     src, tgt = write_pairs(scratch, pairs)
     commands = {
-        "polyalign": polyalign("align", "--model", str(model), "--src", str(src), "--tgt", str(tgt), "--no-progress"),
+        "polyalign": polyalign("align", "--model", str(model), "--src", str(src), "--tgt", str(tgt), "--no-progress")
+        + list(options),
         "eflomal": eflomal_command(src, tgt, scratch / "eflomal.links"),
     }
     seconds: dict[str, list[float]] = {name: [] for name in commands}
