@@ -132,8 +132,15 @@ def sentences(results: dict) -> None:
         save(results)
 
 
+def halves(count: int) -> dict[str, list[int]]:
+    """Each gold set split in two for choosing among checkpoints and arms: `dev` (even sentences) decides,
+    `test` (odd sentences) is reported untouched by the choice; `all` is the whole set, as papers report."""
+    return {"all": list(range(count)), "dev": list(range(0, count, 2)), "test": list(range(1, count, 2))}
+
+
 def alignment_scores(folder: Path, encodings=ENCODINGS, layers=(LAYER,)) -> dict:
-    """AER (%) per encoding/method/layer/gold set: {"separate/argmax": {"8": {"de-en": ...}}}."""
+    """AER (%) per encoding/method[/half]/layer/gold set: {"separate/argmax": {"8": {"de-en": ...}}}, and the
+    same under "separate/argmax/dev" and "/test" for the halves."""
     from polyalign.align.aer import read_gold
     from polyalign.align.aligner import Aligner
     from polyalign.checkpoint import load_model
@@ -148,9 +155,32 @@ def alignment_scores(folder: Path, encodings=ENCODINGS, layers=(LAYER,)) -> dict
             encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
             links = aligner.align_encoded(encoded, METHODS, list(layers), gold.languages)
             for (method, layer), found in links.items():
-                cell = out.setdefault(f"{encoding}/{method}", {}).setdefault(str(layer), {})
-                cell[name] = round(score_gold(gold, found).aer, 2)
+                for half, rows in halves(len(found)).items():
+                    key = f"{encoding}/{method}" + ("" if half == "all" else f"/{half}")
+                    cell = out.setdefault(key, {}).setdefault(str(layer), {})
+                    cell[name] = round(score_gold(subset(gold, rows), [found[i] for i in rows]).aer, 2)
     return out
+
+
+def subset(gold, rows: list[int]):
+    from dataclasses import replace
+
+    pick = lambda items: [items[i] for i in rows]  # noqa: E731
+    return replace(gold, source=pick(gold.source), target=pick(gold.target), sure=pick(gold.sure),
+                   possible=pick(gold.possible))  # fmt: skip
+
+
+def chosen(results: dict) -> tuple[str, str]:
+    """The (arm, step) with the lowest mean AER over the gold sets' dev halves under the protocol: every
+    checkpoint of every arm is a candidate; the test halves play no part."""
+    key = f"{PRIMARY[0]}/{PRIMARY[1]}/dev"
+    candidates = {
+        (name, step): sum(scores[key][str(LAYER)].values()) / len(GOLD_SETS)
+        for name, arm in results["arms"].items()
+        for step, scores in arm["checkpoints"].items()
+        if key in scores
+    }
+    return min(candidates, key=candidates.get)
 
 
 def start(results: dict) -> None:
