@@ -14,11 +14,19 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from polyalign import train
 from polyalign.checkpoint import checkpoint_dirs, load_model
 from polyalign.config import load_recipe
 from polyalign.io import DataError
-from polyalign.train import Window, agree_on_stop, bookkeeping_group, load_run_recipe, pretrain, reduce_window
+from polyalign.train import (
+    Window,
+    agree_on_stop,
+    bookkeeping_group,
+    build_run,
+    distributed,
+    load_run_recipe,
+    pretrain,
+    reduce_window,
+)
 from tests.conftest import tiny_recipe_overrides
 
 
@@ -45,7 +53,7 @@ def test_step_collectives_take_tensors_on_the_training_device(monkeypatch):
     """NCCL takes GPU tensors only. The meta device stands in for the GPU: a sum built on the CPU (as a
     `torch.tensor([...])` of Python numbers) would show up here as a CPU tensor, or fail to convert."""
     seen = []
-    monkeypatch.setattr(train.dist, "all_reduce", lambda tensor, *a, **k: seen.append(tensor.device))
+    monkeypatch.setattr(distributed.dist, "all_reduce", lambda tensor, *a, **k: seen.append(tensor.device))
     device = torch.device("meta")
     window = Window(device)
     for _ in range(2):
@@ -59,10 +67,10 @@ def test_step_collectives_take_tensors_on_the_training_device(monkeypatch):
 
 def test_cpu_bookkeeping_gets_a_gloo_group_beside_nccl(monkeypatch):
     made = []
-    monkeypatch.setattr(train.dist, "get_backend", lambda *a: "nccl")
-    monkeypatch.setattr(train.dist, "new_group", lambda **kw: made.append(kw) or "gloo group")
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda *a: "nccl")
+    monkeypatch.setattr(distributed.dist, "new_group", lambda **kw: made.append(kw) or "gloo group")
     assert bookkeeping_group(world=2) == "gloo group" and made == [{"backend": "gloo"}]
-    monkeypatch.setattr(train.dist, "get_backend", lambda *a: "gloo")
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda *a: "gloo")
     assert bookkeeping_group(world=2) is None  # gloo takes CPU tensors itself
 
 
@@ -180,4 +188,4 @@ def test_fsdp_resumes_the_same_curve(fsdp_run, sample_prepared, tmp_path):
 def test_fsdp_refuses_objectives_it_cannot_shard(sample_prepared, tmp_path):
     recipe = load_recipe("ppa", [*tiny_recipe_overrides(sample_prepared), "trainer.distributed=fsdp"])
     with pytest.raises(DataError, match=r"^trainer.distributed=fsdp: objectives.\d \(moco\) updates .*; use trainer"):
-        train.build_run(recipe, tmp_path / "run")
+        build_run(recipe, tmp_path / "run")

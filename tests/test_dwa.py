@@ -14,10 +14,11 @@ from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
 from polyalign.data.streams import ParallelBatch
 from polyalign.io import DataError
+from polyalign.layers import xlm_align_label_layer
 from polyalign.model import MaskedLanguageModel
 from polyalign.objectives import build_objective
 from polyalign.objectives.base import model_inputs
-from polyalign.objectives.dwa import PointerNetwork, default_label_layer, pointer_loss
+from polyalign.objectives.dwa import PointerNetwork, pointer_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import check_warm_start
 from tests.conftest import tiny_config, tiny_recipe_overrides
@@ -60,7 +61,7 @@ def test_pointer_loss_counts_only_aligned_and_masked_queries():
 
 
 def test_self_labeling_layer_scales_with_depth():
-    assert [default_label_layer(L) for L in (12, 6, 4, 2, 1)] == [10, 5, 3, 2, 1]
+    assert [xlm_align_label_layer(L) for L in (12, 6, 4, 2, 1)] == [10, 5, 3, 2, 1]
 
 
 def toy_objective(**config):

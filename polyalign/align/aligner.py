@@ -27,8 +27,9 @@ from polyalign.align.extract import METHODS, OTSettings, subword_links
 from polyalign.align.words import gather_side, lift_to_words, link_lists, pad_word_ids, side_positions
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import TLM_STYLES, pair_layout, sentence_layout
-from polyalign.evaluate.embed import default_layer, length_batches
+from polyalign.evaluate.embed import length_batches
 from polyalign.io import DataError
+from polyalign.layers import check_layer, simalign_word_layer
 from polyalign.progress import tqdm
 
 ENCODINGS = ("separate", "pair")
@@ -90,7 +91,7 @@ class Aligner:
 
     @property
     def default_layer(self) -> int:
-        return default_layer(self.num_layers)
+        return simalign_word_layer(self.num_layers)
 
     # -----------------------------------------------------------------------------------------------------
 
@@ -194,11 +195,6 @@ class Aligner:
         check_layer(layer, self.num_layers)
         encoded = self.encode_words(pairs)
         return self.align_encoded(encoded, [method], [layer], languages, progress)[(method, layer)]
-
-
-def check_layer(layer: int, num_layers: int) -> None:
-    if not 0 <= layer <= num_layers:
-        raise DataError(f"--layer {layer}: the model has layers 0..{num_layers} (0 = embeddings)")
 
 
 def chunks(items: Iterator, size: int) -> Iterator[list]:
