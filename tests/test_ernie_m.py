@@ -23,7 +23,7 @@ from polyalign.objectives.btmlm import (
     placeholder_counts,
     pseudo_token_precision,
 )
-from polyalign.objectives.camlm import CAMLM, CAMLMConfig, camlm_attention_mask
+from polyalign.objectives.ernie_m_camlm import CAMLM, CAMLMConfig, camlm_attention_mask
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import build_model, pretrain
