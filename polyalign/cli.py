@@ -30,6 +30,7 @@ from polyalign.cli_options import (
     TrustPickle,
     comma_list,
     torch_device,
+    wants_sweep,
 )
 from polyalign.io import DataError
 from polyalign.tables import console, print_prepared, print_tatoeba
@@ -171,6 +172,7 @@ def evaluate_tatoeba_command(
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
     loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
     languages = resolve_languages(langs, data)
     result = evaluate_tatoeba(loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value)
     print_tatoeba(result, str(model))
@@ -178,11 +180,9 @@ def evaluate_tatoeba_command(
         from polyalign.io import write_json
 
         write_json(out / "tatoeba.json", result.to_dict())
-        if layers == "all":
+        if sweep:
             csv_path, png = result.write_sweep(out, title=f"Tatoeba, {model}")
             console.print(f"sweep: {csv_path}, {png}")
-    elif layers == "all":
-        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
 
 
 @evaluate_app.command("bucc")
@@ -304,17 +304,13 @@ def evaluate_alignment_command(
     from polyalign.checkpoint import load_model
     from polyalign.evaluate.alignment import evaluate_alignment
 
-    if layers not in (None, "all"):
-        raise DataError(f"--layers {layers}: the only value is `all` (use --layer L for one layer)")
-    if layers == "all" and out is None:
-        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
     loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
     result = evaluate_alignment(
         loaded,
         gold,
         method.value,
         layer,
-        layers == "all",
+        wants_sweep(layers, out, loaded.model.config.num_layers),
         encoding.value if encoding else None,
         batch_tokens,
         progress=progress,

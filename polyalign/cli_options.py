@@ -30,6 +30,19 @@ SentenceLayer = Annotated[
 ]
 
 
+def wants_sweep(layers: str | None, out: Path | None, num_layers: int) -> bool:
+    """Whether `--layers all` asks for a layer sweep (written to --out); any other value is a one-line error that
+    names the model's layers."""
+    if layers not in (None, "all"):
+        raise DataError(
+            f"--layers {layers}: the only value is `all` (a sweep over layers 0..{num_layers}); "
+            f"for one layer use --layer L with L in 0..{num_layers}"
+        )
+    if layers == "all" and out is None:
+        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
+    return layers == "all"
+
+
 def torch_device(name: str | None) -> str:
     """The device to run on: CUDA when available unless one is named; a one-line error for a bad name."""
     import torch
