@@ -4,6 +4,7 @@ the dev split of the bitext."""
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from polyalign.config import DataConfig, ObjectiveSpec
@@ -58,6 +59,7 @@ def synthetic_pairs(rng, n, offset=40, vocab=(5, 45)):
     return ParallelBatch(src, [s[::-1] + offset for s in src], np.zeros(n, dtype=np.int64), np.ones(n, np.int64))
 
 
+@pytest.mark.integration
 def test_contrast_learns_to_rank_translations_of_held_out_sentences():
     """The defining property: after training, a held-out source's nearest target in a batch is its own
     translation. Chance is 1/32; a loss that paired the wrong rows or pooled padding stays near it."""

@@ -134,11 +134,13 @@ def fsdp_run(sample_prepared, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.integration
 def test_processes_that_disagree_on_stopping_stop_together(two_process_run):
     assert [p.name for p in checkpoint_dirs(two_process_run)] == ["step-0000002"]
     assert [s for s, _ in losses(two_process_run)] == [1, 2]
 
 
+@pytest.mark.integration
 def test_resume_two_processes_into_one_process_with_accumulation(two_process_run, sample_prepared, tmp_path):
     overrides = exact_overrides(sample_prepared, steps=4)
     pretrain(load_recipe("xlm", [*overrides, "trainer.grad_accumulation=2"]), tmp_path / "single", progress=False)
@@ -150,6 +152,7 @@ def test_resume_two_processes_into_one_process_with_accumulation(two_process_run
         assert x == pytest.approx(y, rel=1e-4)  # same data per slot; only float reduction order differs
 
 
+@pytest.mark.integration
 def test_fsdp_trains_and_saves_what_ddp_does(fsdp_run, two_process_run):
     """Same losses (gradients reduced over both processes, the optimizer updating the sharded parameters), and a
     checkpoint of full tensors that one process loads: weights, objectives and optimizer moments as DDP's."""
@@ -172,6 +175,7 @@ def test_fsdp_trains_and_saves_what_ddp_does(fsdp_run, two_process_run):
                 torch.testing.assert_close(x[k], y[k], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_fsdp_resumes_the_same_curve(fsdp_run, sample_prepared, tmp_path):
     """A sharded run resumed sharded (full tensors scattered back into shards) continues the one-process curve."""
     overrides = exact_overrides(sample_prepared, steps=4)

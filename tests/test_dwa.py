@@ -26,6 +26,7 @@ from tests.conftest import tiny_config, tiny_recipe_overrides
 SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
 
 
+@pytest.mark.integration
 def test_pointer_loss_falls_on_a_toy_batch_whose_alignment_is_the_identity():
     torch.manual_seed(0)
     B, n, C = 8, 7, 16
@@ -190,6 +191,7 @@ def test_dwa_without_a_pretrained_start_is_one_line_exit_2_and_creates_nothing(s
     check_warm_start(load_recipe("xlm-align", [f"init_from={tmp_path}"]))
 
 
+@pytest.mark.integration
 def test_xlm_align_recipe_continues_an_xlm_run(sample_prepared, tmp_path):
     from polyalign.train import pretrain
 

@@ -106,6 +106,7 @@ def test_tatoeba_options_reach_the_result_and_its_protocol(sample_prepared):
         evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, pooling="max")
 
 
+@pytest.mark.integration
 def test_tatoeba_embeds_each_sentence_once_and_keeps_the_per_language_accuracies(sample_prepared, monkeypatch):
     # The reference is the per-language path: embed xx and its English side, then search each direction on
     # its own. Embedding distinct sentences once (English shared by all files) and reading en->xx from the

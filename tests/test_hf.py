@@ -261,6 +261,7 @@ def test_veco_plug_out_and_language_folding_export_exactly(sp_tokenizer, tmp_pat
     assert all(f"| {lang} | {i} |" in readme for i, lang in enumerate(["de", "en", "fr"]))
 
 
+@pytest.mark.integration
 def test_a_recipe_continues_from_a_hugging_face_folder(hf_xlmr, sample_prepared, tmp_path, capsys):
     from polyalign.config import load_recipe
     from polyalign.train import pretrain

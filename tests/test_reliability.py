@@ -201,6 +201,7 @@ def test_unequal_parallel_files_are_refused_before_any_tokenizer_work(tmp_path, 
             prep.prepare(corpus, prep.PrepareConfig(out=Path(args[2]), tokenizer_from=source))
 
 
+@pytest.mark.integration
 def test_saved_recipe_has_absolute_paths_so_resume_works_from_elsewhere(sample_prepared, tmp_path, monkeypatch):
     monkeypatch.chdir(sample_prepared.parent)
     recipe = load_recipe("mlm", [*tiny_recipe_overrides(Path(sample_prepared.name)), "trainer.max_steps=1"])
@@ -239,6 +240,7 @@ def test_resume_falls_back_past_damaged_checkpoints_and_says_so(tmp_path, capsys
     assert not (tmp_path / "checkpoints" / ".step-0000008.tmp-abc").exists()
 
 
+@pytest.mark.integration
 def test_resumed_run_after_damage_and_a_cut_metrics_line_repeats_the_loss_curve(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=6) + ["trainer.save_every=2", "trainer.keep_checkpoints=2"]
     pretrain(load_recipe("mlm", overrides), tmp_path / "straight", progress=False)
@@ -252,6 +254,7 @@ def test_resumed_run_after_damage_and_a_cut_metrics_line_repeats_the_loss_curve(
     assert losses(tmp_path / "killed") == losses(tmp_path / "straight")
 
 
+@pytest.mark.integration
 def test_run_killed_before_its_first_checkpoint_can_be_resumed(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2)
     pretrain(load_recipe("mlm", overrides), tmp_path / "straight", progress=False)
@@ -293,6 +296,7 @@ def test_atomic_dir_fsyncs_every_file_then_publishes_then_fsyncs_the_parent(tmp_
 # Progress and options
 
 
+@pytest.mark.integration
 def test_progress_in_a_log_file_is_plain_lines(tmp_path):
     log = tmp_path / "log.txt"
     code = (

@@ -38,7 +38,9 @@ class CrossAttentionMLM(Objective):
 
     def setup(self, model: MaskedLanguageModel) -> None:
         if not model.config.cross_attention:
-            raise RecipeError("model.cross_attention", "CA-MLM reads the cross-attention sublayers: set it true")
+            raise RecipeError(
+                "model.cross_attention", "CA-MLM reads the cross-attention sublayers: set model.cross_attention: true"
+            )
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         """x and y as separate `<s> s </s>` rows, stacked: rows [0, B) are x, rows [B, 2B) their partners y."""
