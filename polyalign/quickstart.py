@@ -11,8 +11,9 @@ import torch
 
 from polyalign.checkpoint import LoadedModel, load_model
 from polyalign.config import Recipe, load_recipe
-from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus
+from polyalign.data.prepare import PrepareConfig, discover_corpus
 from polyalign.data.prepare import prepare as run_prepare
+from polyalign.data.prepared import PreparedData
 from polyalign.evaluate.alignment import evaluate_alignment
 from polyalign.evaluate.tatoeba import available_languages, evaluate_tatoeba
 from polyalign.io import DataError, write_json

@@ -25,7 +25,7 @@ PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
 @pytest.fixture(scope="module")
 def tiny_model(sample_prepared, tmp_path_factory):
     """A random tiny model (2 layers, language embeddings) with the sample corpus' tokenizer, saved as a folder."""
-    from polyalign.data.prepare import PreparedData
+    from polyalign.data.prepared import PreparedData
 
     prepared = PreparedData(sample_prepared)
     tok = prepared.tokenizer()

@@ -147,7 +147,8 @@ def test_an_objective_stream_override_applies_to_that_objective_only():
 
 
 def test_prepare_holds_out_a_dev_split_in_tatoeba_layout(tmp_path):
-    from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus, prepare
+    from polyalign.data.prepare import PrepareConfig, discover_corpus, prepare
+    from polyalign.data.prepared import PreparedData
     from tests.conftest import SAMPLE
 
     corpus = discover_corpus(None, SAMPLE / "parallel", ["en", "de", "fr"])

@@ -9,7 +9,7 @@ import torch
 from polyalign.checkpoint import LoadedModel, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
 from polyalign.evaluate.pseudo_tokens import pseudo_token_precision_on_pairs
 from polyalign.io import DataError

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from polyalign.checkpoint import LoadedModel
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.evaluate.embed import embed_sentences, length_batches, pool
 from polyalign.evaluate.margin import margin_matrix
 from polyalign.evaluate.tatoeba import evaluate_tatoeba, read_tatoeba, resolve_languages, retrieval_accuracy

@@ -11,7 +11,8 @@ import torch
 from polyalign.checkpoint import LoadedModel, load_model
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.model.hf import export_hf, write_hf_tokenizer
+from polyalign.model.hf import export_hf
+from polyalign.model.hf_tokenizer import write_hf_tokenizer
 from polyalign.tokenizer import SentencePieceTokenizer
 from tests.conftest import SAMPLE, tiny_config
 

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import ParallelBatch, ParallelStream, StreamConfig
 from polyalign.io import DataError

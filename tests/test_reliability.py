@@ -335,7 +335,8 @@ def test_progress_off_a_terminal_is_one_line_per_phase_when_it_ends(capsys):
 
 
 def test_prepare_takes_a_model_folder_as_tokenizer_and_shows_tokenizer_training(tiny_run, tmp_path, capsys):
-    from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus, prepare
+    from polyalign.data.prepare import PrepareConfig, discover_corpus, prepare
+    from polyalign.data.prepared import PreparedData
 
     (tmp_path / "mono").mkdir()
     (tmp_path / "mono" / "en.txt").write_text("a small corpus\nof two lines\n")

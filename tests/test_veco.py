@@ -210,7 +210,7 @@ def test_plug_out_is_the_encoder_without_cross_attention(tmp_path, sample_prepar
     from typer.testing import CliRunner
 
     from polyalign.cli import app
-    from polyalign.data.prepare import PreparedData
+    from polyalign.data.prepared import PreparedData
 
     model = veco_model(vocab_size=2000)
     inputs = pair_inputs()

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
 from polyalign.flops import replaced_token_detection_flops
 from polyalign.io import DataError

@@ -18,7 +18,7 @@ from polyalign.checkpoint import (
     save_checkpoint,
 )
 from polyalign.config import Recipe, TrainerConfig, load_recipe
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.fsdp import check_fsdp, gather_state, load_state
 from polyalign.io import DataError
