@@ -159,9 +159,22 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
     trained = wrap_for_processes(module, recipe, world, device)
     optimizer, scheduler = build_optimizer(module, cfg)
+    slots = build_slots(recipe, objectives, prepared, data_languages, languages, rank)
+    run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
+    run.bookkeeping = bookkeeping_group(world)
+    run.slot_states = [s.state_dict() for s in slots]
+    run.window = Window(device)
+    return run, prepared
+
+
+def build_slots(
+    recipe: Recipe, objectives: dict, prepared: PreparedData, data_languages: list[str], languages: list[str], rank: int
+) -> list[Slot]:
+    """This process's slots rank·A + a (a < A): a seeded stream per objective and a masking generator each."""
+    cfg = recipe.trainer
     A = cfg.grad_accumulation
     lang_index = {lang: languages.index(lang) if lang in languages else 0 for lang in data_languages}
-    slots = [
+    return [
         Slot(
             {
                 o.name: build_stream(
@@ -180,11 +193,6 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
         )
         for a in range(A)
     ]
-    run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
-    run.bookkeeping = bookkeeping_group(world)
-    run.slot_states = [s.state_dict() for s in slots]
-    run.window = Window(device)
-    return run, prepared
 
 
 def restore_run(run: Run, checkpoint: Path) -> None:
