@@ -35,8 +35,7 @@ def init_distributed() -> tuple[int, int, torch.device]:
 
 def unused_parameters_possible(recipe: Recipe) -> bool:
     """Whether some steps may leave some parameters without a gradient: with staged (start_step) or
-    alternating (every) objectives, or with one that says it never reads some
-    (`Objective.leaves_parameters_unused`).
+    alternating (every) objectives, or with one that says it never reads some (`leaves_parameters_unused`).
     DDP looks for them (an extra pass over the graph each step) only then."""
     return any(
         o.start_step > 0 or o.every > 1 or OBJECTIVES[o.name].leaves_parameters_unused for o in recipe.objectives
