@@ -1,6 +1,7 @@
 """The contract every registered objective keeps with the trainer: through the trainer's own build (recipe ->
 model, objective, streams, batches), one step on a tiny model (hidden 32, 2 layers) gives a finite loss whose
-gradients reach the encoder."""
+gradients reach the encoder, and exactly the parameters it declares unused (`leaves_parameters_unused`) get
+none."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def test_one_step_gives_a_finite_loss_and_gradients_reach_the_encoder(name, samp
     loss, _, _ = run.trained(item.slots[0])
     loss.backward()
     assert math.isfinite(float(loss.detach()))
+    without_gradient = [n for n, p in run.module.named_parameters() if p.requires_grad and p.grad is None]
+    declared = [f"model.{part}." for part in OBJECTIVES[name].leaves_parameters_unused]
+    # what the trainer is told (DDP's unused-parameter search) is what happens
+    assert {d for d in declared if any(n.startswith(d) for n in without_gradient)} == set(declared)
+    assert [n for n in without_gradient if not n.startswith(tuple(declared))] == []
     encoder = run.module.model.encoder
     for part in (encoder.embeddings.word, encoder.layers[0], encoder.layers[-1]):
         grads = [p.grad for p in part.parameters() if p.grad is not None]

@@ -112,11 +112,13 @@ def test_padding_free_batches_go_without_a_mask():
     assert "attention_mask" in model_inputs(full)
 
 
-def test_unused_parameters_are_looked_for_only_with_staged_or_alternating_objectives():
+def test_unused_parameters_are_looked_for_only_with_staged_or_alternating_objectives_or_an_unused_part():
     assert not unused_parameters_possible(load_recipe("xlm"))
     assert unused_parameters_possible(load_recipe("veco"))  # alternating (every: 2)
     assert unused_parameters_possible(load_recipe("ernie-m"))  # staged (btmlm's start_step)
     assert unused_parameters_possible(load_recipe("xlm-e"))  # RTD: the MLM head gets no gradient
+    assert unused_parameters_possible(load_recipe("best-sentences"))  # translation ranking alone: nor here
+    assert not unused_parameters_possible(load_recipe("quickstart"))  # ranking + TLM: TLM trains the head
 
 
 def test_trainer_switches_are_checked():

@@ -37,9 +37,9 @@ class Objective(nn.Module):
 
     stream: ClassVar[str] = "mono"  # which data stream feeds it: "mono" or "parallel"
     Config: ClassVar[type]
-    leaves_parameters_unused: ClassVar[bool] = False
-    """Whether some of the model's parameters get no gradient from it (e.g. an MLM head it never reads):
-    DDP must then look for unused parameters every step."""
+    leaves_parameters_unused: ClassVar[tuple[str, ...]] = ()
+    """The parts of the model (parameter-name prefixes, e.g. "lm_head") it never gives a gradient: when every
+    objective of a recipe leaves a part unused, DDP must look for unused parameters every step."""
     cannot_shard: ClassVar[str] = ""
     """Why it cannot train under FSDP (`trainer.distributed: fsdp`), as a clause; empty when it can."""
     needs_pretrained_start: ClassVar[str] = ""

@@ -176,7 +176,7 @@ class Detection:
 class ReplacedTokenDetection(Objective):
     """The shared core. MRTD and TRTD differ only in their data: their make_batch is MLM's and TLM's."""
 
-    leaves_parameters_unused = True  # the model's MLM head: XLM-E trains a detection head instead
+    leaves_parameters_unused = ("lm_head",)  # XLM-E trains a detection head instead
 
     def __init__(self, config, special, model_config: EncoderConfig):
         super().__init__(config, special, model_config)

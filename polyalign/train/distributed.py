@@ -35,11 +35,13 @@ def init_distributed() -> tuple[int, int, torch.device]:
 
 def unused_parameters_possible(recipe: Recipe) -> bool:
     """Whether some steps may leave some parameters without a gradient: with staged (start_step) or
-    alternating (every) objectives, or with one that says it never reads some (`leaves_parameters_unused`).
+    alternating (every) objectives, or when every objective leaves a part of the model unused
+    (`Objective.leaves_parameters_unused`: XLM-E's RTD and translation ranking never read the MLM head).
     DDP looks for them (an extra pass over the graph each step) only then."""
-    return any(
-        o.start_step > 0 or o.every > 1 or OBJECTIVES[o.name].leaves_parameters_unused for o in recipe.objectives
-    )
+    if any(o.start_step > 0 or o.every > 1 for o in recipe.objectives):
+        return True
+    unused_by_all = set.intersection(*(set(OBJECTIVES[o.name].leaves_parameters_unused) for o in recipe.objectives))
+    return bool(unused_by_all)
 
 
 def wrap_for_processes(module: nn.Module, recipe: Recipe, world: int, device: torch.device) -> nn.Module:
