@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +11,30 @@ from rich.console import Console
 from rich.table import Table
 from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
+from polyalign.cli_finetune import finetune, xtreme
+from polyalign.cli_options import (
+    AlignEncoding,
+    AlignmentMethod,
+    AlignMethod,
+    AlignPrecision,
+    BadLines,
+    BatchTokens,
+    Device,
+    ModelFolder,
+    Pooling,
+    PoolingOption,
+    Precision,
+    Progress,
+    Score,
+    SentenceLayer,
+    TextPrefix,
+    TrustPickle,
+    comma_list,
+    torch_device,
+    wants_sweep,
+)
 from polyalign.io import DataError
+from polyalign.tables import console, print_prepared, print_tatoeba
 
 app = typer.Typer(
     add_completion=False,
@@ -22,66 +44,6 @@ app = typer.Typer(
 )
 evaluate_app = typer.Typer(no_args_is_help=True, help="Measure a model: retrieval, word alignment.")
 app.add_typer(evaluate_app, name="evaluate")
-console = Console(stderr=True)
-SAMPLE_DATA = Path(__file__).parent / "sample_data"
-
-
-def _split(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
-
-
-# Options that several commands share.
-TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
-MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = all).")]
-MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
-MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
-ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
-EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
-Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
-BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
-Device = Annotated[
-    str | None, typer.Option(help="Torch device, e.g. cpu, cuda, cuda:1 (default: CUDA when available); bf16 there.")
-]
-SentenceLayer = Annotated[
-    int | None, typer.Option(help="Layer to report (0 = embeddings; default: XTREME's 7 of 12, scaled to the depth).")
-]
-
-
-def _device(name: str | None) -> str:
-    """The device to run on: CUDA when available unless one is named; a one-line error for a bad name."""
-    import torch
-
-    if name is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise DataError(f"--device {name}: not a torch device; use cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DataError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-    return name
-
-
-# Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
-# (StrEnum's functional form: each member's value is its name.)
-BadLines = StrEnum("BadLines", ["skip", "error"])
-AlignmentMethod = StrEnum("AlignmentMethod", ["ot", "argmax", "itermax"])
-Encoding = StrEnum("Encoding", ["separate", "pair"])
-Precision = StrEnum("Precision", ["bf16", "fp32"])
-Pooling = StrEnum("Pooling", ["mean", "first"])
-Score = StrEnum("Score", ["cosine", "margin"])
-
-TextPrefix = Annotated[
-    str, typer.Option(help="Text put before every sentence (E5 models expect 'query: ' for bitext mining).")
-]
-PoolingOption = Annotated[
-    Pooling, typer.Option(help="Sentence vector: `mean` over real tokens (XTREME) or the `first` token.")
-]
-
-
-class Setting(StrEnum):
-    transfer = "transfer"
-    translate_train_all = "translate-train-all"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -125,7 +87,7 @@ def prepare(
     from polyalign.data.prepare import prepare as run_prepare
     from polyalign.io import LinePolicy
 
-    corpus = discover_corpus(mono, parallel, _split(langs))
+    corpus = discover_corpus(mono, parallel, comma_list(langs))
     config = PrepareConfig(
         out=out,
         vocab_size=vocab_size,
@@ -140,26 +102,7 @@ def prepare(
         progress=progress,
     )
     meta = run_prepare(corpus, config)
-    _report_prepare(meta, out)
-
-
-def _report_prepare(meta: dict, out: Path) -> None:
-    table = Table(title=f"prepared {out}")
-    for col in ("stream", "lines", "tokens"):
-        table.add_column(col)
-    for lang, s in meta["mono"].items():
-        table.add_row(f"mono {lang}", f"{s['lines']:,}", f"{s['tokens']:,}")
-    for name, s in meta["parallel"].items():
-        table.add_row(f"parallel {name}", f"{s['lines']:,}", " / ".join(f"{t:,}" for t in s["tokens"]))
-    console.print(table)
-    console.print(f"vocabulary {meta['vocab_size']:,}; languages {', '.join(meta['languages'])}")
-    if meta["skipped_lines"]:
-        details = ", ".join(
-            f"{n} {r} (first at {meta['skipped_first_at'][r]})" for r, n in meta["skipped_lines"].items()
-        )
-        console.print(f"[yellow]warning: skipped {details}[/yellow]")
-    if meta["excluded_as_eval_overlap"]:
-        console.print(f"dropped {meta['excluded_as_eval_overlap']:,} lines/pairs that occur in evaluation data")
+    print_prepared(meta, out)
 
 
 @app.command()
@@ -186,7 +129,7 @@ def pretrain(
 ) -> None:
     """Pre-train an encoder with the objectives a recipe names. Works under torchrun (DDP)."""
     from polyalign.config import load_recipe
-    from polyalign.train import load_run_recipe, run_started_before_saving_its_recipe
+    from polyalign.train import load_run_recipe
     from polyalign.train import pretrain as run_pretrain
 
     overrides = list(set_ or [])
@@ -194,7 +137,7 @@ def pretrain(
         overrides.append(f"data.prepared={data}")
     if init_from is not None:
         overrides.append(f"init_from={init_from}")
-    if resume and not (recipe is not None and run_started_before_saving_its_recipe(run_dir)):
+    if resume:
         spec = load_run_recipe(run_dir, overrides, preset)
     elif recipe is None:
         raise DataError("name a recipe (e.g. `polyalign pretrain xlm --data prepared/ --run-dir runs/xlm`)")
@@ -230,7 +173,8 @@ def evaluate_tatoeba_command(
     from polyalign.checkpoint import load_model
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
+    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
     languages = resolve_languages(langs, data)
     result = evaluate_tatoeba(
         loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
@@ -240,28 +184,9 @@ def evaluate_tatoeba_command(
         from polyalign.io import write_json
 
         write_json(out / "tatoeba.json", result.to_dict())
-        if layers == "all":
+        if sweep:
             csv_path, png = result.write_sweep(out, title=f"Tatoeba, {model}")
             console.print(f"sweep: {csv_path}, {png}")
-    elif layers == "all":
-        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
-
-
-def print_tatoeba(result, title: str) -> None:
-    row = result.row(result.layer)
-    table = Table(title=f"Tatoeba acc@1 (%), {title}, layer {result.layer}")
-    for col in ("language", "sentences", "xx→en", "en→xx"):
-        table.add_column(col, justify="right")
-    for lang, acc in row["per_language"].items():
-        table.add_row(lang, str(result.sizes.get(lang, "")), f"{acc['xx_to_en']:.1f}", f"{acc['en_to_xx']:.1f}")
-    avg = row["average"]
-    table.add_row("average", "", f"{avg['xx_to_en']:.1f}", f"{avg['en_to_xx']:.1f}")
-    Console().print(table)
-    best = max(result.layers, key=lambda i: result.row(i)["average"]["both"])
-    console.print(
-        result.protocol() + f"; best layer on this set: {best} "
-        f"({result.row(best)['average']['both']:.1f} average of both directions)"
-    )
 
 
 @evaluate_app.command("bucc")
@@ -285,7 +210,7 @@ def evaluate_bucc_command(
     from polyalign.checkpoint import load_model
     from polyalign.evaluate.bucc import evaluate_bucc
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
+    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
     result = evaluate_bucc(
         loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress, prefix=prefix
     )
@@ -310,100 +235,18 @@ def quickstart(
 ) -> None:
     """The main job on the bundled sample: prepare, train a tiny model with translation ranking + TLM, and show
     retrieval on held-out pairs and word-alignment AER before and after training."""
-    import time
+    from polyalign.quickstart import run_quickstart
 
-    import torch
-
-    from polyalign.checkpoint import LoadedModel, load_model
-    from polyalign.config import load_recipe
-    from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus
-    from polyalign.data.prepare import prepare as run_prepare
-    from polyalign.evaluate.tatoeba import available_languages
-    from polyalign.io import write_json
-    from polyalign.train import build_model
-    from polyalign.train import pretrain as run_pretrain
-
-    t0 = time.perf_counter()
-    if out.exists():
-        raise DataError(f"{out}: already exists; remove it or pass another --out")
-    tatoeba, gold_sets = SAMPLE_DATA / "tatoeba", sorted((SAMPLE_DATA / "word_alignment").iterdir())
-    console.rule("1) prepare the bundled sample corpus (the retrieval pairs are held out)")
-    corpus = discover_corpus(SAMPLE_DATA / "mono", SAMPLE_DATA / "parallel")
-    config = PrepareConfig(out=out / "prepared", vocab_size=4000, exclude=[tatoeba], progress=progress)
-    _report_prepare(run_prepare(corpus, config), out / "prepared")
-    recipe = load_recipe("quickstart", [f"data.prepared={out / 'prepared'}", f"trainer.max_steps={steps}"])
-    prepared = PreparedData(out / "prepared")
-    torch.manual_seed(recipe.trainer.seed)  # the "before" model is the same one every time
-    untrained, _ = build_model(recipe, prepared.tokenizer(), prepared.languages)
-    before = _quickstart_scores(
-        LoadedModel(untrained.eval(), prepared.tokenizer(), prepared.languages, out / "prepared"), tatoeba, gold_sets
-    )
-
-    console.rule("2) train (recipe quickstart: translation ranking + TLM)")
-    summary = run_pretrain(recipe, out / "run", progress=progress)
-
-    console.rule("3) evaluate: retrieval on held-out pairs, word alignment on gold links")
-    trained = load_model(out / "run")
-    after = _quickstart_scores(trained, tatoeba, gold_sets)
-    print_tatoeba(after["tatoeba"], "quickstart model")
-    after["tatoeba"].write_sweep(out / "report", title="quickstart")
-    report = {
-        "train": summary,
-        "before": {k: v if k != "tatoeba" else v.row(v.layer)["average"] for k, v in before.items()},
-        "after": {k: v if k != "tatoeba" else v.to_dict() for k, v in after.items()},
-        "minutes": (time.perf_counter() - t0) / 60,
-    }
-    write_json(out / "report" / "quickstart.json", report)
-    b, a = before["tatoeba"].row(before["tatoeba"].layer)["average"], after["tatoeba"].row(after["tatoeba"].layer)
-    a = a["average"]
-    languages = ", ".join(available_languages(tatoeba))
-    console.print(
-        f"\nRetrieval acc@1 (%) on 100 held-out pairs each of {languages}, layer {after['tatoeba'].layer}, "
-        f"xx→en / en→xx: untrained {b['xx_to_en']:.1f} / {b['en_to_xx']:.1f} -> trained {a['xx_to_en']:.1f} / "
-        f"{a['en_to_xx']:.1f} (chance 1.0)",
-        highlight=False,
-    )
-    aer = ", ".join(f"{g} {before['aer'][g]:.1f} -> {after['aer'][g]:.1f}" for g in after["aer"])
-    console.print(f"Word-alignment AER (%, lower is better; ot, pair encoding, layer {after['aer_layer']}): {aer}")
-    console.print(f"report: {out / 'report'}; total {report['minutes']:.1f} min", highlight=False)
-
-
-def _quickstart_scores(loaded, tatoeba: Path, gold_sets: list[Path]) -> dict:
-    """Retrieval on the sample's held-out pairs at the layer the recipe trains (the last), and AER of the
-    optimal-transport aligner (pair encoding, as XLM-Align evaluates) on each sample gold set."""
-    from polyalign.evaluate.alignment import evaluate_alignment
-    from polyalign.evaluate.embed import default_layer
-    from polyalign.evaluate.tatoeba import available_languages, evaluate_tatoeba
-
-    last = loaded.model.config.num_layers
-    layer = default_layer(last)
-    retrieval = evaluate_tatoeba(loaded, tatoeba, available_languages(tatoeba), layer=last)
-    aer = {g.name: evaluate_alignment(loaded, g, "ot", layer, encoding="pair").aer for g in gold_sets}
-    return {"tatoeba": retrieval, "aer": aer, "aer_layer": layer}
+    run_quickstart(out, steps, progress)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Word alignment (align/, evaluate/alignment.py)
 
-ModelPath = ModelFolder
-AlignMethod = Annotated[AlignmentMethod, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
-AlignEncoding = Annotated[
-    Encoding | None,
-    typer.Option(help="`pair` (concatenated; default for ot, as XLM-Align) or `separate` (each sentence alone)."),
-]
-AlignPrecision = Annotated[
-    Precision,
-    typer.Option(
-        help="Encoder precision: `bf16` (weights and activations in bf16; about twice as fast on CPUs with bf16 "
-        "instructions, a few links differ from fp32's) or `fp32`."
-    ),
-]
-TrustPickle = TrustPickle
-
 
 @app.command()
 def align(
-    model: ModelPath,
+    model: ModelFolder,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line, words separated by spaces.")],
     tgt: Annotated[Path, typer.Option(help="Target sentences, line-aligned with --src.")],
     method: AlignMethod = AlignmentMethod.ot,
@@ -430,7 +273,7 @@ def align(
         total = sum(1 for _ in f) if progress else None  # the bar's total; not worth a second read otherwise
     open_binary(tgt).close()
     encoding = encoding.value if encoding else default_encoding(method.value)
-    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
+    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
     aligner = Aligner(loaded, encoding=encoding, batch_tokens=batch_tokens, precision=precision.value)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
@@ -449,7 +292,7 @@ def align(
 
 @evaluate_app.command("alignment")
 def evaluate_alignment_command(
-    model: ModelPath,
+    model: ModelFolder,
     gold: Annotated[Path, typer.Option(help="Gold folder with src.txt, tgt.txt, gold.txt (e.g. .../de-en).")],
     method: AlignMethod = AlignmentMethod.ot,
     layer: Annotated[int | None, typer.Option(help="Layer to report (0 = embeddings; default: two thirds up).")] = None,
@@ -466,17 +309,13 @@ def evaluate_alignment_command(
     from polyalign.checkpoint import load_model
     from polyalign.evaluate.alignment import evaluate_alignment
 
-    if layers not in (None, "all"):
-        raise DataError(f"--layers {layers}: the only value is `all` (use --layer L for one layer)")
-    if layers == "all" and out is None:
-        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
-    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
+    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
     result = evaluate_alignment(
         loaded,
         gold,
         method.value,
         layer,
-        layers == "all",
+        wants_sweep(layers, out, loaded.model.config.num_layers),
         encoding.value if encoding else None,
         batch_tokens,
         progress=progress,
@@ -564,141 +403,10 @@ def plug_out_command(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Fine-tuning: XTREME-style tasks (polyalign/finetune)
+# Fine-tuning: XTREME-style tasks (polyalign/finetune), commands in cli_finetune.py
 
-
-def _parse_sets(values: list[str] | None) -> dict[str, str]:
-    out = {}
-    for v in values or []:
-        if "=" not in v:
-            raise DataError(f"--set {v}: expected key=value (e.g. --set epochs=2, or --set xnli.lr=1e-4 for xtreme)")
-        key, value = v.split("=", 1)
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _print_finetune(result: dict, model: Path) -> None:
-    from polyalign.finetune.results import task_markdown
-
-    Console().print(task_markdown(result, f"{result['task']} ({result['setting']}), {model}"), markup=False)
-
-
-@app.command()
-def finetune(
-    task: Annotated[str, typer.Argument(help="xnli, pawsx, ner, pos or qa.")],
-    model: ModelFolder,
-    setting: Annotated[
-        Setting, typer.Option(help="`transfer` (train on English) or `translate-train-all`.")
-    ] = Setting.transfer,
-    seeds: Annotated[int, typer.Option(help="Fine-tuning runs (seeds 0..N-1); mean ± standard deviation.")] = 3,
-    out: Annotated[Path | None, typer.Option(help="Folder for finetune.md and finetune.json.")] = None,
-    data: EvalPack = Path("../shared/data/eval"),
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a hyperparameter or task option, e.g. epochs=2.")
-    ] = None,
-    max_train: MaxTrain = 0,
-    max_select: MaxSelect = 0,
-    max_eval: MaxEval = 0,
-    progress: Progress = True,
-    device: Device = None,
-    trust_pickle: TrustPickle = False,
-    code_switch: Annotated[
-        bool,
-        typer.Option(
-            help="PPA §2.3: train each translated pair as (a_xx, b_en) + (a_en, b_xx) in one batch "
-            "(xnli, pawsx, qa; translate-train-all; the same as --set code_switch=true)."
-        ),
-    ] = False,
-    plug_in: Annotated[
-        bool,
-        typer.Option(
-            "--plug-in",
-            help="VECO plug-in fine-tuning (xnli, pawsx; translate-train-all): classify from [H^L : S^L] of each "
-            "input and its translation (VECO §3.1). Needs a model with cross-attention.",
-        ),
-    ] = False,
-) -> None:
-    """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
-    from polyalign.checkpoint import load_model
-    from polyalign.finetune import Subsample, finetune_task
-    from polyalign.finetune.results import invoked_command, write_results
-
-    setting = setting.value
-    overrides = _parse_sets(set_)
-    if plug_in:
-        if task not in ("xnli", "pawsx"):
-            raise DataError(f"--plug-in: VECO plug-in fine-tuning is for the pair tasks xnli and pawsx, not {task}")
-        if setting != Setting.translate_train_all:
-            raise DataError("--plug-in pairs every input with its translation: use --setting translate-train-all")
-        overrides["plug_in"] = "true"
-    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
-    if plug_in and not loaded.model.config.cross_attention:
-        raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
-    sample = Subsample(max_train, max_select, max_eval)
-    if code_switch:
-        overrides["code_switch"] = "true"
-    result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
-    _print_finetune(result, model)
-    if out is not None:
-        md, _ = write_results(
-            out, "finetune", [result], f"Fine-tuning: {task} ({setting})", str(model), invoked_command()
-        )
-        console.print(f"results: {md} (+ .json)")
-
-
-@app.command()
-def xtreme(
-    model: ModelFolder,
-    tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
-    setting: Annotated[
-        Setting, typer.Option(help="`transfer` or `translate-train-all` (tasks without it fail).")
-    ] = Setting.transfer,
-    seeds: Annotated[str, typer.Option(help="Seeds for every task (`3`) or per task (`xnli=3,ner=3,qa=1`).")] = "3",
-    out: Annotated[
-        Path | None, typer.Option(help="Folder for xtreme.md and xtreme.json (rewritten after each task).")
-    ] = None,
-    data: EvalPack = Path("../shared/data/eval"),
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="key=value for every task, or task.key=value for one.")
-    ] = None,
-    max_train: MaxTrain = 0,
-    max_select: MaxSelect = 0,
-    max_eval: MaxEval = 0,
-    progress: Progress = True,
-    device: Device = None,
-    trust_pickle: TrustPickle = False,
-) -> None:
-    """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
-    from polyalign.checkpoint import load_model
-    from polyalign.finetune import TASKS, Subsample, finetune_task
-    from polyalign.finetune.results import invoked_command, summary_markdown, write_results
-
-    setting = setting.value
-    names = _split(tasks) or []
-    unknown = [t for t in names if t not in TASKS]
-    if unknown:
-        raise DataError(f"--tasks: unknown {unknown}; choose from {', '.join(TASKS)}")
-    per_task_seeds = {}
-    for part in _split(seeds) or []:
-        name, _, n = part.rpartition("=")
-        if not n.isdigit() or (name and name not in names):
-            raise DataError(f"--seeds {seeds}: use a number or task=number for the chosen tasks")
-        per_task_seeds[name] = int(n)
-    sets = _parse_sets(set_)
-    loaded = load_model(model, trust_pickle=trust_pickle, device=_device(device))
-    sample = Subsample(max_train, max_select, max_eval)
-    results = []
-    for name in names:
-        overrides = {k: v for k, v in sets.items() if "." not in k}
-        overrides |= {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith(f"{name}.")}
-        n = per_task_seeds.get(name, per_task_seeds.get("", 3))
-        console.rule(f"{name} ({setting}, {n} seed(s))")
-        results.append(finetune_task(loaded, name, data, setting, n, overrides, sample, progress))
-        _print_finetune(results[-1], model)
-        if out is not None:
-            title = f"XTREME-style evaluation ({setting})"
-            write_results(out, "xtreme", results, title, str(model), invoked_command())
-    Console().print(summary_markdown(results, f"Summary: {model}"), markup=False)
+app.command()(finetune)
+app.command()(xtreme)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -258,6 +258,8 @@ def check_objective(index: int, spec: ObjectiveSpec) -> None:
 def recipe_from_dict(tree, where: str = "recipe") -> Recipe:
     """Check a whole recipe tree against the schema; errors are RecipeErrors keyed by dotted path."""
     recipe = _build_dataclass(Recipe, tree, "")
+    if not recipe.objectives:
+        raise RecipeError("objectives", "the list is empty; name at least one objective (e.g. `- name: mlm`)")
     check_model(recipe.model)
     for i, spec in enumerate(recipe.objectives):
         check_objective(i, spec)

@@ -22,21 +22,18 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from polyalign.checkpoint import tied_names
 from polyalign.io import DataError
-
-INCOMPATIBLE = {
-    "moco": "updates its momentum encoder in place outside the optimizer, which sharded weights do not keep",
-}
-"""Objectives that cannot train sharded, and why."""
+from polyalign.objectives.base import Objective
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 """Full (unsharded) tensors, on rank 0's CPU only: what a checkpoint holds."""
 
 
-def check_fsdp(objective_names: list[str]) -> None:
-    for i, name in enumerate(objective_names):
-        if name in INCOMPATIBLE:
+def check_fsdp(objectives: list[tuple[str, type[Objective]]]) -> None:
+    """Refuse (name, class) pairs whose class says it cannot train sharded (`Objective.cannot_shard`)."""
+    for i, (name, cls) in enumerate(objectives):
+        if cls.cannot_shard:
             raise DataError(
-                f"trainer.distributed=fsdp: objectives.{i} ({name}) {INCOMPATIBLE[name]}; use trainer.distributed=ddp"
+                f"trainer.distributed=fsdp: objectives.{i} ({name}) {cls.cannot_shard}; use trainer.distributed=ddp"
             )
 
 

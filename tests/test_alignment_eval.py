@@ -25,7 +25,7 @@ PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
 @pytest.fixture(scope="module")
 def tiny_model(sample_prepared, tmp_path_factory):
     """A random tiny model (2 layers, language embeddings) with the sample corpus' tokenizer, saved as a folder."""
-    from polyalign.data.prepare import PreparedData
+    from polyalign.data.prepared import PreparedData
 
     prepared = PreparedData(sample_prepared)
     tok = prepared.tokenizer()
@@ -72,6 +72,7 @@ def reference_links(loaded, source, target, method, layer, encoding, languages):
     return sorted({(sw[i], tw[j]) for i, j in links.nonzero().tolist()})
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("encoding", ["separate", "pair"])
 def test_batched_fp32_path_gives_the_links_of_the_per_pair_reference(tiny_model, encoding):
     # Length-sorted padded batches (small, so most pairs share a batch with longer ones), an encoder stopped
@@ -86,6 +87,7 @@ def test_batched_fp32_path_gives_the_links_of_the_per_pair_reference(tiny_model,
             assert aligner.align(pairs, method, 1, gold.languages) == expected, (name, method)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("encoding", ["separate", "pair"])
 def test_one_padded_batch_of_very_different_lengths_keeps_every_pairs_links_and_order(tiny_model, encoding):
     # All pairs in one batch, long ones first in the input: a one-word pair sits beside a 40-word one, so
@@ -102,6 +104,7 @@ def test_one_padded_batch_of_very_different_lengths_keeps_every_pairs_links_and_
         assert aligner.align(pairs, method, 1, gold.languages) == expected, method
 
 
+@pytest.mark.integration
 def test_bf16_encoding_keeps_the_aer_of_fp32_on_the_bundled_gold(tiny_model):
     # bf16 is the default encoder precision: it may move a few links (small-base, de-en gold: 99.3% of the
     # links shared, AER 81.52 vs 81.51), but the alignment math after the encoder stays fp32.

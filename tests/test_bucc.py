@@ -65,7 +65,7 @@ def test_cli_mines_planted_copies_from_files(sample_prepared, tmp_path):
 
     from polyalign.checkpoint import write_model_files
     from polyalign.cli import app
-    from polyalign.data.prepare import PreparedData
+    from polyalign.data.prepared import PreparedData
     from polyalign.model import MaskedLanguageModel
     from tests.conftest import SAMPLE, tiny_config
 

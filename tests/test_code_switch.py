@@ -165,6 +165,7 @@ def test_qa_loader_code_switches_questions_and_moves_answers(switch_pack, tiny_m
     assert all(f.extra["target"] != (0, 0) for f in features)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["xnli", "qa"])
 def test_finetuning_trains_code_switched_partners_in_the_same_batch(name, switch_pack, tiny_model):
     from polyalign.checkpoint import load_model
@@ -192,6 +193,7 @@ def test_finetuning_trains_code_switched_partners_in_the_same_batch(name, switch
 # CLI
 
 
+@pytest.mark.integration
 def test_cli_finetune_translate_train_all_with_code_switching(switch_pack, tiny_model, tmp_path):
     from typer.testing import CliRunner
 

@@ -4,6 +4,7 @@ the dev split of the bitext."""
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from polyalign.config import DataConfig, ObjectiveSpec
@@ -58,6 +59,7 @@ def synthetic_pairs(rng, n, offset=40, vocab=(5, 45)):
     return ParallelBatch(src, [s[::-1] + offset for s in src], np.zeros(n, dtype=np.int64), np.ones(n, np.int64))
 
 
+@pytest.mark.integration
 def test_contrast_learns_to_rank_translations_of_held_out_sentences():
     """The defining property: after training, a held-out source's nearest target in a batch is its own
     translation. Chance is 1/32; a loss that paired the wrong rows or pooled padding stays near it."""
@@ -145,7 +147,8 @@ def test_an_objective_stream_override_applies_to_that_objective_only():
 
 
 def test_prepare_holds_out_a_dev_split_in_tatoeba_layout(tmp_path):
-    from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus, prepare
+    from polyalign.data.prepare import PrepareConfig, discover_corpus, prepare
+    from polyalign.data.prepared import PreparedData
     from tests.conftest import SAMPLE
 
     corpus = discover_corpus(None, SAMPLE / "parallel", ["en", "de", "fr"])

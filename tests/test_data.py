@@ -6,14 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polyalign.data.prepare import (
-    PrepareConfig,
-    PreparedData,
-    discover_corpus,
-    ordered_map,
-    prepare,
-    sample_counts,
-)
+from polyalign.data.prepare import PrepareConfig, discover_corpus, ordered_map, prepare, sample_counts
+from polyalign.data.prepared import PreparedData
 from polyalign.data.sampling import language_probabilities
 from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import MonoStream, ParallelStream, StreamConfig

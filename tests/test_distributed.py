@@ -14,11 +14,19 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from polyalign import train
 from polyalign.checkpoint import checkpoint_dirs, load_model
 from polyalign.config import load_recipe
 from polyalign.io import DataError
-from polyalign.train import Window, agree_on_stop, bookkeeping_group, load_run_recipe, pretrain, reduce_window
+from polyalign.train import (
+    Window,
+    agree_on_stop,
+    bookkeeping_group,
+    build_run,
+    distributed,
+    load_run_recipe,
+    pretrain,
+    reduce_window,
+)
 from tests.conftest import tiny_recipe_overrides
 
 
@@ -45,7 +53,7 @@ def test_step_collectives_take_tensors_on_the_training_device(monkeypatch):
     """NCCL takes GPU tensors only. The meta device stands in for the GPU: a sum built on the CPU (as a
     `torch.tensor([...])` of Python numbers) would show up here as a CPU tensor, or fail to convert."""
     seen = []
-    monkeypatch.setattr(train.dist, "all_reduce", lambda tensor, *a, **k: seen.append(tensor.device))
+    monkeypatch.setattr(distributed.dist, "all_reduce", lambda tensor, *a, **k: seen.append(tensor.device))
     device = torch.device("meta")
     window = Window(device)
     for _ in range(2):
@@ -59,10 +67,10 @@ def test_step_collectives_take_tensors_on_the_training_device(monkeypatch):
 
 def test_cpu_bookkeeping_gets_a_gloo_group_beside_nccl(monkeypatch):
     made = []
-    monkeypatch.setattr(train.dist, "get_backend", lambda *a: "nccl")
-    monkeypatch.setattr(train.dist, "new_group", lambda **kw: made.append(kw) or "gloo group")
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda *a: "nccl")
+    monkeypatch.setattr(distributed.dist, "new_group", lambda **kw: made.append(kw) or "gloo group")
     assert bookkeeping_group(world=2) == "gloo group" and made == [{"backend": "gloo"}]
-    monkeypatch.setattr(train.dist, "get_backend", lambda *a: "gloo")
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda *a: "gloo")
     assert bookkeeping_group(world=2) is None  # gloo takes CPU tensors itself
 
 
@@ -126,11 +134,13 @@ def fsdp_run(sample_prepared, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.integration
 def test_processes_that_disagree_on_stopping_stop_together(two_process_run):
     assert [p.name for p in checkpoint_dirs(two_process_run)] == ["step-0000002"]
     assert [s for s, _ in losses(two_process_run)] == [1, 2]
 
 
+@pytest.mark.integration
 def test_resume_two_processes_into_one_process_with_accumulation(two_process_run, sample_prepared, tmp_path):
     overrides = exact_overrides(sample_prepared, steps=4)
     pretrain(load_recipe("xlm", [*overrides, "trainer.grad_accumulation=2"]), tmp_path / "single", progress=False)
@@ -142,6 +152,7 @@ def test_resume_two_processes_into_one_process_with_accumulation(two_process_run
         assert x == pytest.approx(y, rel=1e-4)  # same data per slot; only float reduction order differs
 
 
+@pytest.mark.integration
 def test_fsdp_trains_and_saves_what_ddp_does(fsdp_run, two_process_run):
     """Same losses (gradients reduced over both processes, the optimizer updating the sharded parameters), and a
     checkpoint of full tensors that one process loads: weights, objectives and optimizer moments as DDP's."""
@@ -164,6 +175,7 @@ def test_fsdp_trains_and_saves_what_ddp_does(fsdp_run, two_process_run):
                 torch.testing.assert_close(x[k], y[k], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_fsdp_resumes_the_same_curve(fsdp_run, sample_prepared, tmp_path):
     """A sharded run resumed sharded (full tensors scattered back into shards) continues the one-process curve."""
     overrides = exact_overrides(sample_prepared, steps=4)
@@ -180,4 +192,4 @@ def test_fsdp_resumes_the_same_curve(fsdp_run, sample_prepared, tmp_path):
 def test_fsdp_refuses_objectives_it_cannot_shard(sample_prepared, tmp_path):
     recipe = load_recipe("ppa", [*tiny_recipe_overrides(sample_prepared), "trainer.distributed=fsdp"])
     with pytest.raises(DataError, match=r"^trainer.distributed=fsdp: objectives.\d \(moco\) updates .*; use trainer"):
-        train.build_run(recipe, tmp_path / "run")
+        build_run(recipe, tmp_path / "run")

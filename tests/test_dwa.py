@@ -14,10 +14,11 @@ from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
 from polyalign.data.streams import ParallelBatch
 from polyalign.io import DataError
+from polyalign.layers import xlm_align_label_layer
 from polyalign.model import MaskedLanguageModel
 from polyalign.objectives import build_objective
 from polyalign.objectives.base import model_inputs
-from polyalign.objectives.dwa import PointerNetwork, default_label_layer, pointer_loss
+from polyalign.objectives.dwa import PointerNetwork, pointer_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import check_warm_start
 from tests.conftest import tiny_config, tiny_recipe_overrides
@@ -25,6 +26,7 @@ from tests.conftest import tiny_config, tiny_recipe_overrides
 SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
 
 
+@pytest.mark.integration
 def test_pointer_loss_falls_on_a_toy_batch_whose_alignment_is_the_identity():
     torch.manual_seed(0)
     B, n, C = 8, 7, 16
@@ -60,7 +62,7 @@ def test_pointer_loss_counts_only_aligned_and_masked_queries():
 
 
 def test_self_labeling_layer_scales_with_depth():
-    assert [default_label_layer(L) for L in (12, 6, 4, 2, 1)] == [10, 5, 3, 2, 1]
+    assert [xlm_align_label_layer(L) for L in (12, 6, 4, 2, 1)] == [10, 5, 3, 2, 1]
 
 
 def toy_objective(**config):
@@ -189,6 +191,7 @@ def test_dwa_without_a_pretrained_start_is_one_line_exit_2_and_creates_nothing(s
     check_warm_start(load_recipe("xlm-align", [f"init_from={tmp_path}"]))
 
 
+@pytest.mark.integration
 def test_xlm_align_recipe_continues_an_xlm_run(sample_prepared, tmp_path):
     from polyalign.train import pretrain
 

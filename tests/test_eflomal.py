@@ -33,6 +33,7 @@ def test_bitext_tokenisation_resembles_the_gold():
     assert tokenize_bitext(["Şi voi!"], "ro", []) == ["Si voi !"]
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_eflomal_on_the_sample_gold_learns_from_the_bitext():
     gold = read_gold(SAMPLE / "word_alignment" / "de-en")

@@ -9,7 +9,7 @@ import torch
 from polyalign.checkpoint import LoadedModel, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
 from polyalign.evaluate.pseudo_tokens import pseudo_token_precision_on_pairs
 from polyalign.io import DataError
@@ -23,7 +23,7 @@ from polyalign.objectives.btmlm import (
     placeholder_counts,
     pseudo_token_precision,
 )
-from polyalign.objectives.camlm import CAMLM, CAMLMConfig, camlm_attention_mask
+from polyalign.objectives.ernie_m_camlm import CAMLM, CAMLMConfig, camlm_attention_mask
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import build_model, pretrain
@@ -182,6 +182,7 @@ def camlm_translator() -> MaskedLanguageModel:
     return model.eval()
 
 
+@pytest.mark.integration
 def test_btmlm_generates_the_translation_camlm_learnt(camlm_translator):
     # Through BTMLM's stage 1, the CAMLM-trained model must write the translation of a monolingual sentence.
     # Chance is 1/20 per token.
@@ -204,6 +205,7 @@ class NumberTokenizer:
         return [[int(t) for t in text.split()] for text in texts]
 
 
+@pytest.mark.integration
 def test_pseudo_token_precision_on_held_out_pairs_is_high_only_for_the_trained_model(camlm_translator, tmp_path):
     # Held-out pairs in the Tatoeba layout of `prepare --dev-pairs`, scored through the bench's function.
     x = synthetic_sentences(np.random.default_rng(2), 40)
@@ -362,6 +364,7 @@ def test_warm_start_without_language_embeddings_numbers_the_new_rows_by_the_data
     assert languages == subset and model.config.num_languages == len(subset)
 
 
+@pytest.mark.integration
 def test_ernie_m_recipe_runs_both_stages(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2) + ["objectives.3.start_step=1"]
     pretrain(load_recipe("ernie-m", overrides), tmp_path / "run", progress=False)

@@ -3,11 +3,12 @@ import pytest
 import torch
 
 from polyalign.checkpoint import LoadedModel
-from polyalign.data.prepare import PreparedData
-from polyalign.evaluate.embed import default_layer, embed_sentences, length_batches, pool, sentence_layer
+from polyalign.data.prepared import PreparedData
+from polyalign.evaluate.embed import embed_sentences, length_batches, pool
 from polyalign.evaluate.margin import margin_matrix
 from polyalign.evaluate.tatoeba import evaluate_tatoeba, read_tatoeba, resolve_languages, retrieval_accuracy
 from polyalign.io import DataError
+from polyalign.layers import simalign_word_layer, xtreme_sentence_layer
 from polyalign.model import MaskedLanguageModel
 from tests.conftest import SAMPLE, tiny_config
 
@@ -21,8 +22,8 @@ def test_retrieval_accuracy_counts_correct_nearest_neighbours():
     assert retrieval_accuracy(queries, keys) == pytest.approx(15 / 20)
 
 
-def test_default_layer_and_length_batches():
-    assert (default_layer(12), default_layer(6), default_layer(2)) == (8, 4, 2)
+def test_word_alignment_layer_and_length_batches():
+    assert (simalign_word_layer(12), simalign_word_layer(6), simalign_word_layer(2)) == (8, 4, 2)
     batches = length_batches([5, 1, 9, 3, 7, 2], batch_tokens=10)
     assert sorted(i for b in batches for i in b) == list(range(6))
     assert all(len(b) * max([5, 1, 9, 3, 7, 2][i] for i in b) <= 10 for b in batches)
@@ -30,8 +31,8 @@ def test_default_layer_and_length_batches():
 
 def test_sentence_evaluations_default_to_xtremes_layer_7_of_12_scaled_to_depth():
     # XTREME reports BUCC and Tatoeba with layer 7 of XLM-R base's 12 (hidden_states[7]).
-    assert sentence_layer(12) == 7
-    assert (sentence_layer(24), sentence_layer(6), sentence_layer(4), sentence_layer(2)) == (14, 4, 2, 1)
+    assert xtreme_sentence_layer(12) == 7
+    assert [xtreme_sentence_layer(L) for L in (24, 6, 4, 2)] == [14, 4, 2, 1]
 
 
 def test_pooling_means_over_real_tokens_or_takes_the_first():
@@ -105,6 +106,7 @@ def test_tatoeba_options_reach_the_result_and_its_protocol(sample_prepared):
         evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, pooling="max")
 
 
+@pytest.mark.integration
 def test_tatoeba_embeds_each_sentence_once_and_keeps_the_per_language_accuracies(sample_prepared, monkeypatch):
     # The reference is the per-language path: embed xx and its English side, then search each direction on
     # its own. Embedding distinct sentences once (English shared by all files) and reading en->xx from the

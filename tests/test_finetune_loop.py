@@ -130,6 +130,7 @@ def test_layerwise_learning_rate_decay(tiny_model):
     assert sum(len(g["params"]) for g in groups) == len(named)
 
 
+@pytest.mark.integration
 def test_loop_learns_a_learnable_pair_task(tiny_model, tmp_path):
     pack = write_pack(tmp_path, xnli_premises=40)  # 120 dev pairs: the hypothesis word gives the label
     loaded = load_model(tiny_model)
@@ -143,6 +144,7 @@ def test_loop_learns_a_learnable_pair_task(tiny_model, tmp_path):
     assert run["select_score"] == max(h["select"] for h in run["history"])  # the best selection step was kept
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["xnli", "pawsx", "ner", "pos", "qa"])
 def test_two_step_smoke_per_task(name, tiny_model, tiny_pack):
     loaded = load_model(tiny_model)
@@ -165,6 +167,7 @@ def test_two_step_smoke_per_task(name, tiny_model, tiny_pack):
     assert "Subsampled: train 4" in result["protocol"] and "Overrides" in result["protocol"]
 
 
+@pytest.mark.integration
 def test_translate_train_all_uses_every_language_and_pos_refuses(tiny_model, tiny_pack):
     data = build_task("xnli").load(tiny_pack, "translate-train-all", Subsample())
     assert len(data.train) == 15 * 12  # 5 premises x 3, minus one held-out premise, in 15 languages
@@ -202,6 +205,7 @@ class TwoViews(nn.Module):
         return torch.cat([out.last_hidden_state, out.hidden_states[0]], dim=-1)  # (B, T, 2C)
 
 
+@pytest.mark.integration
 def test_pair_task_hooks_transform_and_encoder_wrapper(tiny_model, tiny_pack):
     loaded = load_model(tiny_model)
     task = build_task("xnli", transform=swap_sides, encoder_wrapper=TwoViews)
@@ -216,6 +220,7 @@ def test_pair_task_hooks_transform_and_encoder_wrapper(tiny_model, tiny_pack):
 # CLI
 
 
+@pytest.mark.integration
 def test_cli_finetune_and_xtreme_write_tables(tiny_model, tiny_pack, tmp_path):
     from typer.testing import CliRunner
 

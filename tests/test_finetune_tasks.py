@@ -8,17 +8,9 @@ import pytest
 import torch
 
 from polyalign.finetune.pairs import PairClassificationHead, premise_groups, read_pair_tsv, split_indices, truncate_pair
-from polyalign.finetune.qa import (
-    ExtractiveQA,
-    QAExample,
-    QAOptions,
-    answer_token_span,
-    context_windows,
-    max_context_flags,
-    piece_offsets,
-    read_squad,
-)
+from polyalign.finetune.qa import ExtractiveQA, QAExample, QAOptions, read_squad
 from polyalign.finetune.qa_metric import exact_match, normalise_answer, qa_scores, token_f1
+from polyalign.finetune.qa_spans import answer_token_span, context_windows, max_context_flags, piece_offsets
 from polyalign.finetune.results import mean_std, transfer_gap
 from polyalign.finetune.tokens import (
     NER_TAGS,

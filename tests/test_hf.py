@@ -11,7 +11,8 @@ import torch
 from polyalign.checkpoint import LoadedModel, load_model
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.model.hf import export_hf, write_hf_tokenizer
+from polyalign.model.hf import export_hf
+from polyalign.model.hf_tokenizer import write_hf_tokenizer
 from polyalign.tokenizer import SentencePieceTokenizer
 from tests.conftest import SAMPLE, tiny_config
 
@@ -261,6 +262,7 @@ def test_veco_plug_out_and_language_folding_export_exactly(sp_tokenizer, tmp_pat
     assert all(f"| {lang} | {i} |" in readme for i, lang in enumerate(["de", "en", "fr"]))
 
 
+@pytest.mark.integration
 def test_a_recipe_continues_from_a_hugging_face_folder(hf_xlmr, sample_prepared, tmp_path, capsys):
     from polyalign.config import load_recipe
     from polyalign.train import pretrain

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.data.shards import ShardWriter, TokenShard
 from polyalign.data.streams import ParallelBatch, ParallelStream, StreamConfig
 from polyalign.io import DataError
@@ -217,6 +217,7 @@ def test_ppa_recipe_has_the_paper_defaults():
     assert (t.lr, t.weight_decay, t.warmup_steps * 10) == (3e-5, 0.01, t.max_steps)
 
 
+@pytest.mark.integration
 def test_pair_filter_drops_short_sides_and_long_pairs(tmp_path):
     # PPA §3.1: drop a pair when either side has fewer than 10 tokens or both together more than 128.
     lengths = [(12, 12), (9, 40), (40, 9), (70, 59), (64, 64), (10, 118)]
@@ -235,6 +236,7 @@ def test_pair_filter_drops_short_sides_and_long_pairs(tmp_path):
         ParallelStream([tuple(shards)], [(0, 1)], impossible, seed=0).next_batch()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("variant", ABLATIONS)
 def test_ppa_recipe_post_pretrains_a_saved_model(sample_prepared, tiny_foundation, tmp_path, variant):
     recipe = load_recipe("ppa", ppa_overrides(sample_prepared, tiny_foundation, steps=2) + ABLATIONS[variant])
@@ -253,6 +255,7 @@ def test_ppa_recipe_post_pretrains_a_saved_model(sample_prepared, tiny_foundatio
     assert not torch.equal(before.encoder.layers[0].attention.qkv.weight, after.encoder.layers[0].attention.qkv.weight)
 
 
+@pytest.mark.integration
 def test_ppa_resume_restores_queue_and_key_encoder_exactly(sample_prepared, tiny_foundation, tmp_path):
     overrides = ppa_overrides(sample_prepared, tiny_foundation, steps=4) + ["objectives.0.config.momentum=0.5"]
     pretrain(load_recipe("ppa", overrides), tmp_path / "straight", progress=False)
@@ -263,6 +266,7 @@ def test_ppa_resume_restores_queue_and_key_encoder_exactly(sample_prepared, tiny
     assert losses(tmp_path / "paused") == losses(tmp_path / "straight")
 
 
+@pytest.mark.integration
 def test_ddp_gathers_keys_from_every_process_before_enqueueing(sample_prepared, tiny_foundation, tmp_path):
     overrides = ppa_overrides(sample_prepared, tiny_foundation, steps=1) + ["model.dropout=0", "trainer.precision=fp32"]
     sets = [a for o in overrides for a in ("--set", o)]
@@ -351,6 +355,7 @@ def train_toy(steps: int = 50, **config) -> tuple[list[float], list[float], list
     return losses, accuracies, fresh
 
 
+@pytest.mark.integration
 def test_moco_learns_to_pick_the_translation_out_of_the_queue():
     # The defining property: the query ranks its own translation's key above K queued keys of other
     # sentences. Chance is loss ln(K + 1) and accuracy 1 / (K + 1); a dead signal (a pooled vector that does
@@ -361,6 +366,7 @@ def test_moco_learns_to_pick_the_translation_out_of_the_queue():
     assert np.mean(accuracies[-10:]) > 0.5  # chance: 1 / 65
 
 
+@pytest.mark.integration
 def test_batch_negatives_make_moco_tell_translations_apart_from_fresh_keys():
     # Without them the toy run above ranks its positive first among 65 queue keys 84% of the time, but among
     # its own batch's 32 fresh keys only 41% (a query can spot the one key from the current key encoder);

@@ -17,7 +17,7 @@ from polyalign.cli import main
 from polyalign.config import load_recipe
 from polyalign.io import DataError, atomic_dir, atomic_write_text
 from polyalign.train import load_run_recipe, pretrain
-from tests.conftest import tiny_recipe_overrides
+from tests.conftest import SAMPLE, tiny_recipe_overrides
 
 
 def losses(run: Path) -> list[tuple[int, float]]:
@@ -66,6 +66,10 @@ def _tatoeba_bad_line(tmp, prepared, run):
     (data / "tatoeba.deu-eng.deu").write_text("Hallo\n\nWelt\n")
     (data / "tatoeba.deu-eng.eng").write_text("Hello\nthere\nWorld\n")
     return ["evaluate", "tatoeba", "--model", str(run), "--data", str(data), "--langs", "de", "--no-progress"]
+
+
+def _evaluate(tmp, run, command, *options):
+    return ["evaluate", command, "--model", str(run), "--out", str(tmp / "out"), "--no-progress", *options]
 
 
 def _unequal_parallel(tmp, prepared, run):
@@ -126,6 +130,34 @@ CASES = {
         _truncated_resume,
         "trainer_state.safetensors: damaged (Error while deserializing header",
     ),
+    "a recipe without objectives": (
+        lambda t, p, r: _pretrain(t, p, "--set", "objectives=[]"),
+        "--set objectives=[]: objectives: the list is empty; name at least one objective",
+    ),
+    "--resume where no run is": (
+        lambda t, p, r: [*_pretrain(t, p), "--resume"],
+        "holds no run to resume; drop --resume to start one there",
+    ),
+    "tatoeba --layers beyond the model": (
+        lambda t, p, r: _evaluate(
+            t, r, "tatoeba", "--data", str(SAMPLE / "tatoeba"), "--langs", "de", "--layers", "99"
+        ),
+        "--layers 99: the only value is `all` (a sweep over layers 0..2); for one layer use --layer L with L in 0..2",
+    ),
+    "tatoeba --layer beyond the model": (
+        lambda t, p, r: _evaluate(t, r, "tatoeba", "--data", str(SAMPLE / "tatoeba"), "--langs", "de", "--layer", "99"),
+        "--layer 99: the model has layers 0..2 (0 = embeddings)",
+    ),
+    "alignment --layers beyond the model": (
+        lambda t, p, r: _evaluate(
+            t, r, "alignment", "--gold", str(SAMPLE / "word_alignment" / "de-en"), "--layers", "9"
+        ),
+        "--layers 9: the only value is `all` (a sweep over layers 0..2)",
+    ),
+    "bucc --layer beyond the model": (
+        lambda t, p, r: _evaluate(t, r, "bucc", "--data", str(t), "--layer", "99"),
+        "--layer 99: the model has layers 0..2 (0 = embeddings)",
+    ),
     "tatoeba bad line": (_tatoeba_bad_line, "tatoeba.deu-eng.deu:2: empty line; evaluation files must have no bad"),
     "parallel files of different lengths": (
         _unequal_parallel,
@@ -169,6 +201,7 @@ def test_unequal_parallel_files_are_refused_before_any_tokenizer_work(tmp_path, 
             prep.prepare(corpus, prep.PrepareConfig(out=Path(args[2]), tokenizer_from=source))
 
 
+@pytest.mark.integration
 def test_saved_recipe_has_absolute_paths_so_resume_works_from_elsewhere(sample_prepared, tmp_path, monkeypatch):
     monkeypatch.chdir(sample_prepared.parent)
     recipe = load_recipe("mlm", [*tiny_recipe_overrides(Path(sample_prepared.name)), "trainer.max_steps=1"])
@@ -207,6 +240,7 @@ def test_resume_falls_back_past_damaged_checkpoints_and_says_so(tmp_path, capsys
     assert not (tmp_path / "checkpoints" / ".step-0000008.tmp-abc").exists()
 
 
+@pytest.mark.integration
 def test_resumed_run_after_damage_and_a_cut_metrics_line_repeats_the_loss_curve(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=6) + ["trainer.save_every=2", "trainer.keep_checkpoints=2"]
     pretrain(load_recipe("mlm", overrides), tmp_path / "straight", progress=False)
@@ -220,6 +254,7 @@ def test_resumed_run_after_damage_and_a_cut_metrics_line_repeats_the_loss_curve(
     assert losses(tmp_path / "killed") == losses(tmp_path / "straight")
 
 
+@pytest.mark.integration
 def test_run_killed_before_its_first_checkpoint_can_be_resumed(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2)
     pretrain(load_recipe("mlm", overrides), tmp_path / "straight", progress=False)
@@ -261,6 +296,7 @@ def test_atomic_dir_fsyncs_every_file_then_publishes_then_fsyncs_the_parent(tmp_
 # Progress and options
 
 
+@pytest.mark.integration
 def test_progress_in_a_log_file_is_plain_lines(tmp_path):
     log = tmp_path / "log.txt"
     code = (
@@ -281,8 +317,26 @@ def test_progress_in_a_log_file_is_plain_lines(tmp_path):
     assert any("tokenize" in line and "50/50" in line for line in lines)
 
 
+def test_progress_off_a_terminal_is_one_line_per_phase_when_it_ends(capsys):
+    """No `0 lines [00:00, ? lines/s]` when a phase starts, no start line repeated when it ends, and nothing for
+    a phase that counted nothing (capsys's stderr is not a terminal)."""
+    from polyalign.progress import ticking, tqdm
+
+    with ticking("train tokenizer"):
+        pass
+    for _ in tqdm((i for i in range(3)), desc="tokenize de.txt", unit=" lines", leave=False):
+        pass
+    for _ in tqdm((i for i in range(0)), desc="tokenize empty.txt", unit=" lines"):
+        pass
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("train tokenizer: 00:00 elapsed")
+    assert lines[1].startswith("tokenize de.txt: 3 lines [")
+
+
 def test_prepare_takes_a_model_folder_as_tokenizer_and_shows_tokenizer_training(tiny_run, tmp_path, capsys):
-    from polyalign.data.prepare import PrepareConfig, PreparedData, discover_corpus, prepare
+    from polyalign.data.prepare import PrepareConfig, discover_corpus, prepare
+    from polyalign.data.prepared import PreparedData
 
     (tmp_path / "mono").mkdir()
     (tmp_path / "mono" / "en.txt").write_text("a small corpus\nof two lines\n")

@@ -20,6 +20,7 @@ def losses(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
+@pytest.mark.integration
 def test_resume_continues_the_same_loss_curve(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=6) + ["trainer.save_every=100", "model.dropout=0.1"]
     pretrain(load_recipe("xlm", overrides), tmp_path / "straight", progress=False)
@@ -33,6 +34,7 @@ def test_resume_continues_the_same_loss_curve(sample_prepared, tmp_path):
     assert resumed == straight  # exactly: weights, optimizer, schedule, data position and RNG all restored
 
 
+@pytest.mark.integration
 def test_loss_falls_and_checkpoint_is_a_loadable_model_folder(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=40) + ["trainer.lr=3e-3", "trainer.log_every=10"]
     pretrain(load_recipe("mlm", overrides), tmp_path / "run", progress=False)
@@ -51,6 +53,7 @@ def test_loss_falls_and_checkpoint_is_a_loadable_model_folder(sample_prepared, t
         assert (tmp_path / "run" / "checkpoints" / "step-0000040" / f).is_file()
 
 
+@pytest.mark.integration
 def test_run_folder_is_never_overwritten_and_missing_files_are_reported(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2)
     pretrain(load_recipe("mlm", overrides), tmp_path / "run", progress=False)
@@ -140,6 +143,7 @@ def _run_cli(args: list[str], env_extra: dict | None = None, nproc: int = 1) -> 
     )
 
 
+@pytest.mark.integration
 def test_ddp_two_gloo_processes_match_one_process_with_accumulation(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=4) + [
         "model.dropout=0.0",
@@ -178,6 +182,7 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     assert "en-de.en:2: parallel files differ in length" in result.stderr.replace("\n", "")
 
 
+@pytest.mark.integration
 def test_quickstart_runs_end_to_end(tmp_path):
     result = _run_cli(["quickstart", "--out", str(tmp_path / "qs"), "--steps", "3"])
     assert result.returncode == 0, result.stderr[-2000:]

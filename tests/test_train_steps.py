@@ -60,6 +60,7 @@ def test_loader_output_is_the_same_with_0_and_2_workers(sample_prepared, tmp_pat
     assert inline[0].slot_states != inline[1].slot_states  # the states move with the steps
 
 
+@pytest.mark.integration
 def test_resume_with_prefetching_workers_continues_the_same_curve(sample_prepared, tmp_path):
     """The workers run ahead of the step; a checkpoint must hold the data position of the steps trained."""
     overrides = tiny_recipe_overrides(sample_prepared, steps=5) + [
@@ -76,6 +77,7 @@ def test_resume_with_prefetching_workers_continues_the_same_curve(sample_prepare
     assert losses(tmp_path / "paused") == losses(tmp_path / "straight")
 
 
+@pytest.mark.integration
 def test_named_steps_train_log_save_and_stop_without_host_syncs_in_the_step(sample_prepared, tmp_path, monkeypatch):
     recipe = load_recipe("mlm", tiny_recipe_overrides(sample_prepared, steps=3) + ["trainer.loader_workers=0"])
     run, _ = build_run(recipe, tmp_path / "run")
@@ -110,11 +112,13 @@ def test_padding_free_batches_go_without_a_mask():
     assert "attention_mask" in model_inputs(full)
 
 
-def test_unused_parameters_are_looked_for_only_with_staged_or_alternating_objectives():
+def test_unused_parameters_are_looked_for_only_with_staged_or_alternating_objectives_or_an_unused_part():
     assert not unused_parameters_possible(load_recipe("xlm"))
     assert unused_parameters_possible(load_recipe("veco"))  # alternating (every: 2)
     assert unused_parameters_possible(load_recipe("ernie-m"))  # staged (btmlm's start_step)
     assert unused_parameters_possible(load_recipe("xlm-e"))  # RTD: the MLM head gets no gradient
+    assert unused_parameters_possible(load_recipe("best-sentences"))  # translation ranking alone: nor here
+    assert not unused_parameters_possible(load_recipe("quickstart"))  # ranking + TLM: TLM trains the head
 
 
 def test_trainer_switches_are_checked():
@@ -136,6 +140,7 @@ def test_a_flops_budget_stops_now_or_at_the_step_the_last_window_predicts():
     assert flops_stop(0, flops=0.0, per_step=0.0, budget=100.0, horizon=5) is None  # no window yet
 
 
+@pytest.mark.integration
 def test_max_flops_stops_at_the_step_that_reaches_the_budget(sample_prepared, tmp_path):
     """The budget lies halfway through step 3's FLOPs. Logged every 2 steps, the check at step 2 sees it is not
     reached but predicts it within the next window: the run saves and stops at 3, not at the next log step (4)

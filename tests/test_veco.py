@@ -210,7 +210,7 @@ def test_plug_out_is_the_encoder_without_cross_attention(tmp_path, sample_prepar
     from typer.testing import CliRunner
 
     from polyalign.cli import app
-    from polyalign.data.prepare import PreparedData
+    from polyalign.data.prepared import PreparedData
 
     model = veco_model(vocab_size=2000)
     inputs = pair_inputs()
@@ -333,6 +333,7 @@ def test_veco_recipe_has_the_paper_defaults():
     assert t.train_only == ["cross_attention"] and 0 < t.train_only_until < t.max_steps  # §4: first stage
 
 
+@pytest.mark.integration
 def test_veco_recipe_trains_and_train_only_holds_all_but_cross_attention(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2)
     with pytest.raises(DataError, match=r"train_only.*pass --init-from"):  # the recipe's first stage needs a start
@@ -443,6 +444,7 @@ def test_plug_in_task_model_classifies_from_own_and_paired_streams(tmp_path, sam
     assert logits.shape == (6, 3) and len(task.outputs(logits, batch)) == 3
 
 
+@pytest.mark.integration
 def test_cli_finetune_plug_in_end_to_end_and_refuses_a_model_without_cross_attention(tmp_path, sample_prepared, capsys):
     from typer.testing import CliRunner
 

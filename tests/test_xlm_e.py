@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
-from polyalign.data.prepare import PreparedData
+from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
 from polyalign.flops import replaced_token_detection_flops
 from polyalign.io import DataError
@@ -267,6 +267,7 @@ def binary_entropy(rate: float) -> float:
     return -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
 
 
+@pytest.mark.integration
 def test_discriminator_learns_to_detect_replacements_that_only_context_gives_away(monkeypatch):
     # Sentences count upwards (t, t+1, t+2, ...) and the "generator" proposes uniform tokens from the same
     # vocabulary, so a token's identity says nothing about whether it was replaced: only its neighbours do. The
@@ -404,6 +405,7 @@ def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.integration
 def test_xlm_e_recipe_trains_exports_the_discriminator_and_resumes_exactly(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=4) + ["model.num_layers=3", "trainer.save_every=100"]
     pretrain(load_recipe("xlm-e", overrides), tmp_path / "straight", progress=False)
@@ -424,6 +426,7 @@ def test_xlm_e_recipe_trains_exports_the_discriminator_and_resumes_exactly(sampl
     assert not any("embeddings.position" in k for k in exported)
 
 
+@pytest.mark.integration
 def test_xlm_e_mono_recipe_trains_two_steps(sample_prepared, tmp_path):
     recipe = load_recipe("xlm-e-mono", tiny_recipe_overrides(sample_prepared, steps=2))
     pretrain(recipe, tmp_path / "run", progress=False)

@@ -28,8 +28,9 @@ from polyalign.align.extract import METHODS, OTSettings, subword_links
 from polyalign.align.words import gather_side, lift_to_words, link_lists, pad_word_ids, side_positions
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import TLM_STYLES, pair_layout, sentence_layout
-from polyalign.evaluate.embed import default_layer, length_batches
+from polyalign.evaluate.embed import length_batches
 from polyalign.io import DataError
+from polyalign.layers import check_layer, simalign_word_layer
 from polyalign.progress import tqdm
 
 ENCODINGS = ("separate", "pair")
@@ -91,7 +92,7 @@ class Aligner:
 
     @property
     def default_layer(self) -> int:
-        return default_layer(self.num_layers)
+        return simalign_word_layer(self.num_layers)
 
     # -----------------------------------------------------------------------------------------------------
 
@@ -211,11 +212,6 @@ def unlink_bare_boundaries(ids: list[int], words: list[int], tokenizer) -> tuple
         if pieces_per_word[words[k]] > 1 and tokenizer.id_to_piece(token) == BARE_BOUNDARY:
             out[k] = -1
     return ids, out
-
-
-def check_layer(layer: int, num_layers: int) -> None:
-    if not 0 <= layer <= num_layers:
-        raise DataError(f"--layer {layer}: the model has layers 0..{num_layers} (0 = embeddings)")
 
 
 def chunks(items: Iterator, size: int) -> Iterator[list]:

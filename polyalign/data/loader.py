@@ -1,6 +1,6 @@
 """The trainer's batches, built ahead of the step by worker processes.
 
-A step consumes one micro-batch per slot (see train.py) and per active objective. Slot a is built by worker
+A step consumes one micro-batch per slot (see polyalign/train) and per active objective. Slot a is built by worker
 a mod N, always in step order, so the batches are the same for any number of workers (0 builds them in
 the training process). Each step's item carries every slot's data state *after* it: a checkpoint saves
 the position of the batches trained on, not of those already prefetched, and resuming is exact.

@@ -23,15 +23,15 @@ from pathlib import Path
 import numpy as np
 
 from polyalign.data.dev_split import dev_line_numbers, write_dev_pairs
+from polyalign.data.prepared import META
 from polyalign.data.sampling import language_probabilities
-from polyalign.data.shards import ShardWriter, TokenShard, ids_dtype
+from polyalign.data.shards import ShardWriter, ids_dtype
 from polyalign.io import (
     BadLineCounter,
     DataError,
     LinePolicy,
     atomic_dir,
     open_binary,
-    read_json,
     read_lines,
     read_parallel,
     read_tsv_pairs,
@@ -40,7 +40,6 @@ from polyalign.io import (
 from polyalign.progress import ticking, tqdm
 from polyalign.tokenizer import Tokenizer, load_tokenizer, train_sentencepiece
 
-META = "meta.json"
 _MONO = re.compile(r"^(?P<lang>[a-z]{2,3}(?:_[A-Za-z]+)?)\.txt(?:\.gz)?$")
 _SIDE = re.compile(r"^(?P<a>[a-z]{2,3})-(?P<b>[a-z]{2,3})\.(?P<side>[a-z]{2,3})(?:\.gz)?$")
 _TSV = re.compile(r"^(?P<a>[a-z]{2,3})-(?P<b>[a-z]{2,3})\.tsv(?:\.gz)?$")
@@ -433,40 +432,3 @@ def tokenize_corpus(
     meta["skipped_first_at"] = dict(bad.first)
     meta["excluded_as_eval_overlap"] = excluded
     return meta
-
-
-# ---------------------------------------------------------------------------------------------------------
-
-
-class PreparedData:
-    """A prepared folder opened for reading: tokenizer, languages and shards."""
-
-    def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        self.meta = read_json(self.folder / META)
-        self.dtype = np.dtype(self.meta["dtype"])
-        self.languages: list[str] = self.meta["languages"]
-
-    def tokenizer(self) -> Tokenizer:
-        return load_tokenizer(self.folder / self.meta["tokenizer"])
-
-    def mono_shards(self, languages: list[str] | None = None) -> dict[str, TokenShard]:
-        return {
-            lang: TokenShard(self.folder / "mono" / lang, self.dtype)
-            for lang in self.meta["mono"]
-            if (languages is None or lang in languages) and self.meta["mono"][lang]["lines"] > 0
-        }
-
-    def parallel_shards(self, languages: list[str] | None = None) -> dict[str, tuple[str, str, TokenShard, TokenShard]]:
-        out = {}
-        for name, info in self.meta["parallel"].items():
-            a, b = info["src"], info["tgt"]
-            if info["lines"] == 0 or (languages is not None and not (a in languages and b in languages)):
-                continue
-            out[name] = (
-                a,
-                b,
-                TokenShard(self.folder / "parallel" / f"{name}.{a}", self.dtype),
-                TokenShard(self.folder / "parallel" / f"{name}.{b}", self.dtype),
-            )
-        return out

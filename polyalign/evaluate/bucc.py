@@ -18,12 +18,12 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-from tqdm import tqdm
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.evaluate.embed import check_sentence_options, embed_sentences
 from polyalign.evaluate.margin import MARGIN_K, ratio_margin
 from polyalign.io import DataError, LinePolicy, read_lines
+from polyalign.progress import tqdm
 
 PROTOCOL = (
     "BUCC 2018 {pair} {split}: {pooling}-pooled hidden states of layer {layer} (0 = embeddings), {k} nearest "

@@ -7,27 +7,15 @@ import torch
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.io import DataError
+from polyalign.layers import check_layer, xtreme_sentence_layer
 from polyalign.model.pooling import POOLINGS, pool
 from polyalign.progress import tqdm
 
 
-def default_layer(num_layers: int) -> int:
-    """The layer reported when none is chosen: two thirds of the way up (8 of 12, 4 of 6), where
-    cross-lingual retrieval and alignment typically peak (XTREME; XLM-Align Figure 4)."""
-    return max(1, -(-2 * num_layers // 3))
-
-
-def sentence_layer(num_layers: int) -> int:
-    """The layer sentence-level evaluations report when none is chosen: XTREME's layer 7 of XLM-R base's 12
-    (Hu et al. 2020, BUCC and Tatoeba), scaled to the model's depth and rounded half up (4 of 6, 2 of 4)."""
-    return max(1, (7 * num_layers + 6) // 12)
-
-
 def check_sentence_options(num_layers: int, layer: int | None, pooling: str) -> int:
-    """The layer to report (`sentence_layer` when None), after checking it and the pooling."""
-    layer = sentence_layer(num_layers) if layer is None else layer
-    if not 0 <= layer <= num_layers:
-        raise DataError(f"--layer {layer}: the model has layers 0..{num_layers}")
+    """The layer to report (`xtreme_sentence_layer` when None), after checking it and the pooling."""
+    layer = xtreme_sentence_layer(num_layers) if layer is None else layer
+    check_layer(layer, num_layers)
     if pooling not in POOLINGS:
         raise DataError(f"--pooling {pooling}: use one of {', '.join(POOLINGS)}")
     return layer

@@ -22,12 +22,13 @@ import torch
 import yaml
 
 from polyalign.checkpoint import LoadedModel
-from polyalign.config import RecipeError, TrainerConfig, check_value
+from polyalign.config import RecipeError, check_value
+from polyalign.device import model_device, to_device
 from polyalign.evaluate.embed import length_batches
 from polyalign.finetune.base import Feature, Task, TaskData, TaskModel
 from polyalign.io import DataError
 from polyalign.progress import tqdm
-from polyalign.train import learning_rate_factor
+from polyalign.train.optim import linear_schedule
 
 
 @dataclass
@@ -118,22 +119,8 @@ def parameter_groups(model: torch.nn.Module, num_layers: int, config: FinetuneCo
     return [groups[k] for k in sorted(groups)]
 
 
-def schedule(total_steps: int, warmup_fraction: float) -> TrainerConfig:
-    """The pre-training schedule's settings (linear warmup, linear decay to zero) for `total_steps`."""
-    return TrainerConfig(max_steps=max(1, total_steps), warmup_steps=round(warmup_fraction * total_steps))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Inference and scoring
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    """The batch's tensors on the model's device (other values as they are)."""
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 @torch.no_grad()
@@ -246,8 +233,8 @@ def finetune_seed(
     n = len(prepared.train)
     steps_per_epoch = math.ceil(n / config.batch_size)
     total = max(1, round(config.epochs * steps_per_epoch))
-    sched_cfg = schedule(total, config.warmup_fraction)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, sched_cfg))
+    warmup = round(config.warmup_fraction * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, warmup, total))
     select_every = max(1, steps_per_epoch // max(1, config.selections_per_epoch))
     device = model_device(model)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")

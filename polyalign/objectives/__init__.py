@@ -7,15 +7,15 @@ import dataclasses
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
 from polyalign.objectives.btmlm import BTMLM
-from polyalign.objectives.ca_mlm import AdjacentCrossAttentionMLM, CrossAttentionMLM
-from polyalign.objectives.camlm import CAMLM
 from polyalign.objectives.contrast import SentenceContrast
 from polyalign.objectives.dwa import DWA
+from polyalign.objectives.ernie_m_camlm import CAMLM
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.moco import MoCo
 from polyalign.objectives.rtd import MRTD, TRTD
 from polyalign.objectives.self_align import SelfAlign
 from polyalign.objectives.tlm import TLM
+from polyalign.objectives.veco_ca_mlm import AdjacentCrossAttentionMLM, CrossAttentionMLM
 from polyalign.tokenizer import SpecialTokens
 
 OBJECTIVES: dict[str, type[Objective]] = {

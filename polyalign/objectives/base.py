@@ -2,7 +2,9 @@
 
 The trainer knows nothing about any objective beyond this interface: it asks for a batch from the named
 stream, lets the objective turn it into tensors (on CPU, with the trainer's seeded generator), moves them to
-the device, and calls forward. Objectives never touch the optimizer, the device or logging.
+the device, and calls forward. What else it must know (unused parameters, sharding, a pretrained start) it
+reads from the class attributes below, never from an objective's name. Objectives never touch the optimizer,
+the device or logging.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ class Objective(nn.Module):
 
     stream: ClassVar[str] = "mono"  # which data stream feeds it: "mono" or "parallel"
     Config: ClassVar[type]
+    leaves_parameters_unused: ClassVar[tuple[str, ...]] = ()
+    """The parts of the model (parameter-name prefixes, e.g. "lm_head") it never gives a gradient: when every
+    objective of a recipe leaves a part unused, DDP must look for unused parameters every step."""
+    cannot_shard: ClassVar[str] = ""
+    """Why it cannot train under FSDP (`trainer.distributed: fsdp`), as a clause; empty when it can."""
+    needs_pretrained_start: ClassVar[str] = ""
+    """Why it needs `init_from` (a pretrained start), as a clause; empty when it does not. Such an objective's
+    Config offers `allow_cold_start: bool`, the user's override."""
 
     def __init__(self, config, special: SpecialTokens, model_config: EncoderConfig, languages: list[str] | None = None):
         super().__init__()

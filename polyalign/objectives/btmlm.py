@@ -1,7 +1,7 @@
 """Back-translation masked language modelling (ERNIE-M §3.1, Figures 3 and 4).
 
 BTMLM generates with what CAMLM taught, so both of its stages lay the sentence out exactly as CAMLM lays
-out a translation pair whose target side is being predicted (objectives/camlm.py):
+out a translation pair whose target side is being predicted (objectives/ernie_m_camlm.py):
 
     <s> x </s> <s> M .. M </s>      positions 0..|x|+1, then restarting at 0; language ids of x, then of t
 
@@ -33,7 +33,7 @@ from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, train
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
-from polyalign.objectives.camlm import camlm_attention_mask
+from polyalign.objectives.ernie_m_camlm import camlm_attention_mask
 from polyalign.objectives.mlm import MLMConfig, masked_batch, masked_lm_loss
 from polyalign.tokenizer import SpecialTokens
 

@@ -75,6 +75,7 @@ def translation_ranking_loss(
 class SentenceContrast(Objective):
     stream = "parallel"
     Config = ContrastConfig
+    leaves_parameters_unused = ("lm_head",)  # it reads pooled hidden states only
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         # Each side padded on its own (one encoder pass per side: two passes of B rows run faster on a CPU

@@ -25,6 +25,7 @@ from polyalign.align.extract import OTSettings, ot_links
 from polyalign.align.words import gather_side, side_positions
 from polyalign.data.masking import IGNORE
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
+from polyalign.layers import xlm_align_label_layer
 from polyalign.model import MaskedLanguageModel
 from polyalign.objectives.base import ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import masked_lm_loss
@@ -34,8 +35,8 @@ from polyalign.objectives.tlm import TLM, TLMConfig
 @dataclass
 class DWAConfig(TLMConfig):
     label_layer: int | None = None
-    """Layer whose hidden states self-label the alignments; default 10 of 12 (Table 11) scaled to the
-    model's depth, round(10 L / 12)."""
+    """Layer whose hidden states self-label the alignments; default `xlm_align_label_layer`: 10 of 12 (Table 11)
+    scaled to the model's depth."""
     dwa_layer: int | None = None
     """Layer feeding the pointer network; default the last (§5.3 finds the top layers best)."""
     tlm_weight: float = 1.0
@@ -62,11 +63,6 @@ class DWAConfig(TLMConfig):
         return OTSettings(
             self.mu, self.sinkhorn_iterations, self.filter_iterations, self.alpha, filtering=self.filtering
         )
-
-
-def default_label_layer(num_layers: int) -> int:
-    """XLM-Align self-labels at layer 10 of 12; the same fraction of a model's depth (at least 1)."""
-    return max(1, round(10 * num_layers / 12))
 
 
 class PointerNetwork(nn.Module):
@@ -107,11 +103,12 @@ class DWA(TLM):
 
     stream = "parallel"
     Config = DWAConfig
+    needs_pretrained_start = "XLM-Align §3.3: from scratch its self-labels are poor"
 
     def __init__(self, config: DWAConfig, special, model_config):
         super().__init__(config, special, model_config)
         L = model_config.num_layers
-        self.label_layer = default_label_layer(L) if config.label_layer is None else config.label_layer
+        self.label_layer = xlm_align_label_layer(L) if config.label_layer is None else config.label_layer
         self.dwa_layer = L if config.dwa_layer is None else config.dwa_layer
         for name, layer in (("label_layer", self.label_layer), ("dwa_layer", self.dwa_layer)):
             if not 1 <= layer <= L:

@@ -170,6 +170,7 @@ class Projection(nn.Module):
 class MoCo(Objective):
     stream = "parallel"
     Config = MoCoConfig
+    cannot_shard = "updates its momentum encoder in place outside the optimizer, which sharded weights do not keep"
 
     def __init__(self, config: MoCoConfig, special, model_config):
         super().__init__(config, special, model_config)

@@ -176,6 +176,8 @@ class Detection:
 class ReplacedTokenDetection(Objective):
     """The shared core. MRTD and TRTD differ only in their data: their make_batch is MLM's and TLM's."""
 
+    leaves_parameters_unused = ("lm_head",)  # XLM-E trains a detection head instead
+
     def __init__(self, config, special, model_config: EncoderConfig):
         super().__init__(config, special, model_config)
         self.parts: GeneratorAndHead | None = None

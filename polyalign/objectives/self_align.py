@@ -42,6 +42,8 @@ class SelfAlignConfig:
     (awesome-align), trained with its probability loss."""
     threshold: float = 1e-3
     """awesome-align's threshold c on both softmaxes (`labels: softmax` only)."""
+    allow_cold_start: bool = False
+    """Train from a random model anyway (its self-labels are then noise)."""
 
     def __post_init__(self) -> None:
         if self.labels not in LABELS:
@@ -96,6 +98,10 @@ def self_alignment_loss(
 class SelfAlign(Objective):
     stream = "parallel"
     Config = SelfAlignConfig
+    # The MLM head, and the layers above the alignment layer (which depend on the depth: DDP finds them once
+    # it looks for unused parameters, which this declaration switches on).
+    leaves_parameters_unused = ("lm_head",)
+    needs_pretrained_start = "awesome-align fine-tunes a pre-trained encoder: a random one labels noise"
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         # Each side padded on its own, no language ids: the aligner's `separate` encoding.

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from polyalign.config import RecipeError
 from polyalign.data.layout import sentence_layout
 from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
-from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from polyalign.model.veco import two_streams
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
@@ -38,7 +38,9 @@ class CrossAttentionMLM(Objective):
 
     def setup(self, model: MaskedLanguageModel) -> None:
         if not model.config.cross_attention:
-            raise DataError("CA-MLM needs the encoder's cross-attention sublayers: set model.cross_attention: true")
+            raise RecipeError(
+                "model.cross_attention", "CA-MLM reads the cross-attention sublayers: set model.cross_attention: true"
+            )
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         """x and y as separate `<s> s </s>` rows, stacked: rows [0, B) are x, rows [B, 2B) their partners y."""

@@ -1,0 +1,156 @@
+"""The fine-tuning commands, `finetune` and `xtreme` (polyalign/finetune): cli.py registers them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from polyalign.cli_options import Device, ModelFolder, Progress, TrustPickle, comma_list, torch_device
+from polyalign.io import DataError
+from polyalign.tables import console
+
+MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = all).")]
+MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
+MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
+EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
+
+
+class Setting(StrEnum):
+    transfer = "transfer"
+    translate_train_all = "translate-train-all"
+
+
+def parse_sets(values: list[str] | None) -> dict[str, str]:
+    out = {}
+    for v in values or []:
+        if "=" not in v:
+            raise DataError(f"--set {v}: expected key=value (e.g. --set epochs=2, or --set xnli.lr=1e-4 for xtreme)")
+        key, value = v.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def print_finetune(result: dict, model: Path) -> None:
+    from polyalign.finetune.results import task_markdown
+
+    Console().print(task_markdown(result, f"{result['task']} ({result['setting']}), {model}"), markup=False)
+
+
+def finetune(
+    task: Annotated[str, typer.Argument(help="xnli, pawsx, ner, pos or qa.")],
+    model: ModelFolder,
+    setting: Annotated[
+        Setting, typer.Option(help="`transfer` (train on English) or `translate-train-all`.")
+    ] = Setting.transfer,
+    seeds: Annotated[int, typer.Option(help="Fine-tuning runs (seeds 0..N-1); mean ± standard deviation.")] = 3,
+    out: Annotated[Path | None, typer.Option(help="Folder for finetune.md and finetune.json.")] = None,
+    data: EvalPack = Path("../shared/data/eval"),
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a hyperparameter or task option, e.g. epochs=2.")
+    ] = None,
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
+    progress: Progress = True,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
+    code_switch: Annotated[
+        bool,
+        typer.Option(
+            help="PPA §2.3: train each translated pair as (a_xx, b_en) + (a_en, b_xx) in one batch "
+            "(xnli, pawsx, qa; translate-train-all; the same as --set code_switch=true)."
+        ),
+    ] = False,
+    plug_in: Annotated[
+        bool,
+        typer.Option(
+            "--plug-in",
+            help="VECO plug-in fine-tuning (xnli, pawsx; translate-train-all): classify from [H^L : S^L] of each "
+            "input and its translation (VECO §3.1). Needs a model with cross-attention.",
+        ),
+    ] = False,
+) -> None:
+    """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
+    from polyalign.checkpoint import load_model
+    from polyalign.finetune import Subsample, finetune_task
+    from polyalign.finetune.results import invoked_command, write_results
+
+    setting = setting.value
+    overrides = parse_sets(set_)
+    if plug_in:
+        if task not in ("xnli", "pawsx"):
+            raise DataError(f"--plug-in: VECO plug-in fine-tuning is for the pair tasks xnli and pawsx, not {task}")
+        if setting != Setting.translate_train_all:
+            raise DataError("--plug-in pairs every input with its translation: use --setting translate-train-all")
+        overrides["plug_in"] = "true"
+    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    if plug_in and not loaded.model.config.cross_attention:
+        raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
+    sample = Subsample(max_train, max_select, max_eval)
+    if code_switch:
+        overrides["code_switch"] = "true"
+    result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
+    print_finetune(result, model)
+    if out is not None:
+        md, _ = write_results(
+            out, "finetune", [result], f"Fine-tuning: {task} ({setting})", str(model), invoked_command()
+        )
+        console.print(f"results: {md} (+ .json)")
+
+
+def xtreme(
+    model: ModelFolder,
+    tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
+    setting: Annotated[
+        Setting, typer.Option(help="`transfer` or `translate-train-all` (tasks without it fail).")
+    ] = Setting.transfer,
+    seeds: Annotated[str, typer.Option(help="Seeds for every task (`3`) or per task (`xnli=3,ner=3,qa=1`).")] = "3",
+    out: Annotated[
+        Path | None, typer.Option(help="Folder for xtreme.md and xtreme.json (rewritten after each task).")
+    ] = None,
+    data: EvalPack = Path("../shared/data/eval"),
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="key=value for every task, or task.key=value for one.")
+    ] = None,
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
+    progress: Progress = True,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
+) -> None:
+    """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
+    from polyalign.checkpoint import load_model
+    from polyalign.finetune import TASKS, Subsample, finetune_task
+    from polyalign.finetune.results import invoked_command, summary_markdown, write_results
+
+    setting = setting.value
+    names = comma_list(tasks) or []
+    unknown = [t for t in names if t not in TASKS]
+    if unknown:
+        raise DataError(f"--tasks: unknown {unknown}; choose from {', '.join(TASKS)}")
+    per_task_seeds = {}
+    for part in comma_list(seeds) or []:
+        name, _, n = part.rpartition("=")
+        if not n.isdigit() or (name and name not in names):
+            raise DataError(f"--seeds {seeds}: use a number or task=number for the chosen tasks")
+        per_task_seeds[name] = int(n)
+    sets = parse_sets(set_)
+    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    sample = Subsample(max_train, max_select, max_eval)
+    results = []
+    for name in names:
+        overrides = {k: v for k, v in sets.items() if "." not in k}
+        overrides |= {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith(f"{name}.")}
+        n = per_task_seeds.get(name, per_task_seeds.get("", 3))
+        console.rule(f"{name} ({setting}, {n} seed(s))")
+        results.append(finetune_task(loaded, name, data, setting, n, overrides, sample, progress))
+        print_finetune(results[-1], model)
+        if out is not None:
+            title = f"XTREME-style evaluation ({setting})"
+            write_results(out, "xtreme", results, title, str(model), invoked_command())
+    Console().print(summary_markdown(results, f"Summary: {model}"), markup=False)

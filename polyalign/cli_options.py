@@ -1,0 +1,90 @@
+"""Command-line options that several commands share: their types and help texts, the choices as enumerations,
+and the helpers that read them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from polyalign.io import DataError
+
+
+def comma_list(value: str | None) -> list[str] | None:
+    """`a, b,c` as [a, b, c]; None for no value."""
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+# Options that several commands share.
+TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
+ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
+Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
+BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
+Device = Annotated[
+    str | None, typer.Option(help="Torch device, e.g. cpu, cuda, cuda:1 (default: CUDA when available); bf16 there.")
+]
+SentenceLayer = Annotated[
+    int | None, typer.Option(help="Layer to report (0 = embeddings; default: XTREME's 7 of 12, scaled to the depth).")
+]
+
+
+def wants_sweep(layers: str | None, out: Path | None, num_layers: int) -> bool:
+    """Whether `--layers all` asks for a layer sweep (written to --out); any other value is a one-line error that
+    names the model's layers."""
+    if layers not in (None, "all"):
+        raise DataError(
+            f"--layers {layers}: the only value is `all` (a sweep over layers 0..{num_layers}); "
+            f"for one layer use --layer L with L in 0..{num_layers}"
+        )
+    if layers == "all" and out is None:
+        raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
+    return layers == "all"
+
+
+def torch_device(name: str | None) -> str:
+    """The device to run on: CUDA when available unless one is named; a one-line error for a bad name."""
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DataError(f"--device {name}: not a torch device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DataError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    return name
+
+
+# Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
+# (StrEnum's functional form: each member's value is its name.)
+BadLines = StrEnum("BadLines", ["skip", "error"])
+AlignmentMethod = StrEnum("AlignmentMethod", ["ot", "argmax", "itermax"])
+Encoding = StrEnum("Encoding", ["separate", "pair"])
+Precision = StrEnum("Precision", ["bf16", "fp32"])
+Pooling = StrEnum("Pooling", ["mean", "first"])
+Score = StrEnum("Score", ["cosine", "margin"])
+
+TextPrefix = Annotated[
+    str, typer.Option(help="Text put before every sentence (E5 models expect 'query: ' for bitext mining).")
+]
+PoolingOption = Annotated[
+    Pooling, typer.Option(help="Sentence vector: `mean` over real tokens (XTREME) or the `first` token.")
+]
+
+
+# Word alignment (align, evaluate alignment)
+AlignMethod = Annotated[AlignmentMethod, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
+AlignEncoding = Annotated[
+    Encoding | None,
+    typer.Option(help="`pair` (concatenated; default for ot, as XLM-Align) or `separate` (each sentence alone)."),
+]
+AlignPrecision = Annotated[
+    Precision,
+    typer.Option(
+        help="Encoder precision: `bf16` (weights and activations in bf16; about twice as fast on CPUs with bf16 "
+        "instructions, a few links differ from fp32's) or `fp32`."
+    ),
+]

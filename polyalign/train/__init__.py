@@ -1,0 +1,72 @@
+"""Pre-training: the one loop (loop.py), a run's build, restore and save (run.py, start.py for `init_from`),
+several processes (distributed.py), the optimizer and schedule (optim.py), logging (metrics.py).
+
+Data are organised in *slots*: with W processes and A accumulation steps, each optimizer step consumes W·A
+micro-batches, and micro-batch slot s = rank·A + a always comes from the same seeded stream. So 2 processes
+x 1 accumulation step and 1 process x 2 accumulation steps see identical data, and resuming restores
+every slot's stream and masking generator exactly.
+"""
+
+from polyalign.train.distributed import (
+    agree_on_stop,
+    bookkeeping_group,
+    init_distributed,
+    reduce_window,
+    unused_parameters_possible,
+)
+from polyalign.train.loop import (
+    active_objectives,
+    flops_stop,
+    fold_counters,
+    log_window,
+    pretrain,
+    start_loader,
+    stop_step,
+    train_step,
+)
+from polyalign.train.metrics import METRICS_FILE, MetricsLog, Window
+from polyalign.train.optim import drop_held_gradients, learning_rate_factor, linear_schedule, parameter_groups
+from polyalign.train.run import (
+    RECIPE_FILE,
+    PretrainingModule,
+    Run,
+    Slot,
+    build_run,
+    load_run_recipe,
+    restore_run,
+    save_run,
+)
+from polyalign.train.start import build_model, check_warm_start
+
+__all__ = [
+    "METRICS_FILE",
+    "RECIPE_FILE",
+    "MetricsLog",
+    "PretrainingModule",
+    "Run",
+    "Slot",
+    "Window",
+    "active_objectives",
+    "agree_on_stop",
+    "bookkeeping_group",
+    "build_model",
+    "build_run",
+    "check_warm_start",
+    "drop_held_gradients",
+    "flops_stop",
+    "fold_counters",
+    "init_distributed",
+    "learning_rate_factor",
+    "linear_schedule",
+    "load_run_recipe",
+    "log_window",
+    "parameter_groups",
+    "pretrain",
+    "reduce_window",
+    "restore_run",
+    "save_run",
+    "start_loader",
+    "stop_step",
+    "train_step",
+    "unused_parameters_possible",
+]

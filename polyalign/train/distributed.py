@@ -1,0 +1,100 @@
+"""Training in several processes: joining the process group, wrapping the module (DDP, or FSDP via
+polyalign/fsdp.py), and the collectives a run needs.
+
+NCCL takes tensors on the GPU only: sums and votes are built on the training device; what is CPU-side
+bookkeeping (data-stream states, RNG states) goes through a separate gloo group.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from polyalign.config import Recipe
+from polyalign.fsdp import shard
+from polyalign.objectives import OBJECTIVES
+from polyalign.train.metrics import Window
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    """Join the process group if launched by torchrun; returns (rank, world size, device)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    return rank, world, device
+
+
+def unused_parameters_possible(recipe: Recipe) -> bool:
+    """Whether some steps may leave some parameters without a gradient: with staged (start_step) or
+    alternating (every) objectives, or when every objective leaves a part of the model unused
+    (`Objective.leaves_parameters_unused`: XLM-E's RTD and translation ranking never read the MLM head).
+    DDP looks for them (an extra pass over the graph each step) only then."""
+    if any(o.start_step > 0 or o.every > 1 for o in recipe.objectives):
+        return True
+    unused_by_all = set.intersection(*(set(OBJECTIVES[o.name].leaves_parameters_unused) for o in recipe.objectives))
+    return bool(unused_by_all)
+
+
+def wrap_for_processes(module: nn.Module, recipe: Recipe, world: int, device: torch.device) -> nn.Module:
+    """What runs forward: the module; with several processes its DDP wrapper, or (FSDP) the module itself,
+    sharded in place, which must happen before an optimizer takes its parameters; compiled on request."""
+    cfg = recipe.trainer
+    trained = module
+    if world > 1 and cfg.distributed == "fsdp":
+        shard(module, module.model.encoder.layers, device, cfg.precision)
+    elif world > 1:
+        trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
+    if cfg.compile:
+        trained = torch.compile(trained)
+    return trained
+
+
+def bookkeeping_group(world: int):
+    """A gloo group for CPU-side collectives when the default backend cannot take CPU data (NCCL)."""
+    if world > 1 and dist.get_backend() != "gloo":
+        return dist.new_group(backend="gloo")
+    return None
+
+
+def reduce_window(window: Window, world: int, elapsed: float = 0.0) -> torch.Tensor:
+    """[tokens, flops, seconds, loss sum, metric sums in sorted name order], summed over processes, on the
+    device. The seconds are summed too, so every process adds the same (mean) time to its counters."""
+    host = torch.tensor([window.tokens, window.flops, elapsed], dtype=torch.float64)
+    host = host.to(window.device, non_blocking=True)
+    sums = [window.loss, *(window.metrics[k] for k in sorted(window.metrics))]
+    packed = torch.cat([host, torch.stack([v.to(torch.float64) for v in sums])])
+    if world > 1:
+        dist.all_reduce(packed)
+    return packed
+
+
+def agree_on_stop(want: int, device: torch.device, world: int) -> torch.Tensor:
+    """The earliest step any process wants to stop at: all must stop together, or one waits forever for the
+    others in its next collective."""
+    vote = torch.tensor([want], dtype=torch.int64).to(device)
+    if world > 1:
+        dist.all_reduce(vote, op=dist.ReduceOp.MIN)
+    return vote
+
+
+def gather_objects(value, world: int, group) -> list:
+    """Every process's `value` (picklable CPU data), in rank order, on every process."""
+    if world == 1:
+        return [value]
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, value, group=group)
+    return gathered
+
+
+def barrier(world: int, group) -> None:
+    if world > 1:
+        dist.barrier(group=group)

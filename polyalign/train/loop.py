@@ -1,0 +1,187 @@
+"""The one pre-training loop: one step, a log line every `log_every` steps, a checkpoint every `save_every`,
+until a budget (steps, minutes, FLOPs) is spent. It knows objectives only through their interface."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+import yaml
+
+from polyalign.checkpoint import resume_checkpoint
+from polyalign.config import Recipe
+from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
+from polyalign.device import to_device
+from polyalign.io import DataError, atomic_write_text
+from polyalign.train.distributed import agree_on_stop, reduce_window
+from polyalign.train.metrics import MetricsLog, Window
+from polyalign.train.optim import drop_held_gradients
+from polyalign.train.run import RECIPE_FILE, Run, build_run, restore_run, save_run
+
+
+def active_objectives(specs: list, step: int) -> list[str]:
+    return [o.name for o in specs if o.active(step)]
+
+
+def start_loader(run: Run) -> StepLoader:
+    makers = {name: objective.make_batch for name, objective in run.module.objectives.items()}
+    dataset = SlotBatches(run.slots, makers, partial(active_objectives, run.recipe.objectives), run.step)
+    return StepLoader(dataset, run.cfg.loader_workers, pin=run.device.type == "cuda")
+
+
+def train_step(run: Run, item: StepBatches) -> None:
+    """One optimizer step on the step's micro-batches (one per slot; gradients all-reduced on the last).
+    Nothing here waits for the device: losses and metrics are added up where they are."""
+    assert item.step == run.step, (item.step, run.step)
+    A = len(item.slots)
+    autocast = torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.precision == "bf16")
+    ddp = run.trained._orig_mod if hasattr(run.trained, "_orig_mod") else run.trained
+    names: set[str] = set()
+    for a, batches in enumerate(item.slots):
+        batches = {n: to_device(b, run.device) for n, b in batches.items()}
+        if run.sharded:
+            run.module.set_requires_gradient_sync(a == A - 1)
+        sync = contextlib.nullcontext() if run.world == 1 or run.sharded or a == A - 1 else ddp.no_sync()
+        with sync:
+            with autocast:
+                loss, metrics, flops = run.trained(batches)
+            (loss / A).backward()
+        run.window.add_micro_batch(loss.detach().float(), metrics, flops, 1 / A)
+        names.update(metrics)
+    drop_held_gradients(run.optimizer, run.step, run.cfg)
+    clip = run.cfg.clip_norm
+    run.grad_norm = torch.nn.utils.clip_grad_norm_(run.module.parameters(), clip) if clip else None
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.step += 1
+    run.slot_states = item.slot_states
+    run.window.end_step(item.tokens, sorted(names))
+
+
+def fold_counters(run: Run) -> list[float]:
+    """Reduce the window over processes (a host sync) and add its tokens, FLOPs and (mean) seconds to the
+    counters, which are then the same on every process; returns the reduced window (see `reduce_window`).
+    Loss and metric sums stay in the window for the next log line."""
+    window = run.window
+    values = reduce_window(window, run.world, time.perf_counter() - window.started).tolist()
+    values[2] /= run.world
+    run.counters["tokens"] += int(values[0])
+    run.counters["flops"] += values[1]
+    run.counters["seconds"] += values[2]
+    window.tokens, window.flops, window.started = 0, 0.0, time.perf_counter()
+    return values
+
+
+def log_window(run: Run, log: MetricsLog | None) -> dict | None:
+    """Reduce the window over processes (the one host sync, every log_every steps), add it to the counters,
+    write a line (rank 0); every process raises together on a non-finite loss."""
+    window = run.window
+    if not window.steps:
+        return None
+    values = fold_counters(run)
+    run.flops_per_step = values[1] / window.steps
+    names = sorted(window.metrics)
+    record = {
+        "step": run.step,
+        "loss": values[3] / run.world / window.steps,
+        **{k: v / run.world / window.counts[k] for k, v in zip(names, values[4:], strict=True)},
+        "lr": run.scheduler.get_last_lr()[0],
+        "tokens_per_s": values[0] / max(values[2], 1e-9),
+        **run.counters,
+    }
+    if run.grad_norm is not None:  # under FSDP a replicated DTensor
+        norm = run.grad_norm.full_tensor() if hasattr(run.grad_norm, "full_tensor") else run.grad_norm
+        record["grad_norm"] = float(norm)
+    run.window = Window(run.device)
+    if not math.isfinite(record["loss"]):  # the same reduced value on every process: all stop here
+        raise FloatingPointError(f"step {run.step}: loss is {record['loss']}; lower trainer.lr or check the data")
+    if log is not None:
+        log.write(record)
+    return record
+
+
+def flops_stop(step: int, flops: float, per_step: float, budget: float, horizon: int) -> int | None:
+    """The step at which a run that has spent `flops` by `step` reaches `budget`: now if it has, else the step
+    that `per_step` FLOPs per step predict, if that comes within `horizon` steps (before the next check);
+    None when it does not."""
+    if flops >= budget:
+        return step
+    if per_step <= 0:
+        return None
+    ahead = math.ceil((budget - flops) / per_step)
+    return step + ahead if ahead <= horizon else None
+
+
+def stop_step(run: Run) -> int:
+    """The step all processes stop at: max_steps, stop_at, now once max_minutes are spent, or where max_flops are
+    reached. Minutes and FLOPs are checked when the window is read, every log_every steps; a FLOPs budget that
+    the last window's mean FLOPs per step say will be reached before the next check stops the run at that
+    predicted step (exact when the steps' FLOPs are equal; with log_every 1, always the first step at or past
+    the budget)."""
+    cfg = run.cfg
+    want = min(cfg.max_steps, cfg.stop_at) if cfg.stop_at else cfg.max_steps
+    spent = run.counters["seconds"] + time.perf_counter() - run.window.started
+    if cfg.max_minutes and spent >= cfg.max_minutes * 60:
+        want = min(want, run.step)
+    if cfg.max_flops:
+        at = flops_stop(run.step, run.counters["flops"], run.flops_per_step, cfg.max_flops, cfg.log_every)
+        want = min(want, at if at is not None else want)
+    return int(agree_on_stop(want, run.device, run.world).item())
+
+
+def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True) -> dict:
+    """Train according to `recipe` into `run_dir`; returns a summary of the run."""
+    run_dir = Path(run_dir)
+    checkpoint = resume_checkpoint(run_dir) if resume else None
+    if not resume and (run_dir / RECIPE_FILE).exists():
+        raise DataError(
+            f"{run_dir}: a run already exists here; pass --resume to continue it or choose another --run-dir"
+        )
+    run, _ = build_run(recipe, run_dir)
+    if checkpoint is not None:
+        restore_run(run, checkpoint)
+    elif run.rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    log = MetricsLog(run_dir, run.step if resume else None) if run.rank == 0 else None
+    bar = None
+    if progress and run.rank == 0:
+        from polyalign.progress import tqdm
+
+        bar = tqdm(
+            total=run.cfg.max_steps,
+            initial=run.step,
+            desc=recipe.name,
+            unit="step",
+            dynamic_ncols=True,
+            mininterval=2.0,
+        )
+    loader = start_loader(run)
+    stop = stop_step(run)
+    try:
+        while run.step < stop:
+            train_step(run, next(loader))
+            if run.step % run.cfg.log_every == 0 or run.step == run.cfg.max_steps:
+                record = log_window(run, log)
+                stop = stop_step(run)  # max_minutes and max_flops are read here, with the window
+                if bar is not None and record is not None:
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+            if bar is not None:
+                bar.update(1)
+            if run.step % run.cfg.save_every == 0 or run.step == stop:
+                if run.window.steps:
+                    fold_counters(run)  # counters must be totals over processes when saved
+                save_run(run)
+                run.window.started = time.perf_counter()  # saving is not training time
+    finally:
+        loader.close()
+        if bar is not None:
+            bar.close()
+        if log is not None:
+            log.close()
+    return {"run": str(run_dir), "step": run.step, **run.counters}

@@ -1,0 +1,83 @@
+"""The optimizer and its schedule: AdamW on parameter groups, linear warmup and decay (shared with
+fine-tuning), and `trainer.train_only`'s held parameters (VECO §4)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from polyalign.config import TrainerConfig
+
+
+def linear_schedule(step: int, warmup_steps: int, total_steps: int) -> float:
+    """The learning-rate factor at (0-based) `step`: 1) linear warmup to the peak over warmup_steps, 2) linear
+    decay to zero at total_steps."""
+    if step < warmup_steps:
+        return (step + 1) / max(1, warmup_steps)
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+def parameter_groups(module: nn.Module, config: TrainerConfig) -> list[dict]:
+    """Weight decay on matrices only (not on biases and LayerNorm gains, as in BERT/RoBERTa); parameters
+    outside `train_only` get their own groups so their learning rate can be held at zero."""
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        decay = p.ndim >= 2
+        held = bool(config.train_only) and not any(s in name for s in config.train_only)
+        groups.setdefault((decay, held), []).append(p)
+    return [
+        {"params": ps, "weight_decay": config.weight_decay if decay else 0.0, "held": held}
+        for (decay, held), ps in sorted(groups.items())
+    ]
+
+
+def freeze_held_for_good(module: nn.Module, config: TrainerConfig) -> None:
+    """Parameters `train_only` holds for the whole run (train_only_until 0) get no gradient at all: autograd then
+    skips their backward, e.g. the dense (250k, C) gradient of held word embeddings, which would be dropped."""
+    if config.train_only and config.train_only_until == 0:
+        for name, p in module.named_parameters():
+            if not any(s in name for s in config.train_only):
+                p.requires_grad_(False)
+
+
+def holding(step: int, config: TrainerConfig) -> bool:
+    """Whether `train_only` still holds the other parameters at (0-based) `step`."""
+    return bool(config.train_only) and (config.train_only_until == 0 or step < config.train_only_until)
+
+
+def learning_rate_factor(step: int, config: TrainerConfig, held: bool = False) -> float:
+    """`linear_schedule` over max_steps. Held parameters: 0 while held, then the same schedule times a fresh
+    linear warmup over warmup_steps from their release (train_only_until), so that parameters joining a run
+    at full learning rate are warmed up like new ones."""
+    if held and holding(step, config):
+        return 0.0
+    factor = linear_schedule(step, config.warmup_steps, config.max_steps)
+    if held:  # released at train_only_until
+        factor *= min(1.0, (step - config.train_only_until + 1) / max(1, config.warmup_steps))
+    return factor
+
+
+def drop_held_gradients(optimizer: torch.optim.Optimizer, step: int, config: TrainerConfig) -> None:
+    """While held, drop the held groups' gradients: AdamW skips a parameter without one, so its moments do not
+    accumulate (a zero learning rate alone would still update exp_avg and exp_avg_sq). Called after backward
+    (DDP has reduced the gradients; every rank drops the same ones) and before clipping, so that the clipping
+    norm is that of the parameters being trained."""
+    if not holding(step, config):
+        return
+    for group in optimizer.param_groups:
+        if group["held"]:
+            for p in group["params"]:
+                p.grad = None
+
+
+def build_optimizer(module: nn.Module, config: TrainerConfig):
+    """AdamW over `parameter_groups` and its schedule (a factor per group: held groups follow their own)."""
+    groups = parameter_groups(module, config)
+    # fused: one vectorised kernel per tensor instead of ~10 elementwise passes (~8x faster on CPU)
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, [lambda s, h=g["held"]: learning_rate_factor(s, config, h) for g in groups]
+    )
+    return optimizer, scheduler
