@@ -183,6 +183,27 @@ def chosen(results: dict) -> tuple[str, str]:
     return min(candidates, key=candidates.get)
 
 
+def compare(results: dict) -> None:
+    """The chosen checkpoint against the start on every gold set under the protocol: the AER difference with its
+    95% paired bootstrap interval over sentences (how much of a difference the set's size can tell)."""
+    from polyalign.align.aer import aer_difference_interval, read_gold
+    from polyalign.align.aligner import Aligner
+    from polyalign.checkpoint import load_model
+
+    arm, step = chosen(results)
+    folder = RUNS / arm / "checkpoints" / f"step-{int(step):07d}"
+    aligners = [Aligner(load_model(m), encoding=PRIMARY[0]) for m in (E5, folder)]
+    out = {}
+    for name in GOLD_SETS:
+        gold = read_gold(GOLD / name)
+        pairs = list(zip(gold.source, gold.target, strict=True))
+        before, after = (a.align(pairs, PRIMARY[1], LAYER, gold.languages) for a in aligners)
+        difference, low, high = aer_difference_interval(before, after, gold.sure, gold.possible)
+        out[name] = {"difference": round(difference, 2), "low": round(low, 2), "high": round(high, 2)}
+    results["compare"] = {"arm": arm, "step": int(step), "sets": out}
+    save(results)
+
+
 def start(results: dict) -> None:
     if "start" not in results:
         results["start"] = {"scores": alignment_scores(E5)}
@@ -265,7 +286,7 @@ def save(results: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=["convert", "sentences", "start", "arms", "speed", "write", "all"])
+    ap.add_argument("step", choices=["convert", "sentences", "start", "arms", "compare", "speed", "write", "all"])
     ap.add_argument("--arms", default=None, help="comma list of arms (default: all)")
     args = ap.parse_args()
     results = load()
@@ -277,6 +298,8 @@ def main() -> None:
         start(results)
     if args.step in ("arms", "all"):
         arms(results, args.arms.split(",") if args.arms else None)
+    if args.step in ("compare", "all"):
+        compare(results)
     if args.step in ("speed", "all"):
         from bench.e5_speed import measure
 

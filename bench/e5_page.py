@@ -166,6 +166,7 @@ def alignment_section(results: dict, s: dict, png: Path) -> list[str]:
         "",
         f"![AER by step](e5/{png.name})",
         "",
+        *compare_lines(results),
         "Test halves only (odd sentences; untouched by the choice):",
         "",
         *table(
@@ -187,6 +188,20 @@ def alignment_section(results: dict, s: dict, png: Path) -> list[str]:
                 if key in chosen_scores and key.count("/") == 1
             ],
         ),
+        "",
+    ]
+
+
+def compare_lines(results: dict) -> list[str]:
+    c = results.get("compare")
+    if not c:
+        return []
+    cells = [f"{v['difference']:+.1f} [{v['low']:+.1f}, {v['high']:+.1f}]" for v in c["sets"].values()]
+    return [
+        "Chosen minus start, AER points, with the 95% paired bootstrap interval over each set's sentences "
+        "(an interval that straddles 0 is a difference the set cannot tell from sampling):",
+        "",
+        *table(["", *c["sets"]], [["difference [95%]", *cells]]),
         "",
     ]
 

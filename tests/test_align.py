@@ -253,3 +253,20 @@ def test_gold_reader_separates_sure_and_possible(tmp_path):
 def test_gold_reader_errors_name_file_and_line(tmp_path, src, tgt, gold, message):
     with pytest.raises(DataError, match=message):
         read_gold(write_gold(tmp_path / "xx-yy", src, tgt, gold))
+
+
+def test_aer_difference_interval_is_the_corpus_difference_with_a_paired_bootstrap():
+    from polyalign.align.aer import aer_difference_interval, aer_from_counts, sentence_counts
+
+    sure = [[(0, 0), (1, 1)], [(0, 1)], [(2, 2)]]
+    possible = [[(0, 0), (1, 1), (1, 2)], [(0, 1)], [(2, 2)]]
+    first = [[(0, 0)], [(0, 0)], [(2, 2)]]
+    second = [[(0, 0), (1, 2)], [(0, 1)], [(2, 2)]]
+    counts = sentence_counts(first, sure, possible)
+    assert counts.tolist() == [[1, 1, 1, 2], [1, 0, 0, 1], [1, 1, 1, 1]]
+    expected = alignment_error_rate(second, sure, possible).aer - alignment_error_rate(first, sure, possible).aer
+    difference, low, high = aer_difference_interval(first, second, sure, possible, resamples=500)
+    assert difference == pytest.approx(expected) and low <= difference <= high
+    assert aer_from_counts(counts.sum(0)) == pytest.approx(alignment_error_rate(first, sure, possible).aer)
+    same = aer_difference_interval(first, first, sure, possible, resamples=50)
+    assert same == (0.0, 0.0, 0.0)  # paired: an aligner against itself differs on no draw

@@ -53,6 +53,35 @@ def alignment_error_rate(
     return AERScore(100.0 * float(aer), 100.0 * float(precision), 100.0 * float(recall))
 
 
+def sentence_counts(predicted, sure, possible) -> np.ndarray:
+    """Per sentence [|A|, |A ∩ S|, |A ∩ P|, |S|] (P united with S), shape (sentences, 4): AER's sufficient
+    statistics, which add up over any sample of sentences."""
+    out = np.zeros((len(predicted), 4), dtype=np.int64)
+    for k, (a, s, p) in enumerate(zip(predicted, sure, possible, strict=True)):
+        a, s = set(a), set(s)
+        p = set(p) | s
+        out[k] = len(a), len(a & s), len(a & p), len(s)
+    return out
+
+
+def aer_from_counts(counts: np.ndarray) -> np.ndarray:
+    """AER (percent) from summed counts (..., 4)."""
+    a, a_s, a_p, s = np.moveaxis(counts, -1, 0)
+    return 100.0 * (1.0 - (a_s + a_p) / np.maximum(a + s, 1))
+
+
+def aer_difference_interval(
+    first, second, sure, possible, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
+    """AER(second) - AER(first) on the same sentences, and its 95% paired bootstrap interval (sentences drawn
+    with replacement, both aligners scored on each draw): (difference, low, high), in points."""
+    a, b = sentence_counts(first, sure, possible), sentence_counts(second, sure, possible)
+    draws = np.random.default_rng(seed).integers(0, len(a), size=(resamples, len(a)))  # (R, N) sentence ids
+    differences = aer_from_counts(b[draws].sum(1)) - aer_from_counts(a[draws].sum(1))
+    low, high = np.percentile(differences, [2.5, 97.5])
+    return float(aer_from_counts(b.sum(0)) - aer_from_counts(a.sum(0))), float(low), float(high)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Reading text and gold files
 
