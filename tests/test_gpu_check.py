@@ -36,6 +36,7 @@ def dry_run(tmp_path_factory) -> tuple[dict, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_every_step_is_reported_with_a_result_or_a_reason(dry_run):
     result, page = dry_run
     assert [s["name"] for s in result["steps"]] == STEPS  # none vanished, none out of order
@@ -48,6 +49,7 @@ def test_every_step_is_reported_with_a_result_or_a_reason(dry_run):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_the_dry_run_measures_what_each_step_is_for(dry_run):
     steps = {s["name"]: s["parts"] for s in dry_run[0]["steps"]}
     assert steps["gpu_tests"]["torchrun pretrain + resume"]["status"] == "ok"  # every step logged, both checkpoints

@@ -43,6 +43,7 @@ def test_normalisation_rules_are_hex_code_points():
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_converted_model_matches_the_package_engine(e5_folder):
     """Mean-pooled last layer with the engine's `passage: ` prefix, cosine >= 0.999 per sentence; the engine
     quantises activations to int8, so equality is not exact."""
@@ -55,6 +56,7 @@ def test_converted_model_matches_the_package_engine(e5_folder):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_converted_tokenizer_segments_like_the_engine(e5_folder):
     from polyalign.checkpoint import load_model
 
@@ -69,6 +71,7 @@ def _source() -> bytes:
     return default_source().read_bytes()
 
 
+@pytest.mark.integration  # reads the 72 MB model file
 @pytest.mark.parametrize(
     ("cut", "message"),
     [(1000, "ends inside the vocabulary"), (60_000_000, "does not fit"), (3, "ends inside the magic")],
@@ -80,6 +83,7 @@ def test_truncated_file_is_one_line(tmp_path, cut, message):
         read_e5_file(bad)
 
 
+@pytest.mark.integration
 def test_corrupt_magic_and_cli_exit_code(tmp_path, capsys):
     from polyalign.cli import main
 
