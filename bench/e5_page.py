@@ -33,8 +33,8 @@ def primary(scores: dict, layer: int = LAYER, half: str = "") -> dict[str, float
 
 
 def best_arm(results: dict) -> str:
-    """The arm whose curve is drawn: the recipe as shipped."""
-    return "self-align"
+    """The arm whose curve is drawn: the chosen checkpoint's."""
+    return chosen(results)[0]
 
 
 def summary(results: dict) -> dict:
@@ -46,6 +46,7 @@ def summary(results: dict) -> dict:
         "model": str((RUNS / arm / "checkpoints" / f"step-{int(step):07d}").relative_to(ROOT)),
         "arm": arm,
         "step": int(step),
+        "training_minutes": round(minutes_at(RUNS / arm, int(step)), 1),
         "layer": LAYER,
         "protocol": f"{PRIMARY[0]} encoding, {PRIMARY[1]}, layer {LAYER}",
         "aer": primary(results["arms"][arm]["checkpoints"][step]),
@@ -55,6 +56,14 @@ def summary(results: dict) -> dict:
         "eflomal": {"aer": eflomal_aer()},
         "tatoeba14": {lang: {"ours": tatoeba[lang]["xx_to_en"], "mteb": MTEB_TATOEBA[lang]} for lang in MTEB_TATOEBA},
     }
+
+
+def minutes_at(run_dir: Path, step: int) -> float:
+    """Training minutes (start-up and saving excluded) when the run logged `step`."""
+    import json
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return max(r["seconds"] for r in rows if r["step"] <= step) / 60
 
 
 def table(header: list[str], rows: list[list]) -> list[str]:
@@ -87,7 +96,8 @@ def plot_curve(results: dict, png: Path) -> None:
         ax.axhline(eflomal[name], color=color, linestyle=":", linewidth=1)
     ax.set_xlabel("training step (16 pairs each)")
     ax.set_ylabel("AER (%)")
-    ax.set_title(f"self-align from multilingual-e5-small; dotted: eflomal ({PRIMARY[0]}, {PRIMARY[1]}, layer {LAYER})")
+    protocol = f"{PRIMARY[0]}, {PRIMARY[1]}, layer {LAYER}"
+    ax.set_title(f"{best_arm(results)} from multilingual-e5-small; dotted: eflomal ({protocol})")
     ax.legend(fontsize=8, ncol=4)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +136,7 @@ def write_page(results: dict, page: Path) -> None:
 def alignment_section(results: dict, s: dict, png: Path) -> list[str]:
     start, arms = results["start"]["scores"], results["arms"]
     last = {name: max(a["checkpoints"], key=int) for name, a in arms.items()}
-    chosen_name = f"chosen: {s['arm']} at step {s['step']}"
+    chosen_name = f"chosen: {s['arm']} at step {s['step']} ({s['training_minutes']} min)"
     main = {
         "start: multilingual-e5-small": primary(start),
         **{
