@@ -58,4 +58,5 @@ def test_add_an_objective_example_trains_a_step(sample_prepared, tmp_path, monke
     loss, _, _ = run.trained(next(loader).slots[0])
     loader.close()
     loss.backward()
-    assert math.isfinite(float(loss.detach())) and run.module.model.encoder.layers[0].feed_forward.up.weight.grad is not None
+    assert math.isfinite(float(loss.detach()))
+    assert run.module.model.encoder.layers[0].feed_forward.up.weight.grad is not None
