@@ -223,7 +223,8 @@ def arms(results: dict, only: list[str] | None = None) -> None:
         if only and name not in only:
             continue
         run_dir = RUNS / name
-        record = results.setdefault("arms", {}).setdefault(name, {"note": arm.note, "sets": arm.sets})
+        record = results.setdefault("arms", {}).setdefault(name, {})
+        record |= {"note": arm.note, "sets": arm.sets}
         last = arm.stop_at or arm.steps
         if not (run_dir / "checkpoints" / f"step-{last:07d}").is_dir():
             train(name, arm, run_dir)
