@@ -98,7 +98,7 @@ def plot_curve(results: dict, png: Path) -> None:
     ax.set_ylabel("AER (%)")
     protocol = f"{PRIMARY[0]}, {PRIMARY[1]}, layer {LAYER}"
     ax.set_title(f"{best_arm(results)} from multilingual-e5-small; dotted: eflomal ({protocol})")
-    ax.legend(fontsize=8, ncol=4, loc="center right")
+    ax.legend(fontsize=8, ncol=4, loc="center", bbox_to_anchor=(0.5, 0.76))  # between en-hi and ja-en
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
