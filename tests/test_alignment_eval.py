@@ -68,7 +68,13 @@ def reference_links(loaded, source, target, method, layer, encoding, languages):
             )
         h = model(**inputs, output_hidden_states=True).hidden_states[layer][0]
         hs, ht = h[1 : 1 + len(si)], h[len(si) + 2 : len(si) + 2 + len(ti)]
-    links = subword_links(method, hs, ht, torch.ones(len(si), len(ti), dtype=torch.bool))
+
+    # a bare "▁" piece inside a longer word is encoded but never linked (aligner.py, unlink_bare_boundaries)
+    def linkable(ids, words):
+        return torch.tensor([not (tok.id_to_piece(t) == "▁" and words.count(words[k]) > 1) for k, t in enumerate(ids)])
+
+    mask = linkable(si, sw)[:, None] & linkable(ti, tw)[None, :]
+    links = subword_links(method, hs, ht, mask)
     return sorted({(sw[i], tw[j]) for i, j in links.nonzero().tolist()})
 
 
