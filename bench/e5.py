@@ -82,6 +82,12 @@ ARMS = {  # every setting the recipe's own values might change is named, so an a
         ["objectives.0.config.labels=softmax"],
         stop_at=1500,
     ),
+    "softmax-alpha-0.3": Arm(
+        "softmax labels with XLM-R's language sampling, alpha 0.3 (more of the smaller bitexts, e.g. en-hi's "
+        "12,586 pairs), stopped at step 1000 of the same schedule",
+        ["objectives.0.config.labels=softmax", "data.parallel.alpha=0.3"],
+        stop_at=1000,
+    ),
 }
 
 
