@@ -70,7 +70,7 @@ class Aligner:
         pair_style: str = PAIR_STYLE,
     ):
         """`pair_style`: the `pair` layout (data/layout.py's TLM styles); anything but the default is for
-        measuring what the layout itself does (bench/pair_layout.py)."""
+        measuring what the layout itself does (bench/probes/pair_layout.py)."""
         if encoding not in ENCODINGS:
             raise DataError(f"--encoding {encoding}: use one of {', '.join(ENCODINGS)}")
         if pair_style not in TLM_STYLES:
