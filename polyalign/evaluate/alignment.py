@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
-from polyalign.align.aligner import PAIR_LAYOUT, Aligner, check_layer, default_encoding
+from polyalign.align.aligner import BARE_BOUNDARIES, PAIR_LAYOUT, Aligner, check_layer, default_encoding
 from polyalign.align.extract import OT_FILTERING
 from polyalign.checkpoint import LoadedModel
 
@@ -57,6 +57,7 @@ class AlignmentResult:
             out["ot_filtering"] = OT_FILTERING
         if self.encoding == "pair":
             out["pair_layout"] = PAIR_LAYOUT
+        out["bare_boundaries"] = BARE_BOUNDARIES
         if self.sweep is not None:
             out["sweep"] = self.sweep
         return out
