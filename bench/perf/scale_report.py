@@ -1,14 +1,20 @@
-"""Summarise bench/perf/scale.sh: peak RSS 1x vs 10x corpus, DDP vs accumulation loss curves -> bench/results/scale.*"""
+"""Summarise bench/perf/scale.sh: peak RSS 1x vs 10x corpus, DDP vs accumulation loss curves -> bench/results/scale.*
+
+python -m bench.perf.scale_report              # from bench/work/scale (what scale.sh measured)
+python -m bench.perf.scale_report --page-only  # the page again from bench/results/scale.json
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.reporting import cpu_name
+from bench.reporting import commit, cpu_name
 
 ROOT = Path(__file__).resolve().parents[2]
 W = ROOT / "bench" / "work" / "scale"
@@ -46,6 +52,7 @@ def main() -> None:
     ]
     worst = max(s["rel_diff"] for s in steps)
     result = {
+        "code": commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {cpu_name()}, {os.cpu_count()} cores",
         "corpus": sizes,
@@ -54,11 +61,28 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_page(result)
+
+
+def code_of(result: dict) -> str:
+    """The commit the measurement ran; runs from before it was recorded name the last commit before their date."""
+    if "code" in result:
+        return result["code"]
+    before = subprocess.run(
+        ["git", "log", f"--before={result['date']}", "-1", "--format=%h"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return f"{before} (the last commit before the run's date; the run did not record its commit)"
+
+
+def write_page(result: dict) -> None:
+    sizes, memory = result["corpus"], result["peak_rss"]
+    steps, worst = result["ddp"]["steps"], result["ddp"]["max_rel_diff"]
     lines = [
         "# Scale: memory flat in corpus size; DDP equals gradient accumulation",
         "",
-        f"Machine: {result['machine']}; {result['date']}. Command: `PY=/path/to/python bench/perf/scale.sh` "
-        "(each heavy step under `flock /tmp/polyalign-cpu.lock`; this file is written by bench/scale_report.py).",
+        f"Produced by `PY=/path/to/python bench/perf/scale.sh` (each heavy step under `flock "
+        f"/tmp/polyalign-cpu.lock`; the page by `python -m bench.perf.scale_report`, again from scale.json with "
+        f"`--page-only`) at commit {code_of(result)}; {result['machine']}; {result['date']}.",
         "",
         "## Peak RSS, corpus 1x vs 10x",
         "",
@@ -98,4 +122,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if "--page-only" in sys.argv:
+        write_page(json.loads((OUT / "scale.json").read_text()))
+    else:
+        main()
