@@ -265,7 +265,11 @@ def align_speed(model: Path) -> dict:
 
     options = ("--method", PRIMARY[1], "--encoding", PRIMARY[0], "--layer", str(LAYER))
     with tempfile.TemporaryDirectory() as scratch:
-        return measure_aligner(model, 2000, 2, Path(scratch), options)
+        result = measure_aligner(model, 2000, 2, Path(scratch), options)
+    # paths as a reader of the repository sees them, not as this machine laid them out
+    result["model"] = str(model.relative_to(ROOT))
+    result["command"] = result["command"].replace(sys.executable, "python").replace(f"{ROOT}/", "")
+    return result
 
 
 def training_seconds(run_dir: Path) -> float:
