@@ -215,7 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("study", choices=list(STUDIES))
     parser.add_argument("sections", nargs="*", help="default: every section of the study, in order")
     parser.add_argument(
-        "--data", type=Path, default=Path("bench/work/prepared-all24"), help="prepared, with a dev split"
+        "--data",
+        type=Path,
+        default=Path("bench/work/prepared-all24"),
+        help="prepared, with a dev split (a section whose setup names its own data uses that)",
     )
     parser.add_argument("--work", type=Path, help="default bench/work/STUDY")
     parser.add_argument("--eval", type=Path, default=Path("../shared/data/eval"))
@@ -226,16 +229,18 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(args.sections) - set(study.sections())
     if unknown:
         sys.exit(f"{', '.join(unknown)}: sections of {study.name} are {', '.join(study.sections())}")
-    if not (args.data / "dev").is_dir() and not args.dry_run:
-        prepare(args.data, args.eval, args.python)
     for name in args.sections or study.sections():
         section = study.sections()[name]
         if section.setup.start and not Path(section.setup.start).exists() and not args.dry_run:
             print(f"section {name} skipped: no start model {section.setup.start}", file=sys.stderr)
             continue
+        data = Path(section.setup.data) if section.setup.data else args.data
+        if not (data / "dev").is_dir() and not args.dry_run:
+            tokenizer = section.setup.start if section.setup.data else "../shared/models/small-base"
+            prepare(data, args.eval, args.python, tokenizer)
         ctx = Context(
             section,
-            args.data,
+            data,
             (args.work or Path("bench/work") / study.name) / "runs",
             args.eval,
             args.python,
@@ -247,9 +252,10 @@ def main(argv: list[str] | None = None) -> None:
             write_json(ROOT / "bench" / "results" / study.name / "sections" / f"{name}.json", result)
 
 
-def prepare(data: Path, eval_root: Path, python: str) -> None:
-    """The prepared folder every study trains on: every language of ../shared/data/train with small-base's
-    tokenizer, the Tatoeba test sentences excluded, 1,000 pairs per language held out as the dev split."""
+def prepare(data: Path, eval_root: Path, python: str, tokenizer: str) -> None:
+    """The prepared folder a study trains on: every language of ../shared/data/train with the start model's
+    tokenizer (small-base's for most), the Tatoeba test sentences excluded, 1,000 pairs per language held out as
+    the dev split."""
     train = ROOT.parent / "shared" / "data" / "train"
     cmd = [
         python,
@@ -261,7 +267,7 @@ def prepare(data: Path, eval_root: Path, python: str) -> None:
         "--parallel",
         str(train / "parallel"),
     ]
-    cmd += ["--tokenizer-from", "../shared/models/small-base", "--exclude", str(eval_root / "tatoeba")]
+    cmd += ["--tokenizer-from", tokenizer, "--exclude", str(eval_root / "tatoeba")]
     subprocess.run([*cmd, "--dev-pairs", "1000", "--out", str(data), "--no-progress"], check=True, cwd=ROOT)
 
 

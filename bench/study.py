@@ -113,6 +113,9 @@ class Setup:
     """The start model (None: from scratch); measured once per section."""
     languages: tuple[str, ...] | None = None
     """Train on these languages only (None: every language of the prepared folder)."""
+    data: str | None = None
+    """The prepared folder, when the start's vocabulary is not the study's (`bench.run --data` otherwise); the
+    runner prepares it with the start's tokenizer when it is missing."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,7 @@ class Section:
         or start, a budget over the CPU limit."""
         problems, seen = [], {}
         for c in self.comparisons[1:]:
-            for name in ("start", "languages", "budget"):
+            for name in ("start", "languages", "budget", "data"):
                 if getattr(c.setup, name) != getattr(self.setup, name):
                     problems.append(f"{self.name}: {c.id} has another {name} than {self.comparisons[0].id}")
         preset = self.comparisons[0].method.preset

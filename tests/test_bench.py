@@ -20,8 +20,8 @@ from bench.measures import (
     Measure,
     Target,
     aer_metrics,
-    read_xnli,
     retrieval_metrics,
+    xnli_reader,
 )
 from bench.run import Context, budget_overrides, run_dir, run_section, seeds_to_run
 from bench.studies import STUDIES
@@ -242,9 +242,23 @@ def test_the_runner_flags_an_xnli_classifier_that_scores_the_same_in_every_langu
     def write(per_language):
         result = {"average": {"mean": 40.0}, "per_language": {k: {"mean": v} for k, v in per_language.items()}}
         (t.evals / "xnli" / "finetune.json").write_text(json.dumps({"results": [result]}))
-        return read_xnli(t)[ONE_CLASS]
+        return xnli_reader("xnli")(t)[ONE_CLASS]
 
     assert write({"en": 33.3, "de": 33.3}) and not write({"en": 40.0, "de": 35.0})
+
+
+def test_the_full_xnli_measure_reads_english_and_the_transfer_gap(tmp_path):
+    t = target(tmp_path)
+    (t.evals / "xnli-full").mkdir(parents=True)
+    result = {
+        "average": {"mean": 60.0},
+        "gap": {"mean": 4.0},
+        "per_language": {"en": {"mean": 63.7}, "de": {"mean": 59.7}},
+    }
+    (t.evals / "xnli-full" / "finetune.json").write_text(json.dumps({"results": [result]}))
+    read = MEASURES["xnli-full"].read(t)
+    assert (read["xnli-full"], read["xnli-full/en"], read["xnli-full/gap"], read[ONE_CLASS]) == (60.0, 63.7, 4.0, False)
+    assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair, as issue 36 asks
 
 
 # --------------------------------------------------------------------------------------------------------
