@@ -285,6 +285,8 @@ class Study:
     """CPU-minutes a section may take (issue 19's 45; the long studies, such as the best recipe, more)."""
     tables: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Extra tables of the page: (title, metric keys), one row per arm of every section."""
+    premises_in_table: bool = False
+    """The page's claim table shows each claim's premises and reference values (seed 0) in a column."""
 
     def sections(self) -> dict[str, Section]:
         out: dict[str, Section] = {}

@@ -184,8 +184,8 @@ def stale_aer(c: Comparison, section: dict) -> bool:
 
 def one_class(c: Comparison, section: dict) -> bool:
     """Some seed of either arm fine-tuned into an XNLI classifier that ignores its input."""
-    seeds = [s for arm in c.arms for s in section["results"].get(arm.name, {}).values() if "xnli" in s]
-    return c.metric == "xnli" and any(s.get(ONE_CLASS) for s in seeds)
+    seeds = [s for arm in c.arms for s in section["results"].get(arm.name, {}).values() if c.metric in s]
+    return c.metric.startswith("xnli") and any(s.get(ONE_CLASS) for s in seeds)
 
 
 def comparison_row(c: Comparison, section: dict | None) -> dict:
@@ -242,6 +242,22 @@ def premise(check: Check, section: dict, floors: dict[str, float]) -> tuple[floa
     if check.premise_below_floor and (unigram := floors.get(check.floor)) is not None:
         return last, "below unigram", unigram, last < unigram
     return None
+
+
+def premise_text(c: Comparison, section: dict | None) -> str:
+    """The comparison's premises and reference values, seed 0, as a table cell: value, what it is held against."""
+    if section is None:
+        return "-"
+    parts = []
+    for check in c.why.checks:
+        if (numbers := check_numbers(check, section)) is None:
+            continue
+        value = " -> ".join(f"{v:.3g}" for v in numbers)
+        held = premise(check, section, section.get("floors", {}))
+        against = f"; {held[1]} {held[2]:.3g}: {'held' if held[3] else 'not met'}" if held else ""
+        reference = f" ({check.reference})" if check.reference else ""
+        parts.append(f"{check.label}: {value}{reference}{against}")
+    return "<br>".join(parts) or "-"
 
 
 def unmet_premises(c: Comparison, section: dict) -> list[Check]:

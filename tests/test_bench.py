@@ -647,3 +647,28 @@ def test_aer_sweeps_from_a_stale_layout_are_not_drawn(tmp_path):
     }
     section["results"]["xlm-e"]["0"][ONE_PAIR_LAYOUT] = False
     assert {p.name for p in page.section_curves("t", section, tmp_path)} == {"t-tatoeba14-layers.png"}
+
+
+def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flags_one_class_xnli(tmp_path):
+    from bench.studies.real_start import STUDY as REAL
+
+    sections = tmp_path / "real-start" / "sections"
+    sections.mkdir(parents=True)
+    start = {"aer-ot@label": 41.0, "aer-ot@default": 30.0, "aer-argmax@default": 28.0, "xnli-full": 60.1, **CURRENT_AER}
+    start[RELEASED_FILTERING] = True
+    seeds = {"start": {"0": start}, "mlm-tlm": {"0": {"aer-ot@default": 31.0, **CURRENT_AER, RELEASED_FILTERING: True}}}
+    seeds["mlm-tlm-dwa"] = {"0": {"aer-ot@default": 33.5, **CURRENT_AER, RELEASED_FILTERING: True}}
+    (sections / "xlm-align.json").write_text(json.dumps({"results": seeds, "code": "abc1234", "floors": {}}))
+    text = page.write(REAL, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path).read_text()
+    row = next(line for line in text.splitlines() if "`real-xlm-align-dwa`" in line)
+    assert "41" in row and "at most 37.8: not met" in row and "17.7 / 7.5 / 37.8 / 27.5" in row
+    assert "from models/multilingual-e5-small" in row and "+2.50" in row
+
+    xnli = {
+        "start": {"0": {"xnli-full": 33.3, ONE_CLASS: True}},
+        "moco-tlm": {"0": {"xnli-full": 40.0, ONE_CLASS: False}},
+    }
+    (sections / "ppa.json").write_text(json.dumps({"results": xnli, "code": "abc1234", "floors": {}}))
+    page.write(REAL, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path)
+    rows = {r["claim"]: r for r in json.loads((tmp_path / "real-start" / "verdicts.json").read_text())["rows"]}
+    assert rows["real-ppa-vs-start"]["verdict"] == V.ONE_CLASS_VERDICT

@@ -179,6 +179,7 @@ STUDY = Study(
     CLAIMS,
     # Issue 36: about 45 CPU-minutes per seed and arm; a section has up to three trained arms and two seeds.
     limit_minutes=270,
+    premises_in_table=True,
     tables=(
         (
             "XNLI zero-shot (full test sets, one fine-tuning seed per run)",
