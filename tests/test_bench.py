@@ -672,3 +672,17 @@ def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flag
     page.write(REAL, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path)
     rows = {r["claim"]: r for r in json.loads((tmp_path / "real-start" / "verdicts.json").read_text())["rows"]}
     assert rows["real-ppa-vs-start"]["verdict"] == V.ONE_CLASS_VERDICT
+
+
+def test_max_seeds_one_leaves_close_comparisons_to_one_seed(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_seed(ctx, arm, seed):
+        calls.append((arm.name, seed))
+        return {"tatoeba14@last": 10.0}  # every arm equal: a difference under `close`, which asks for seed 1
+
+    monkeypatch.setattr("bench.run.run_seed", fake_seed)
+    run_section(context("ppa", tmp_path), "evidence", max_seeds=1)
+    assert calls and {seed for _, seed in calls} == {0}
+    run_section(context("ppa", tmp_path), "evidence")
+    assert {seed for _, seed in calls} == {0, 1}
