@@ -30,7 +30,7 @@ from polyalign.cli_options import (
     TextPrefix,
     TrustPickle,
     comma_list,
-    torch_device,
+    load_on_device,
     wants_sweep,
 )
 from polyalign.io import DataError
@@ -170,10 +170,9 @@ def evaluate_tatoeba_command(
     progress: Progress = True,
 ) -> None:
     """Tatoeba retrieval acc@1 (xx->en, en->xx) per language and averaged, at a layer or across layers."""
-    from polyalign.checkpoint import load_model
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
     languages = resolve_languages(langs, data)
     result = evaluate_tatoeba(
@@ -207,12 +206,18 @@ def evaluate_bucc_command(
     progress: Progress = True,
 ) -> None:
     """BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 against the gold pairs."""
-    from polyalign.checkpoint import load_model
     from polyalign.evaluate.bucc import evaluate_bucc
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
     result = evaluate_bucc(
-        loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress, prefix=prefix
+        load_on_device(model, device, trust_pickle),
+        data,
+        pair,
+        split,
+        layer,
+        pooling.value,
+        batch_tokens=batch_tokens,
+        progress=progress,
+        prefix=prefix,
     )
     Console().print(
         f"BUCC {pair} {split}, {model}: F1 {result.f1:.2f} (precision {result.precision:.2f}, recall "
@@ -265,7 +270,6 @@ def align(
     from polyalign.align.aer import read_word_pairs
     from polyalign.align.aligner import Aligner, check_layer, chunks, default_encoding
     from polyalign.align.words import pharaoh
-    from polyalign.checkpoint import load_model
     from polyalign.io import open_binary
     from polyalign.progress import tqdm
 
@@ -273,7 +277,7 @@ def align(
         total = sum(1 for _ in f) if progress else None  # the bar's total; not worth a second read otherwise
     open_binary(tgt).close()
     encoding = encoding.value if encoding else default_encoding(method.value)
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     aligner = Aligner(loaded, encoding=encoding, batch_tokens=batch_tokens, precision=precision.value)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
@@ -306,10 +310,9 @@ def evaluate_alignment_command(
     progress: Progress = True,
 ) -> None:
     """Alignment error rate (sure/possible links), precision and recall on a gold set, at a layer or all."""
-    from polyalign.checkpoint import load_model
     from polyalign.evaluate.alignment import evaluate_alignment
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     result = evaluate_alignment(
         loaded,
         gold,
