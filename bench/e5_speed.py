@@ -87,13 +87,11 @@ def transformers_step(hf_model, autocast):
 def hf_bert(config):
     from transformers import BertConfig, BertForMaskedLM
 
+    from polyalign.model.hf import hf_sizes
+
     return BertForMaskedLM(
         BertConfig(
-            vocab_size=config.vocab_size,
-            hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_layers,
-            num_attention_heads=config.num_heads,
-            intermediate_size=config.ffn_size,
+            **hf_sizes(config),
             max_position_embeddings=config.max_positions,
             layer_norm_eps=config.layer_norm_eps,
             pad_token_id=config.pad_token_id,
