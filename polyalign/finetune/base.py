@@ -81,7 +81,8 @@ class Task(Protocol):
     def features(self, examples: list, loaded: LoadedModel, max_length: int, train: bool) -> list[Feature]: ...
 
     def wrap_encoder(self, encoder: Encoder) -> nn.Module:
-        """The representation the head reads: a module batch -> (B, T, C') with an `output_size` attribute."""
+        """The representation the head reads: a module batch -> (B, T, C') with an `output_size` attribute.
+        Optional: a task without it reads the plain encoder (`EncoderAdapter`)."""
         ...
 
     def head(self, hidden_size: int) -> nn.Module: ...

@@ -23,7 +23,6 @@ from torch import nn
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.finetune.base import (
-    EncoderAdapter,
     Feature,
     Subsample,
     TaskData,
@@ -320,9 +319,6 @@ class ExtractiveQA:
                 languages = None if lid is None else [q_lid] * offset + [lid] * (len(row) - offset)
                 out.append(Feature(row, languages, extra=extra, group=e.group))
         return out
-
-    def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
-        return EncoderAdapter(encoder)
 
     def head(self, hidden_size: int) -> nn.Module:
         return SpanHead(hidden_size)

@@ -18,7 +18,6 @@ from torch import nn
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.finetune.base import (
-    EncoderAdapter,
     Feature,
     Subsample,
     TaskData,
@@ -253,9 +252,6 @@ class TokenClassification:
                     )
                 )
         return out
-
-    def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
-        return EncoderAdapter(encoder)
 
     def head(self, hidden_size: int) -> nn.Module:
         return TokenHead(hidden_size, len(self.spec.tags))
