@@ -152,6 +152,11 @@ def collate_inputs(features: list[Feature], pad: int) -> dict[str, torch.Tensor]
     return batch
 
 
+def setting_defaults(transfer: dict, **translate_train_all) -> dict:
+    """A task's `defaults` for both settings: translate-train-all's are transfer's but for what the paper changes."""
+    return {"transfer": transfer, "translate-train-all": {**transfer, **translate_train_all}}
+
+
 def seeded_subset(items: list, n: int, seed: int = 0) -> list:
     """`n` items drawn without replacement by a fixed seed, in their original order (all of them if n is 0)."""
     if not n or n >= len(items):

@@ -29,6 +29,7 @@ from polyalign.finetune.base import (
     collate_inputs,
     language_id_for,
     seeded_subset,
+    setting_defaults,
 )
 from polyalign.finetune.code_switch import code_switch_training_set
 from polyalign.finetune.code_switch import describe as describe_code_switching
@@ -269,12 +270,9 @@ class ExtractiveQA:
     metric = "f1"
     # ERNIE-M Table 11 (MLQA column): batch 32, lr 3e-4, layer decay 0.8, weight decay 0, 2 epochs; XTREME's
     # max length 384 with doc_stride 128.
-    defaults = {
-        "transfer": dict(batch_size=32, lr=3e-4, layer_decay=0.8, weight_decay=0.0, epochs=2, max_length=384),
-        "translate-train-all": dict(
-            batch_size=32, lr=3e-4, layer_decay=0.8, weight_decay=0.0, epochs=2, max_length=384
-        ),
-    }
+    defaults = setting_defaults(
+        dict(batch_size=32, lr=3e-4, layer_decay=0.8, weight_decay=0.0, epochs=2, max_length=384)
+    )
 
     def __init__(self, options: QAOptions | None = None):
         self.options = options or QAOptions()

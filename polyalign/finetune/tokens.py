@@ -25,6 +25,7 @@ from polyalign.finetune.base import (
     language_id_for,
     pad_batch,
     seeded_subset,
+    setting_defaults,
 )
 from polyalign.io import DataError, open_binary, where
 from polyalign.tokenizer import SpecialTokens
@@ -287,10 +288,7 @@ NER = TokenSpec(
     "f1",
     NER_TAGS,
     load_ner,
-    {
-        "transfer": dict(batch_size=8, lr=4e-4, layer_decay=0.8, weight_decay=0.01, epochs=10),
-        "translate-train-all": dict(batch_size=8, lr=3e-4, layer_decay=0.8, weight_decay=0.01, epochs=10),
-    },
+    setting_defaults(dict(batch_size=8, lr=4e-4, layer_decay=0.8, weight_decay=0.01, epochs=10), lr=3e-4),
 )
 POS = TokenSpec(
     "pos",
