@@ -33,7 +33,7 @@ from polyalign.cli_options import (
     load_on_device,
     wants_sweep,
 )
-from polyalign.io import DataError
+from polyalign.io import DataError, write_json
 from polyalign.tables import console, print_prepared, print_tatoeba
 
 app = typer.Typer(
@@ -149,6 +149,16 @@ def pretrain(
     )
 
 
+def write_result(out: Path | None, name: str, result, sweep_title: str | None = None) -> None:
+    """An evaluation's result as --out/NAME.json and, with a layer sweep (`sweep_title`), its CSV and plot."""
+    if out is None:
+        return
+    write_json(out / f"{name}.json", result.to_dict())
+    if sweep_title is not None:
+        csv_path, png = result.write_sweep(out, title=sweep_title)
+        console.print(f"sweep: {csv_path}, {png}")
+
+
 @evaluate_app.command("tatoeba")
 def evaluate_tatoeba_command(
     model: ModelFolder,
@@ -179,13 +189,7 @@ def evaluate_tatoeba_command(
         loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
     )
     print_tatoeba(result, str(model))
-    if out is not None:
-        from polyalign.io import write_json
-
-        write_json(out / "tatoeba.json", result.to_dict())
-        if sweep:
-            csv_path, png = result.write_sweep(out, title=f"Tatoeba, {model}")
-            console.print(f"sweep: {csv_path}, {png}")
+    write_result(out, "tatoeba", result, f"Tatoeba, {model}" if sweep else None)
 
 
 @evaluate_app.command("bucc")
@@ -224,10 +228,7 @@ def evaluate_bucc_command(
         f"{result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
     )
     console.print(result.protocol())
-    if out is not None:
-        from polyalign.io import write_json
-
-        write_json(out / "bucc.json", result.to_dict())
+    write_result(out, "bucc", result)
 
 
 @app.command()
@@ -331,13 +332,7 @@ def evaluate_alignment_command(
         table.add_row(str(row["layer"]), f"{row['aer']:.2f}", f"{row['precision']:.2f}", f"{row['recall']:.2f}")
     Console().print(table)
     console.print(result.to_dict()["protocol"] + f"; reported layer {result.layer}: AER {result.aer:.2f}")
-    if out is not None:
-        from polyalign.io import write_json
-
-        write_json(out / "alignment.json", result.to_dict())
-        if result.sweep is not None:
-            csv_path, png = result.write_sweep(out, title=str(model))
-            console.print(f"sweep: {csv_path}, {png}")
+    write_result(out, "alignment", result, str(model) if result.sweep is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------------------
