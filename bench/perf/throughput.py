@@ -33,11 +33,12 @@ import torch
 import torch.nn.functional as F
 
 from bench.perf.cpu_speed import NOT_RECORDED, cpu_speed_section
-from bench.reporting import commit, cpu_name
+from bench.reporting import commit, cpu_name, read_json
 from polyalign.config import TrainerConfig
 from polyalign.data.layout import sentence_layout
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.model.hf import hf_sizes
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_batch
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import PretrainingModule, parameter_groups
@@ -123,11 +124,7 @@ def transformers_step(batch: dict[str, torch.Tensor]):
 
     torch.manual_seed(0)
     config = XLMRobertaConfig(
-        vocab_size=MODEL["vocab_size"],
-        hidden_size=MODEL["hidden_size"],
-        num_hidden_layers=MODEL["num_layers"],
-        num_attention_heads=MODEL["num_heads"],
-        intermediate_size=MODEL["ffn_size"],
+        **hf_sizes(EncoderConfig(**MODEL)),
         max_position_embeddings=MODEL["max_positions"] + 2,
         type_vocab_size=1,
         hidden_dropout_prob=DROPOUT,
@@ -206,7 +203,7 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="rewrite throughput.md from the JSON files in --out")
     args = ap.parse_args()
     if args.report_only:
-        result = json.loads((args.out / "throughput.json").read_text())
+        result = read_json(args.out / "throughput.json")
         (args.out / "throughput.md").write_text(report(result, "", args.out))
         return
     torch.set_num_threads(args.threads)
