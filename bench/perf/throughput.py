@@ -46,7 +46,13 @@ from polyalign.train import PretrainingModule, parameter_groups
 ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "bench" / "results"
-SPECIAL = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=32000, first_normal=5)
+
+
+def special_tokens(vocab_size: int) -> SpecialTokens:
+    return SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=vocab_size, first_normal=5)
+
+
+SPECIAL = special_tokens(32000)
 # The `mlm` recipe's model (polyalign/recipes/mlm.yaml).
 MODEL = dict(vocab_size=32000, hidden_size=384, num_layers=6, num_heads=6, ffn_size=1536, max_positions=256)
 DROPOUT, ATTENTION_DROPOUT = 0.1, 0.0
@@ -81,11 +87,13 @@ def matmul_peak(tokens: int, dtype: torch.dtype, seconds: float = 0.5) -> dict[s
 # (b), (c) training steps
 
 
-def synthetic_batch(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    batch: int, length: int, seed: int = 0, special: SpecialTokens = SPECIAL
+) -> dict[str, torch.Tensor]:
     """Full-length `<s> x </s>` rows of random ordinary tokens, masked as the MLM objective masks."""
     rng = np.random.default_rng(seed)
-    rows = [rng.integers(SPECIAL.first_normal, SPECIAL.vocab_size, length - 2) for _ in range(batch)]
-    return masked_batch(sentence_layout(rows, None, SPECIAL), SPECIAL, MLMConfig(), rng)
+    rows = [rng.integers(special.first_normal, special.vocab_size, length - 2) for _ in range(batch)]
+    return masked_batch(sentence_layout(rows, None, special), special, MLMConfig(), rng)
 
 
 def training_step(module: torch.nn.Module, loss_and_flops):
