@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import gzip
 import statistics
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from bench.reporting import median_seconds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PAIRS, MAX_LENGTH, STEPS, WARMUP = 16, 64, 5, 2
@@ -42,15 +44,7 @@ def raw_batches(tokenizer, count: int):
     return batches
 
 
-def timed(step, batches) -> float:
-    """Median seconds of `step(batch)` over the timed batches, after the warm-up ones."""
-    times = []
-    for k, batch in enumerate(batches):
-        started = time.perf_counter()
-        step(batch)
-        if k >= WARMUP:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+timed = partial(median_seconds, warmup=WARMUP)  # timed(step, batches): median seconds of step(batch)
 
 
 def polyalign_step(model, objective, params, autocast):
