@@ -267,7 +267,6 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args.data, args.steps, args.max_tokens, args.seed, args.languages, args.every)
     given = sys.argv[1:] if argv is None else argv
     command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.rtd_reference " + " ".join(given)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, {"provenance": provenance(command), **result})
     report(result, args.out, provenance(command))
 
