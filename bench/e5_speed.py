@@ -47,35 +47,28 @@ def raw_batches(tokenizer, count: int):
 timed = partial(median_seconds, warmup=WARMUP)  # timed(step, batches): median seconds of step(batch)
 
 
-def polyalign_step(model, objective, params, autocast):
-    optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+def training_step(loss_of, optimizer, autocast):
+    """step(batch): the loss under autocast, backward, the optimizer's update."""
 
     def step(batch):
         with autocast:
-            loss = objective(model, batch).loss
+            loss = loss_of(batch)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     return step
+
+
+def polyalign_step(model, objective, params, autocast):
+    optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+    return training_step(lambda batch: objective(model, batch).loss, optimizer, autocast)
 
 
 def transformers_step(hf_model, autocast):
-    optimizer = torch.optim.AdamW(hf_model.parameters(), lr=1e-5)
-
-    def step(batch):
-        with autocast:
-            loss = hf_model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"],
-                labels=batch["labels"],
-            ).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+    inputs = ("input_ids", "attention_mask", "position_ids", "labels")
+    loss_of = lambda batch: hf_model(**{k: batch[k] for k in inputs}).loss  # noqa: E731
+    return training_step(loss_of, torch.optim.AdamW(hf_model.parameters(), lr=1e-5), autocast)
 
 
 def hf_bert(config):
