@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.perf.cpu_speed import measure_aligner, polyalign
+from bench.reporting import read_json, records
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 E5 = ROOT / "models" / "multilingual-e5-small"
@@ -103,7 +106,7 @@ start at these weights (1 = the checkpoint); each is one more candidate for the 
 def convert(results: dict) -> None:
     """The model folder and the prepared bitext (each once), and the folder's agreement with the engine."""
     if not (E5 / "config.json").is_file():
-        run([*polyalign(), "import-e5", "--out", str(E5)])
+        run(polyalign("import-e5", "--out", str(E5)))
     if "conversion" not in results:
         import numpy as np
 
@@ -118,9 +121,9 @@ def convert(results: dict) -> None:
         }
         save(results)
     if not PREPARED.is_dir():
-        run([*polyalign(), "prepare", "--parallel", str(SHARED / "data/train/parallel"), "--tokenizer-from", str(E5),
-             "--out", str(PREPARED), "--exclude", str(SHARED / "data/eval/tatoeba"), "--dev-pairs", "200",
-             "--no-progress"])  # fmt: skip
+        run(polyalign("prepare", "--parallel", str(SHARED / "data/train/parallel"), "--tokenizer-from", str(E5),
+                      "--out", str(PREPARED), "--exclude", str(SHARED / "data/eval/tatoeba"), "--dev-pairs", "200",
+                      "--no-progress"))  # fmt: skip
 
 
 def sentences(results: dict) -> None:
@@ -292,7 +295,7 @@ def train(name: str, arm: Arm, run_dir: Path) -> None:
     sets = [f"trainer.max_steps={arm.steps}", "trainer.save_every=500", "trainer.keep_checkpoints=0", *arm.sets]
     if arm.stop_at:
         sets.append(f"trainer.stop_at={arm.stop_at}")
-    command = [*polyalign(), "pretrain", arm.recipe, "--data", str(PREPARED), "--init-from", str(E5)]
+    command = polyalign("pretrain", arm.recipe, "--data", str(PREPARED), "--init-from", str(E5))
     command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
     if (run_dir / "checkpoints").is_dir():
         command.append("--resume")
@@ -303,8 +306,6 @@ def train(name: str, arm: Arm, run_dir: Path) -> None:
 def align_speed(model: Path) -> dict:
     """`polyalign align` with the aligned model and the protocol above against eflomal, 2,000 en-de pairs."""
     import tempfile
-
-    from bench.perf.cpu_speed import measure_aligner
 
     options = ("--method", PRIMARY[1], "--encoding", PRIMARY[0], "--layer", str(LAYER))
     with tempfile.TemporaryDirectory() as scratch:
@@ -317,20 +318,14 @@ def align_speed(model: Path) -> dict:
 
 def minutes_at(run_dir: Path, step: int) -> float:
     """Training minutes (start-up and saving excluded) when the run logged `step`."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return max(r["seconds"] for r in rows if r["step"] <= step) / 60
+    return max(r["seconds"] for r in records(run_dir / "metrics.jsonl") if r["step"] <= step) / 60
 
 
 def training_seconds(run_dir: Path) -> float:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return max(json.loads(line).get("seconds", 0.0) for line in lines) if lines else 0.0
+    return max((r.get("seconds", 0.0) for r in records(run_dir / "metrics.jsonl")), default=0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------
-
-
-def polyalign() -> list[str]:
-    return [sys.executable, "-m", "polyalign.cli"]
 
 
 def run(command: list[str]) -> None:
@@ -338,7 +333,7 @@ def run(command: list[str]) -> None:
 
 
 def load() -> dict:
-    return json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    return read_json(RESULTS) if RESULTS.is_file() else {}
 
 
 def save(results: dict) -> None:

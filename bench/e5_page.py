@@ -18,15 +18,14 @@ from bench.e5 import (
     minutes_at,
     model_folder,
 )
+from bench.reporting import markdown_table, read_json
 
 EFLOMAL = ROOT / "bench" / "results" / "alignment.json"
 
 
 def eflomal_aer() -> dict[str, float]:
     """eflomal on the same bitext and gold sets (bench/results/alignment.json, measured by bench/alignment.py)."""
-    import json
-
-    data = json.loads(EFLOMAL.read_text())["eflomal"]
+    data = read_json(EFLOMAL)["eflomal"]
     return {name: round(data[name]["aer"], 2) for name in GOLD_SETS if name in data}
 
 
@@ -58,15 +57,6 @@ def summary(results: dict) -> dict:
         "eflomal": {"aer": eflomal_aer()},
         "tatoeba14": {lang: {"ours": tatoeba[lang]["xx_to_en"], "mteb": MTEB_TATOEBA[lang]} for lang in MTEB_TATOEBA},
     }
-
-
-def table(header: list[str], rows: list[list]) -> list[str]:
-    def cell(v):
-        return f"{v:.1f}" if isinstance(v, float) else str(v)
-
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join(cell(v) for v in row) + " |" for row in rows
-    ]
 
 
 def aer_rows(named: dict[str, dict[str, float]]) -> list[list]:
@@ -164,7 +154,7 @@ def alignment_section(results: dict, s: dict, png: Path) -> list[str]:
         "numbers of the chosen row are therefore slightly optimistic. This rule and the interpolation were "
         "added after a probe that printed both halves of the 0.5 interpolation (it improved every dev half).",
         "",
-        *table(["model", *GOLD_SETS], aer_rows(main)),
+        markdown_table(["model", *GOLD_SETS], aer_rows(main)),
         "",
         *[
             f"- `{name}`: {a['note']}" + (f" (`{' '.join(a['sets'])}`)" if a["sets"] else "")
@@ -178,7 +168,7 @@ def alignment_section(results: dict, s: dict, png: Path) -> list[str]:
         *compare_lines(results),
         "Test halves only (odd sentences; untouched by the choice):",
         "",
-        *table(
+        markdown_table(
             ["model", *GOLD_SETS],
             aer_rows({"start": s["start_test_halves"], chosen_name: s["aer_test_halves"]}),
         ),
@@ -186,12 +176,12 @@ def alignment_section(results: dict, s: dict, png: Path) -> list[str]:
         f"The arms at the same step of the same schedule (step {step}): labels by argmax or by softmax, embeddings "
         "held or trained:",
         "",
-        *table(["model", *GOLD_SETS], aer_rows(ablation)),
+        markdown_table(["model", *GOLD_SETS], aer_rows(ablation)),
         "",
         *gap_to_mbert(primary(start), s["aer"]),
         f"### Every extraction method at layer 8 (start → {chosen_name})",
         "",
-        *table(
+        markdown_table(
             ["encoding / method", *GOLD_SETS],
             [
                 [key, *(f"{start[key]['8'][g]:.1f} → {chosen_scores[key]['8'][g]:.1f}" for g in GOLD_SETS)]
@@ -218,7 +208,7 @@ def gap_to_mbert(start: dict, chosen_aer: dict) -> list[str]:
         "numbers on the same gold sets, with their softmax-threshold extraction). The remaining gap is the start's "
         "gap plus the difference of the two trainings' gains:",
         "",
-        *table(header, rows),
+        markdown_table(header, rows),
         "",
     ]
 
@@ -232,7 +222,7 @@ def compare_lines(results: dict) -> list[str]:
         "Chosen minus start, AER points, with the 95% paired bootstrap interval over each set's sentences "
         "(an interval that straddles 0 is a difference the set cannot tell from sampling):",
         "",
-        *table(["", *c["sets"]], [["difference [95%]", *cells]]),
+        markdown_table(["", *c["sets"]], [["difference [95%]", *cells]]),
         "",
     ]
 
@@ -275,13 +265,13 @@ def sentence_section(results: dict) -> list[str]:
         "layer), layer 7 the XTREME default polyalign reports when no layer is given. MTEB's figures as published "
         "for this model. ⚑: more than 2 points from MTEB with and without the prefix.",
         "",
-        *table(["language", "layer 7", "layer 12", "layer 12, `query: `", "MTEB", "difference"], [*rows, avg]),
+        markdown_table(["language", "layer 7", "layer 12", "layer 12, `query: `", "MTEB", "difference"], [*rows, avg]),
         "",
         f"BUCC 2018 zh-en, dev split (1,658 zh / 2,148 en sentences, 257 gold pairs; the threshold is chosen on "
         f"the same split, so F1 is optimistic), layer 12; the model card reports {MODEL_CARD_BUCC['zh']} F1 on "
         "the test split (not in our pack; its gold is not public):",
         "",
-        *table(["prefix", "F1", "precision", "recall"], bucc),
+        markdown_table(["prefix", "F1", "precision", "recall"], bucc),
         "",
         *prefix_reading(plain, prefixed),
         "",
@@ -350,11 +340,11 @@ def speed_section(results: dict) -> list[str]:
         f"threads, torch {speed['torch']}), median of 5 after 2 warm-up steps, all in one process "
         "(`bench/e5_speed.py`):",
         "",
-        *table(["step", "seconds", "tokens/s", "vs transformers"], rows),
+        markdown_table(["step", "seconds", "tokens/s", "vs transformers"], rows),
         "",
         "Where polyalign's TLM step goes (each part timed on its own, same batches):",
         "",
-        *table(["part", "seconds"], parts),
+        markdown_table(["part", "seconds"], parts),
         "",
         *(
             [

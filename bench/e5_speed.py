@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import gzip
 import statistics
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from bench.reporting import median_seconds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PAIRS, MAX_LENGTH, STEPS, WARMUP = 16, 64, 5, 2
@@ -42,58 +44,41 @@ def raw_batches(tokenizer, count: int):
     return batches
 
 
-def timed(step, batches) -> float:
-    """Median seconds of `step(batch)` over the timed batches, after the warm-up ones."""
-    times = []
-    for k, batch in enumerate(batches):
-        started = time.perf_counter()
-        step(batch)
-        if k >= WARMUP:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+timed = partial(median_seconds, warmup=WARMUP)  # timed(step, batches): median seconds of step(batch)
+
+
+def training_step(loss_of, optimizer, autocast):
+    """step(batch): the loss under autocast, backward, the optimizer's update."""
+
+    def step(batch):
+        with autocast:
+            loss = loss_of(batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
 
 
 def polyalign_step(model, objective, params, autocast):
     optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
-
-    def step(batch):
-        with autocast:
-            loss = objective(model, batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+    return training_step(lambda batch: objective(model, batch).loss, optimizer, autocast)
 
 
 def transformers_step(hf_model, autocast):
-    optimizer = torch.optim.AdamW(hf_model.parameters(), lr=1e-5)
-
-    def step(batch):
-        with autocast:
-            loss = hf_model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"],
-                labels=batch["labels"],
-            ).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+    inputs = ("input_ids", "attention_mask", "position_ids", "labels")
+    loss_of = lambda batch: hf_model(**{k: batch[k] for k in inputs}).loss  # noqa: E731
+    return training_step(loss_of, torch.optim.AdamW(hf_model.parameters(), lr=1e-5), autocast)
 
 
 def hf_bert(config):
     from transformers import BertConfig, BertForMaskedLM
 
+    from polyalign.model.hf import hf_sizes
+
     return BertForMaskedLM(
         BertConfig(
-            vocab_size=config.vocab_size,
-            hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_layers,
-            num_attention_heads=config.num_heads,
-            intermediate_size=config.ffn_size,
+            **hf_sizes(config),
             max_position_embeddings=config.max_positions,
             layer_norm_eps=config.layer_norm_eps,
             pad_token_id=config.pad_token_id,

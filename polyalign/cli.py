@@ -31,10 +31,10 @@ from polyalign.cli_options import (
     TextPrefix,
     TrustPickle,
     comma_list,
-    torch_device,
+    load_on_device,
     wants_sweep,
 )
-from polyalign.io import DataError
+from polyalign.io import DataError, write_json
 from polyalign.tables import console, print_prepared, print_tatoeba
 
 app = typer.Typer(
@@ -150,6 +150,16 @@ def pretrain(
     )
 
 
+def write_result(out: Path | None, name: str, result, sweep_title: str | None = None) -> None:
+    """An evaluation's result as --out/NAME.json and, with a layer sweep (`sweep_title`), its CSV and plot."""
+    if out is None:
+        return
+    write_json(out / f"{name}.json", result.to_dict())
+    if sweep_title is not None:
+        csv_path, png = result.write_sweep(out, title=sweep_title)
+        console.print(f"sweep: {csv_path}, {png}")
+
+
 @evaluate_app.command("tatoeba")
 def evaluate_tatoeba_command(
     model: ModelFolder,
@@ -171,23 +181,16 @@ def evaluate_tatoeba_command(
     progress: Progress = True,
 ) -> None:
     """Tatoeba retrieval acc@1 (xx->en, en->xx) per language and averaged, at a layer or across layers."""
-    from polyalign.checkpoint import load_model
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
     languages = resolve_languages(langs, data)
     result = evaluate_tatoeba(
         loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
     )
     print_tatoeba(result, str(model))
-    if out is not None:
-        from polyalign.io import write_json
-
-        write_json(out / "tatoeba.json", result.to_dict())
-        if sweep:
-            csv_path, png = result.write_sweep(out, title=f"Tatoeba, {model}")
-            console.print(f"sweep: {csv_path}, {png}")
+    write_result(out, "tatoeba", result, f"Tatoeba, {model}" if sweep else None)
 
 
 @evaluate_app.command("bucc")
@@ -208,22 +211,25 @@ def evaluate_bucc_command(
     progress: Progress = True,
 ) -> None:
     """BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 against the gold pairs."""
-    from polyalign.checkpoint import load_model
     from polyalign.evaluate.bucc import evaluate_bucc
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
     result = evaluate_bucc(
-        loaded, data, pair, split, layer, pooling.value, batch_tokens=batch_tokens, progress=progress, prefix=prefix
+        load_on_device(model, device, trust_pickle),
+        data,
+        pair,
+        split,
+        layer,
+        pooling.value,
+        batch_tokens=batch_tokens,
+        progress=progress,
+        prefix=prefix,
     )
     Console().print(
         f"BUCC {pair} {split}, {model}: F1 {result.f1:.2f} (precision {result.precision:.2f}, recall "
         f"{result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
     )
     console.print(result.protocol())
-    if out is not None:
-        from polyalign.io import write_json
-
-        write_json(out / "bucc.json", result.to_dict())
+    write_result(out, "bucc", result)
 
 
 @app.command()
@@ -266,7 +272,6 @@ def align(
     from polyalign.align.aer import read_word_pairs
     from polyalign.align.aligner import Aligner, check_layer, chunks, default_encoding
     from polyalign.align.words import pharaoh
-    from polyalign.checkpoint import load_model
     from polyalign.io import open_binary
     from polyalign.progress import tqdm
 
@@ -274,7 +279,7 @@ def align(
         total = sum(1 for _ in f) if progress else None  # the bar's total; not worth a second read otherwise
     open_binary(tgt).close()
     encoding = encoding.value if encoding else default_encoding(method.value)
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     aligner = Aligner(loaded, encoding=encoding, batch_tokens=batch_tokens, precision=precision.value)
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
@@ -307,10 +312,9 @@ def evaluate_alignment_command(
     progress: Progress = True,
 ) -> None:
     """Alignment error rate (sure/possible links), precision and recall on a gold set, at a layer or all."""
-    from polyalign.checkpoint import load_model
     from polyalign.evaluate.alignment import evaluate_alignment
 
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     result = evaluate_alignment(
         loaded,
         gold,
@@ -329,13 +333,7 @@ def evaluate_alignment_command(
         table.add_row(str(row["layer"]), f"{row['aer']:.2f}", f"{row['precision']:.2f}", f"{row['recall']:.2f}")
     Console().print(table)
     console.print(result.to_dict()["protocol"] + f"; reported layer {result.layer}: AER {result.aer:.2f}")
-    if out is not None:
-        from polyalign.io import write_json
-
-        write_json(out / "alignment.json", result.to_dict())
-        if result.sweep is not None:
-            csv_path, png = result.write_sweep(out, title=str(model))
-            console.print(f"sweep: {csv_path}, {png}")
+    write_result(out, "alignment", result, str(model) if result.sweep is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------------------

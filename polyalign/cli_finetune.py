@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from polyalign.cli_options import Device, ModelFolder, Progress, TrustPickle, comma_list, torch_device
+from polyalign.cli_options import Device, ModelFolder, Progress, TrustPickle, comma_list, load_on_device
 from polyalign.io import DataError
 from polyalign.tables import console
 
@@ -75,7 +75,6 @@ def finetune(
     ] = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
-    from polyalign.checkpoint import load_model
     from polyalign.finetune import Subsample, finetune_task
     from polyalign.finetune.results import invoked_command, write_results
 
@@ -87,7 +86,7 @@ def finetune(
         if setting != Setting.translate_train_all:
             raise DataError("--plug-in pairs every input with its translation: use --setting translate-train-all")
         overrides["plug_in"] = "true"
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     if plug_in and not loaded.model.config.cross_attention:
         raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
     sample = Subsample(max_train, max_select, max_eval)
@@ -124,7 +123,6 @@ def xtreme(
     trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
-    from polyalign.checkpoint import load_model
     from polyalign.finetune import TASKS, Subsample, finetune_task
     from polyalign.finetune.results import invoked_command, summary_markdown, write_results
 
@@ -140,7 +138,7 @@ def xtreme(
             raise DataError(f"--seeds {seeds}: use a number or task=number for the chosen tasks")
         per_task_seeds[name] = int(n)
     sets = parse_sets(set_)
-    loaded = load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+    loaded = load_on_device(model, device, trust_pickle)
     sample = Subsample(max_train, max_select, max_eval)
     results = []
     for name in names:

@@ -58,6 +58,13 @@ def torch_device(name: str | None) -> str:
     return name
 
 
+def load_on_device(model: Path, device: str | None, trust_pickle: bool):
+    """The model of --model on --device (see `torch_device`); `--trust-pickle` allows pickled weights."""
+    from polyalign.checkpoint import load_model
+
+    return load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
+
+
 # Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
 # (StrEnum's functional form: each member's value is its name.)
 BadLines = StrEnum("BadLines", ["skip", "error"])

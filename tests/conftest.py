@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,26 @@ def tiny_recipe_overrides(prepared: Path, steps: int = 4) -> list[str]:
         "trainer.log_every=1",
         "trainer.lr=1e-3",
     ]
+
+
+def exact_recipe_overrides(prepared: Path, steps: int) -> list[str]:
+    """tiny_recipe_overrides without dropout and in fp32, for runs that must compute the same losses in another
+    layout (processes x accumulation): only the float reduction order may differ."""
+    return tiny_recipe_overrides(prepared, steps) + [
+        "model.dropout=0.0",
+        "model.attention_dropout=0.0",
+        "trainer.precision=fp32",
+    ]
+
+
+def metrics(run: Path) -> list[dict]:
+    """A run's metrics.jsonl: one record per logged step."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    """(step, loss) of every logged step: two runs trained the same when these are equal."""
+    return [(r["step"], r["loss"]) for r in metrics(run)]
 
 
 def shared_data(*parts: str) -> Path:

@@ -3,7 +3,6 @@ taken by all processes together, and resuming with another processes x accumulat
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 from datetime import timedelta
@@ -27,26 +26,16 @@ from polyalign.train import (
     pretrain,
     reduce_window,
 )
-from tests.conftest import tiny_recipe_overrides
-
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+from tests.conftest import exact_recipe_overrides, losses, metrics, tiny_recipe_overrides
 
 
 def norms(run: Path) -> list[float]:
-    return [r["grad_norm"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+    return [r["grad_norm"] for r in metrics(run)]
 
 
 def exact_overrides(prepared: Path, steps: int) -> list[str]:
-    """No dropout and fp32: one process x 2 accumulation and 2 processes x 1 then compute the same losses."""
-    return tiny_recipe_overrides(prepared, steps) + [
-        "model.dropout=0.0",
-        "model.attention_dropout=0.0",
-        "trainer.precision=fp32",
-        "trainer.save_every=100",
-        "trainer.loader_workers=0",
-    ]
+    """One process x 2 accumulation and 2 processes x 1 then compute the same losses."""
+    return exact_recipe_overrides(prepared, steps) + ["trainer.save_every=100", "trainer.loader_workers=0"]
 
 
 def test_step_collectives_take_tensors_on_the_training_device(monkeypatch):

@@ -1,7 +1,5 @@
 """Denoising word alignment (XLM-Align §3.2): pointer loss, self-labeling, the objective, the recipe."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -21,7 +19,7 @@ from polyalign.objectives.base import model_inputs
 from polyalign.objectives.dwa import PointerNetwork, pointer_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import check_warm_start
-from tests.conftest import tiny_config, tiny_recipe_overrides
+from tests.conftest import metrics, tiny_config, tiny_recipe_overrides
 
 SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
 
@@ -199,7 +197,7 @@ def test_xlm_align_recipe_continues_an_xlm_run(sample_prepared, tmp_path):
     pretrain(load_recipe("xlm", overrides), tmp_path / "xlm", progress=False)
     recipe = load_recipe("xlm-align", [*overrides, f"init_from={tmp_path / 'xlm'}", "trainer.max_steps=3"])
     pretrain(recipe, tmp_path / "xlm-align", progress=False)
-    records = [json.loads(line) for line in (tmp_path / "xlm-align" / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(tmp_path / "xlm-align")
     assert [r["step"] for r in records] == [1, 2, 3]
     assert all(np.isfinite(r["dwa/dwa_loss"]) and np.isfinite(r["dwa/tlm_loss"]) for r in records)
     saved = load_file(str(tmp_path / "xlm-align" / "checkpoints" / "step-0000003" / "objectives.safetensors"))

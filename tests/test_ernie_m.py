@@ -1,7 +1,5 @@
 """ERNIE-M: CAMLM and BTMLM attention masks, pseudo-token generation, warm start, and the recipe."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -27,7 +25,7 @@ from polyalign.objectives.ernie_m_camlm import CAMLM, CAMLMConfig, camlm_attenti
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import build_model, pretrain
-from tests.conftest import tiny_config, tiny_recipe_overrides
+from tests.conftest import metrics, tiny_config, tiny_recipe_overrides
 
 SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
 STEPS = 300  # CAMLM steps of the synthetic-translation test
@@ -368,13 +366,13 @@ def test_warm_start_without_language_embeddings_numbers_the_new_rows_by_the_data
 def test_ernie_m_recipe_runs_both_stages(sample_prepared, tmp_path):
     overrides = tiny_recipe_overrides(sample_prepared, steps=2) + ["objectives.3.start_step=1"]
     pretrain(load_recipe("ernie-m", overrides), tmp_path / "run", progress=False)
-    first, second = map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    first, second = metrics(tmp_path / "run")
     for name in ("mlm", "tlm", "camlm"):
         assert np.isfinite(first[f"{name}/loss"]) and np.isfinite(second[f"{name}/loss"])
     assert "btmlm/loss" not in first  # stage 1: MLM + TLM + CAMLM
     assert np.isfinite(second["btmlm/loss"]) and second["btmlm/perplexity"] > 1  # stage 2 adds BTMLM
     # One logging window over both steps: BTMLM's metrics average over the one step it trained, not two.
     pretrain(load_recipe("ernie-m", [*overrides, "trainer.log_every=2"]), tmp_path / "window", progress=False)
-    (both,) = map(json.loads, (tmp_path / "window" / "metrics.jsonl").read_text().splitlines())
+    (both,) = metrics(tmp_path / "window")
     assert both["btmlm/loss"] == pytest.approx(second["btmlm/loss"], rel=1e-5)
     assert both["mlm/loss"] == pytest.approx((first["mlm/loss"] + second["mlm/loss"]) / 2, rel=1e-5)

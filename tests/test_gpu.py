@@ -5,7 +5,6 @@ on the device, not how fast it is (bench/perf/throughput.py measures that)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,12 @@ import torch
 from polyalign.checkpoint import checkpoint_dirs, load_model
 from polyalign.config import load_recipe
 from polyalign.train import load_run_recipe, pretrain
-from tests.conftest import SAMPLE, tiny_recipe_overrides
+from tests.conftest import SAMPLE, losses, tiny_recipe_overrides
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
-
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
 def gpu_overrides(prepared: Path, steps: int) -> list[str]:

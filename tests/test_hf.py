@@ -11,7 +11,7 @@ import torch
 from polyalign.checkpoint import LoadedModel, load_model
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.model.hf import export_hf
+from polyalign.model.hf import export_hf, hf_sizes
 from polyalign.model.hf_tokenizer import write_hf_tokenizer
 from polyalign.tokenizer import SentencePieceTokenizer
 from tests.conftest import SAMPLE, tiny_config
@@ -25,14 +25,12 @@ SENTENCES = [
     "今天天气很好",
     "Кошка спит.",
 ]
-TINY_HF = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+
+
+def tiny_hf(vocab_size: int) -> dict:
+    """conftest's tiny encoder in transformers' terms, without dropout (as tiny_config)."""
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return hf_sizes(tiny_config(vocab_size=vocab_size)) | no_dropout
 
 
 def randomise_(module: torch.nn.Module, seed: int = 0) -> None:
@@ -74,7 +72,7 @@ def hf_xlmr(tmp_path_factory, sp_tokenizer) -> Path:
     """A randomly initialised tiny XLM-RoBERTa saved by transformers, with our tokenizer in HF form."""
     folder = tmp_path_factory.mktemp("hf") / "xlmr"
     config = transformers.XLMRobertaConfig(
-        vocab_size=sp_tokenizer.special.vocab_size, max_position_embeddings=66, type_vocab_size=1, **TINY_HF
+        max_position_embeddings=66, type_vocab_size=1, **tiny_hf(sp_tokenizer.special.vocab_size)
     )
     model = transformers.XLMRobertaForMaskedLM(config)
     randomise_(model)
@@ -149,7 +147,7 @@ def test_bert_import_and_export_match_transformers(tmp_path):
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat", "on", "mat", "a", "big", "red"]
     vocab = {w: i for i, w in enumerate(words + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"])}
     tokenizer = transformers.BertTokenizer(vocab=vocab)
-    config = transformers.BertConfig(vocab_size=len(vocab), max_position_embeddings=40, **TINY_HF)
+    config = transformers.BertConfig(max_position_embeddings=40, **tiny_hf(len(vocab)))
     model = transformers.BertForMaskedLM(config)
     randomise_(model)
     model.save_pretrained(folder)
@@ -173,7 +171,7 @@ def test_bert_import_and_export_match_transformers(tmp_path):
 def test_electra_discriminator_imports_with_factorised_embeddings(tmp_path, capsys):
     folder = tmp_path / "electra"
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on"])}
-    config = transformers.ElectraConfig(vocab_size=len(vocab), embedding_size=16, max_position_embeddings=40, **TINY_HF)
+    config = transformers.ElectraConfig(embedding_size=16, max_position_embeddings=40, **tiny_hf(len(vocab)))
     model = transformers.ElectraForPreTraining(config)
     randomise_(model)
     model.save_pretrained(folder)

@@ -1,6 +1,5 @@
 """PPA: MoCo sentence alignment with TLM (objectives/moco.py), its recipe, and DDP key gathering."""
 
-import json
 import math
 
 import numpy as np
@@ -29,7 +28,7 @@ from polyalign.objectives.moco import (
 )
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
-from tests.conftest import tiny_config, tiny_recipe_overrides
+from tests.conftest import metrics, tiny_config, tiny_recipe_overrides
 from tests.test_train import _run_cli, losses
 
 SPECIAL = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
@@ -241,7 +240,7 @@ def test_pair_filter_drops_short_sides_and_long_pairs(tmp_path):
 def test_ppa_recipe_post_pretrains_a_saved_model(sample_prepared, tiny_foundation, tmp_path, variant):
     recipe = load_recipe("ppa", ppa_overrides(sample_prepared, tiny_foundation, steps=2) + ABLATIONS[variant])
     pretrain(recipe, tmp_path / "run", progress=False)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(tmp_path / "run")
     assert [r["step"] for r in records] == [1, 2] and all(math.isfinite(r["loss"]) for r in records)
     name = recipe.objectives[0].name
     assert ("moco/moco_loss" in records[0]) == (variant != "no-moco")

@@ -1,4 +1,3 @@
-import json
 import os
 import subprocess
 import sys
@@ -11,13 +10,9 @@ from polyalign.checkpoint import checkpoint_dirs, load_model
 from polyalign.config import load_recipe
 from polyalign.io import DataError
 from polyalign.train import drop_held_gradients, learning_rate_factor, load_run_recipe, parameter_groups, pretrain
-from tests.conftest import tiny_recipe_overrides
+from tests.conftest import exact_recipe_overrides, losses, tiny_recipe_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
 @pytest.mark.integration
@@ -145,11 +140,7 @@ def _run_cli(args: list[str], env_extra: dict | None = None, nproc: int = 1) -> 
 
 @pytest.mark.integration
 def test_ddp_two_gloo_processes_match_one_process_with_accumulation(sample_prepared, tmp_path):
-    overrides = tiny_recipe_overrides(sample_prepared, steps=4) + [
-        "model.dropout=0.0",
-        "model.attention_dropout=0.0",
-        "trainer.precision=fp32",
-    ]
+    overrides = exact_recipe_overrides(sample_prepared, steps=4)
     sets = [a for o in overrides for a in ("--set", o)]
     ddp = _run_cli(["pretrain", "xlm", "--run-dir", str(tmp_path / "ddp"), "--no-progress", *sets], nproc=2)
     assert ddp.returncode == 0, ddp.stderr[-2000:]

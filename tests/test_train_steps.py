@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 
@@ -27,11 +26,7 @@ from polyalign.train import (
     train_step,
     unused_parameters_possible,
 )
-from tests.conftest import tiny_recipe_overrides
-
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+from tests.conftest import losses, metrics, tiny_recipe_overrides
 
 
 def step_items(recipe, run_dir: Path, workers: int, steps: int) -> list:
@@ -147,9 +142,7 @@ def test_max_flops_stops_at_the_step_that_reaches_the_budget(sample_prepared, tm
     nor at max_steps (6)."""
     overrides = tiny_recipe_overrides(sample_prepared, steps=6) + ["trainer.loader_workers=0", "trainer.save_every=100"]
     pretrain(load_recipe("mlm", overrides), tmp_path / "full", progress=False)
-    flops = {
-        r["step"]: r["flops"] for r in map(json.loads, (tmp_path / "full" / "metrics.jsonl").read_text().splitlines())
-    }
+    flops = {r["step"]: r["flops"] for r in metrics(tmp_path / "full")}
     budget = (flops[2] + flops[3]) / 2
     expected = min(s for s, f in flops.items() if f >= budget)
     assert expected == 3 and flops_stop(2, flops[2], flops[2] / 2, budget, horizon=2) == 3  # equal-ish steps

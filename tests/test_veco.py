@@ -21,7 +21,7 @@ from polyalign.objectives import build_objective
 from polyalign.objectives.mlm import masked_lm_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import pretrain
-from tests.conftest import tiny_config, tiny_recipe_overrides
+from tests.conftest import metrics, tiny_config, tiny_recipe_overrides
 
 B, T = 3, 9
 
@@ -339,7 +339,7 @@ def test_veco_recipe_trains_and_train_only_holds_all_but_cross_attention(sample_
     with pytest.raises(DataError, match=r"train_only.*pass --init-from"):  # the recipe's first stage needs a start
         pretrain(load_recipe("veco", overrides), tmp_path / "veco", progress=False)
     pretrain(load_recipe("veco", overrides + ["trainer.train_only=[]"]), tmp_path / "veco", progress=False)
-    records = [json.loads(line) for line in (tmp_path / "veco" / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(tmp_path / "veco")
     assert "ca_mlm_adjacent/loss" in records[0] and "ca_mlm/loss" not in records[0]  # step 1: monolingual pairs
     assert "ca_mlm/loss" in records[1] and "tlm/loss" in records[1]  # step 2: translation pairs + TLM
     assert all(np.isfinite(r["loss"]) for r in records)

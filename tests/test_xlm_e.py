@@ -21,7 +21,7 @@ from polyalign.objectives import OBJECTIVES
 from polyalign.objectives.rtd import corrupt, replaced_token_labels, sample_replacements
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
-from tests.conftest import tiny_config, tiny_recipe_overrides
+from tests.conftest import metrics, tiny_config, tiny_recipe_overrides
 
 SP = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=99, first_normal=5)
 
@@ -399,10 +399,6 @@ def test_flops_match_a_hand_count():
 
 # ---------------------------------------------------------------------------------------------------------
 # Recipes
-
-
-def metrics(run) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.integration

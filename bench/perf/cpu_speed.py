@@ -245,7 +245,7 @@ def measure_prepare(scratch: Path, scales: list[int], workers: list[int], sample
 
 def steady_rates(metrics: Path) -> dict:
     """tokens/s and model FLOP/s over every log window after the first, from cumulative counters."""
-    from reporting import records  # bench/ is this script's folder
+    from bench.reporting import records
 
     rows = records(metrics)
     first, last = rows[0], rows[-1]
@@ -391,7 +391,7 @@ def main() -> None:
     if args.eflomal:  # the eflomal process of the aligner comparison
         eflomal_files(*args.eflomal)
         return
-    from reporting import commit, machine
+    from bench.reporting import commit, machine
 
     parts = args.only.split(",")
     scales = [int(s) for s in args.scales.split(",")]

@@ -362,7 +362,7 @@ def check_run(run: Path, steps: int) -> str:
     """`ok` when the metrics log every step once, finite, and both checkpoints are there."""
     import math
 
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(run)
     logged = [r["step"] for r in records]
     if logged != list(range(1, steps + 1)):
         return f"failed: logged steps {logged}, expected 1..{steps}"
@@ -374,11 +374,14 @@ def check_run(run: Path, steps: int) -> str:
     return "ok"
 
 
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
 def run_numbers(run: Path) -> dict:
-    path = run / "metrics.jsonl"
-    if not path.is_file():
+    if not (run / "metrics.jsonl").is_file():
         return {}
-    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = metrics(run)
     return {"steps": records[-1]["step"], "last_loss": records[-1]["loss"], "tokens_per_s": records[-1]["tokens_per_s"]}
 
 
@@ -435,7 +438,9 @@ def step_throughput(step: Step) -> None:
         f"masked positions only) / {peak or 'unknown'} TFLOP/s ({name}); a step = forward, loss, backward, "
         "clipping, fused AdamW (bench/throughput.py's training_step, the same for both stacks)"
     )
-    batches = [throughput_batch(s, seed) for seed in range(2)]
+    bench = throughput_module()
+    special = bench.special_tokens(s.throughput_model["vocab_size"])
+    batches = [bench.synthetic_batch(s.batch, s.length, seed, special) for seed in range(2)]
     arms = {
         "polyalign": lambda: polyalign_arm(s, device),
         "transformers": lambda: transformers_arm(s, device),
@@ -461,25 +466,6 @@ def throughput_config(s: Sizes):
     return EncoderConfig(**s.throughput_model, max_positions=s.length, dropout=0.1, attention_dropout=0.1)
 
 
-def special_tokens(vocab_size: int):
-    from polyalign.tokenizer import SpecialTokens
-
-    return SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=vocab_size, first_normal=5)
-
-
-def throughput_batch(s: Sizes, seed: int) -> dict:
-    """Full-length `<s> x </s>` rows of random ordinary tokens, masked as the MLM objective masks them."""
-    import numpy as np
-
-    from polyalign.data.layout import sentence_layout
-    from polyalign.objectives.mlm import MLMConfig, masked_batch
-
-    special = special_tokens(s.throughput_model["vocab_size"])
-    rng = np.random.default_rng(seed)
-    rows = [rng.integers(special.first_normal, special.vocab_size, s.length - 2) for _ in range(s.batch)]
-    return masked_batch(sentence_layout(rows, None, special), special, MLMConfig(), rng)
-
-
 def polyalign_arm(s: Sizes, device, checkpointing: bool = False, compiled: bool = False):
     """polyalign's MLM objective on its model, as the trainer runs it; returns (module, loss function)."""
     import torch
@@ -491,7 +477,7 @@ def polyalign_arm(s: Sizes, device, checkpointing: bool = False, compiled: bool 
     config = throughput_config(s)
     with torch.device(device):  # built where it trains: initialising 278M parameters on the CPU takes seconds
         model = MaskedLanguageModel(config)
-        objective = MLM(MLMConfig(), special_tokens(config.vocab_size), config)
+        objective = MLM(MLMConfig(), throughput_module().special_tokens(config.vocab_size), config)
         module = PretrainingModule(model, {"mlm": objective}, {"mlm": 1.0})
     model.encoder.checkpoint_layers = checkpointing
     forward = torch.compile(module, backend=s.compile_backend) if compiled else module
@@ -513,7 +499,8 @@ def transformers_arm(s: Sizes, device):
     from polyalign.model.hf import xlmr_config
 
     c = throughput_config(s)
-    mapped = xlmr_config(SimpleNamespace(config=c), SimpleNamespace(special=special_tokens(c.vocab_size)), 1)
+    special = throughput_module().special_tokens(c.vocab_size)
+    mapped = xlmr_config(SimpleNamespace(config=c), SimpleNamespace(special=special), 1)
     config = XLMRobertaConfig.from_dict(mapped)
     with torch.device(device):
         model = XLMRobertaForMaskedLM(config)

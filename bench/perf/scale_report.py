@@ -14,27 +14,23 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.reporting import commit, cpu_name
+from bench.reporting import commit, cpu_name, read_json, records
 
 ROOT = Path(__file__).resolve().parents[2]
 W = ROOT / "bench" / "work" / "scale"
 OUT = ROOT / "bench" / "results"
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def corpus_size(name: str) -> dict:
     files = [p for p in (W / f"corpus-{name}").rglob("*.gz")]
-    prepared = json.loads((W / f"prepared-{name}" / "meta.json").read_text())
+    prepared = read_json(W / f"prepared-{name}" / "meta.json")
     tokens = sum(s["tokens"] for s in prepared["mono"].values())
     tokens += sum(sum(s["tokens"]) for s in prepared["parallel"].values())
     return {"gz_mb": round(sum(p.stat().st_size for p in files) / 2**20, 1), "tokens": tokens}
 
 
 def main() -> None:
-    rss = {r["label"]: r for r in read_jsonl(W / "rss.jsonl")}
+    rss = {r["label"]: r for r in records(W / "rss.jsonl")}
     sizes = {s: corpus_size(s) for s in ("1x", "10x")}
     memory = {
         phase: {
@@ -45,7 +41,7 @@ def main() -> None:
         }
         for phase in ("prepare", "train")
     }
-    ddp, single = read_jsonl(W / "ddp" / "metrics.jsonl"), read_jsonl(W / "single" / "metrics.jsonl")
+    ddp, single = records(W / "ddp" / "metrics.jsonl"), records(W / "single" / "metrics.jsonl")
     steps = [
         {"step": a["step"], "ddp": a["loss"], "single": b["loss"], "rel_diff": abs(a["loss"] / b["loss"] - 1)}
         for a, b in zip(ddp, single, strict=True)
@@ -123,6 +119,6 @@ def write_page(result: dict) -> None:
 
 if __name__ == "__main__":
     if "--page-only" in sys.argv:
-        write_page(json.loads((OUT / "scale.json").read_text()))
+        write_page(read_json(OUT / "scale.json"))
     else:
         main()

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from bench.reporting import median_seconds
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.encoder import Dropout, attend, expand_attention_mask
 from polyalign.model.losses import cross_entropy
@@ -30,13 +29,7 @@ PREDICTED = B * T * 15 // 100
 
 
 def seconds(fn, repeats: int = 5) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_seconds(lambda _: fn(), range(1 + repeats), warmup=1)
 
 
 def forward_backward(fn, *inputs):

@@ -33,11 +33,12 @@ import torch
 import torch.nn.functional as F
 
 from bench.perf.cpu_speed import NOT_RECORDED, cpu_speed_section
-from bench.reporting import commit, cpu_name
+from bench.reporting import commit, cpu_name, read_json
 from polyalign.config import TrainerConfig
 from polyalign.data.layout import sentence_layout
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.model.hf import hf_sizes
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_batch
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import PretrainingModule, parameter_groups
@@ -45,7 +46,13 @@ from polyalign.train import PretrainingModule, parameter_groups
 ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "bench" / "results"
-SPECIAL = SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=32000, first_normal=5)
+
+
+def special_tokens(vocab_size: int) -> SpecialTokens:
+    return SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=vocab_size, first_normal=5)
+
+
+SPECIAL = special_tokens(32000)
 # The `mlm` recipe's model (polyalign/recipes/mlm.yaml).
 MODEL = dict(vocab_size=32000, hidden_size=384, num_layers=6, num_heads=6, ffn_size=1536, max_positions=256)
 DROPOUT, ATTENTION_DROPOUT = 0.1, 0.0
@@ -80,11 +87,13 @@ def matmul_peak(tokens: int, dtype: torch.dtype, seconds: float = 0.5) -> dict[s
 # (b), (c) training steps
 
 
-def synthetic_batch(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    batch: int, length: int, seed: int = 0, special: SpecialTokens = SPECIAL
+) -> dict[str, torch.Tensor]:
     """Full-length `<s> x </s>` rows of random ordinary tokens, masked as the MLM objective masks."""
     rng = np.random.default_rng(seed)
-    rows = [rng.integers(SPECIAL.first_normal, SPECIAL.vocab_size, length - 2) for _ in range(batch)]
-    return masked_batch(sentence_layout(rows, None, SPECIAL), SPECIAL, MLMConfig(), rng)
+    rows = [rng.integers(special.first_normal, special.vocab_size, length - 2) for _ in range(batch)]
+    return masked_batch(sentence_layout(rows, None, special), special, MLMConfig(), rng)
 
 
 def training_step(module: torch.nn.Module, loss_and_flops):
@@ -123,11 +132,7 @@ def transformers_step(batch: dict[str, torch.Tensor]):
 
     torch.manual_seed(0)
     config = XLMRobertaConfig(
-        vocab_size=MODEL["vocab_size"],
-        hidden_size=MODEL["hidden_size"],
-        num_hidden_layers=MODEL["num_layers"],
-        num_attention_heads=MODEL["num_heads"],
-        intermediate_size=MODEL["ffn_size"],
+        **hf_sizes(EncoderConfig(**MODEL)),
         max_position_embeddings=MODEL["max_positions"] + 2,
         type_vocab_size=1,
         hidden_dropout_prob=DROPOUT,
@@ -206,7 +211,7 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="rewrite throughput.md from the JSON files in --out")
     args = ap.parse_args()
     if args.report_only:
-        result = json.loads((args.out / "throughput.json").read_text())
+        result = read_json(args.out / "throughput.json")
         (args.out / "throughput.md").write_text(report(result, "", args.out))
         return
     torch.set_num_threads(args.threads)

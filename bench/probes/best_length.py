@@ -98,7 +98,6 @@ def main() -> None:
             "tatoeba_matched_acc": float(np.mean(matched["tatoeba_matched"])),
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, report)
     print(
         f"wrote {args.out}: matched dev-short {report['matched']['dev_short_acc']:.1f} vs Tatoeba "

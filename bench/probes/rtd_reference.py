@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.reporting import markdown_table, provenance, write_json
+from bench.reporting import markdown_table, provenance, read_json, write_json
 from bench.studies.evidence import XNLI15  # xlm-e-3's languages
 from bench.verdict import (
     MAJORITY_MARGIN,
@@ -58,20 +57,19 @@ def reference_models(config, generator_layers: int, dropout: float):
     position, LayerNorm: ELECTRA §3.2) and its output layer is tied to the token embeddings."""
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
+    from polyalign.model.hf import hf_sizes
+
     common = dict(
-        vocab_size=config.vocab_size,
+        hf_sizes(config),
         embedding_size=config.hidden_size,
-        hidden_size=config.hidden_size,
-        num_attention_heads=config.num_heads,
-        intermediate_size=config.ffn_size,
         max_position_embeddings=config.max_positions + 2,
         hidden_dropout_prob=dropout,
         attention_probs_dropout_prob=config.attention_dropout,
         initializer_range=config.initializer_range,
         layer_norm_eps=config.layer_norm_eps,
     )
-    discriminator = ElectraForPreTraining(ElectraConfig(num_hidden_layers=config.num_layers, **common))
-    generator = ElectraForMaskedLM(ElectraConfig(num_hidden_layers=generator_layers, **common))
+    discriminator = ElectraForPreTraining(ElectraConfig(**common))
+    generator = ElectraForMaskedLM(ElectraConfig(**{**common, "num_hidden_layers": generator_layers}))
     generator.electra.embeddings = discriminator.electra.embeddings
     generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
     return generator, discriminator
@@ -261,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report-only", action="store_true", help="rewrite the page and plot from --out")
     args = parser.parse_args(argv)
     if args.report_only:
-        result = json.loads(args.out.read_text())
+        result = read_json(args.out)
         report(result, args.out, result["provenance"])
         return
     if args.data is None:
@@ -269,7 +267,6 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args.data, args.steps, args.max_tokens, args.seed, args.languages, args.every)
     given = sys.argv[1:] if argv is None else argv
     command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.rtd_reference " + " ".join(given)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, {"provenance": provenance(command), **result})
     report(result, args.out, provenance(command))
 

@@ -184,53 +184,24 @@ RANDOM_INIT = (
     "bench/work/ppa/random-init"  # small-base's size and tokenizer, untrained (best-sentences at lr 0, 1 step)
 )
 _steps = Budget(steps=300)
+
+
+def _ppa_from(start: str, section: str, arms: dict[str, tuple[str, ...]], statement: str) -> tuple[Comparison, ...]:
+    """`ppa` arms (the calibration settings and each arm's overrides) trained from `start`, against `start`."""
+    methods = [Arm(n, "ppa", _cal + o, start, seconds_per_step=3.0) for n, o in arms.items()]
+    pairs = [(Arm("start", None, init_from=start), m) for m in methods]
+    return versus(
+        "ppa", section, Setup(_steps, start), pairs, "tatoeba14@last", 1, statement, paper="PPA", measures=("dev@best",)
+    )
+
+
 PPA = Study(
     "ppa",
     "PPA from small-base: MoCo + TLM on the representation it trains",
     (
-        *versus(
-            "ppa",
-            "arms",
-            Setup(_steps),
-            [(Arm("start", None), Arm(n, "ppa", _cal + o, seconds_per_step=3.0)) for n, o in _ppa.items()],
-            "tatoeba14@last",
-            1,
-            "{m} lifts Tatoeba-14 (mean-pooled last layer) over the start",
-            paper="PPA",
-            measures=("dev@best",),
-        ),
-        *versus(
-            "ppa",
-            "aligned",
-            Setup(_steps, ALIGNED_START),
-            [
-                (
-                    Arm("start", None, init_from=ALIGNED_START),
-                    Arm("aligned", "ppa", _cal, ALIGNED_START, seconds_per_step=3.0),
-                )
-            ],
-            "tatoeba14@last",
-            1,
-            "{m}: MoCo + TLM from a sentence-aligned start",
-            paper="PPA",
-            measures=("dev@best",),
-        ),
-        *versus(
-            "ppa",
-            "scratch",
-            Setup(_steps, RANDOM_INIT),
-            [
-                (
-                    Arm("start", None, init_from=RANDOM_INIT),
-                    Arm("scratch", "ppa", _cal + _hi + _inbatch, RANDOM_INIT, seconds_per_step=3.0),
-                )
-            ],
-            "tatoeba14@last",
-            1,
-            "{m}: in-batch ranking from random init",
-            paper="PPA",
-            measures=("dev@best",),
-        ),
+        *_ppa_from(SMALL_BASE, "arms", _ppa, "{m} lifts Tatoeba-14 (mean-pooled last layer) over the start"),
+        *_ppa_from(ALIGNED_START, "aligned", {"aligned": ()}, "{m}: MoCo + TLM from a sentence-aligned start"),
+        *_ppa_from(RANDOM_INIT, "scratch", {"scratch": _hi + _inbatch}, "{m}: in-batch ranking from random init"),
     ),
     limit_minutes=420,
 )

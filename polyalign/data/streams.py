@@ -8,6 +8,7 @@ what a checkpoint saves and `--resume` restores.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -62,11 +63,13 @@ class _Stream:
     """Shared machinery: a seeded generator, language choice by alpha, and token-budget batching."""
 
     overhead = 2
+    kind: int
+    """Appended to the seed: each kind of stream draws from its own generator at the same seed."""
 
-    def __init__(self, sizes: list[int], config: StreamConfig, seed: list[int]):
+    def __init__(self, sizes: list[int], config: StreamConfig, seed: list[int] | int):
         self.config = config
         self.probs = language_probabilities(sizes, config.alpha)
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng([*np.atleast_1d(seed).tolist(), self.kind])
         self._pending = None  # an example drawn but not fitting the last batch: first in the next
 
     def _draw(self):
@@ -119,10 +122,16 @@ def segment_at(shard: TokenShard, i: int, cfg: StreamConfig) -> tuple[np.ndarray
     return (np.concatenate(parts) if len(parts) > 1 else ids), j
 
 
-class MonoStream(_Stream):
+class _ShardStream(_Stream):
+    """A stream over monolingual shards, one language each, chosen by their token counts."""
+
     def __init__(self, shards: list[TokenShard], languages: list[int], config: StreamConfig, seed: list[int] | int = 0):
         self.shards, self.languages = shards, languages
-        super().__init__([s.num_tokens for s in shards], config, [*np.atleast_1d(seed).tolist(), 1])
+        super().__init__([s.num_tokens for s in shards], config, seed)
+
+
+class MonoStream(_ShardStream):
+    kind = 1
 
     def _draw(self):
         cfg = self.config
@@ -148,6 +157,7 @@ MAX_REJECTED_DRAWS = 100_000  # a filter that rejects this many pairs in a row r
 
 class ParallelStream(_Stream):
     overhead = 4
+    kind = 2
 
     def __init__(
         self,
@@ -157,7 +167,7 @@ class ParallelStream(_Stream):
         seed: list[int] | int = 0,
     ):
         self.pairs, self.languages = pairs, languages
-        super().__init__([s.num_tokens + t.num_tokens for s, t in pairs], config, [*np.atleast_1d(seed).tolist(), 2])
+        super().__init__([s.num_tokens + t.num_tokens for s, t in pairs], config, seed)
 
     _batch_pair: int | None = None  # with one_pair_per_batch: the language pair of the batch being collected
 
@@ -201,17 +211,14 @@ class ParallelStream(_Stream):
         )
 
 
-class AdjacentStream(_Stream):
+class AdjacentStream(_ShardStream):
     """Pairs of adjacent monolingual segments (x, y) as a ParallelBatch of one language (VECO §4, footnote 9):
     x is a segment from a random line, y the segment that starts where x ends."""
 
     overhead = 4
+    kind = 3
     _size = staticmethod(ParallelStream._size)
     next_batch = ParallelStream.next_batch
-
-    def __init__(self, shards: list[TokenShard], languages: list[int], config: StreamConfig, seed: list[int] | int = 0):
-        self.shards, self.languages = shards, languages
-        super().__init__([s.num_tokens for s in shards], config, [*np.atleast_1d(seed).tolist(), 3])
 
     def _draw(self):
         cfg = self.config
@@ -232,11 +239,14 @@ class AdjacentStream(_Stream):
 # Building a stream of a kind from a prepared folder. Objectives name the kind they consume.
 
 
-def mono_stream(prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]) -> MonoStream:
+def shard_stream(
+    stream: type[_ShardStream], prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]
+) -> _ShardStream:
+    """A stream of `stream`'s kind over the monolingual shards of `languages`."""
     shards = prepared.mono_shards(languages)
     if not shards:
         raise DataError(f"{prepared.folder}: no monolingual data for languages {languages}")
-    return MonoStream(list(shards.values()), [lang_index[lang] for lang in shards], data_config.mono, seed)
+    return stream(list(shards.values()), [lang_index[lang] for lang in shards], data_config.mono, seed)
 
 
 def parallel_stream(
@@ -253,19 +263,10 @@ def parallel_stream(
     )
 
 
-def adjacent_stream(
-    prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]
-) -> AdjacentStream:
-    shards = prepared.mono_shards(languages)
-    if not shards:
-        raise DataError(f"{prepared.folder}: no monolingual data for languages {languages}")
-    return AdjacentStream(list(shards.values()), [lang_index[lang] for lang in shards], data_config.mono, seed)
-
-
 STREAMS = {
-    "mono": mono_stream,
+    "mono": partial(shard_stream, MonoStream),
     "parallel": parallel_stream,
-    "adjacent": adjacent_stream,
+    "adjacent": partial(shard_stream, AdjacentStream),
 }
 
 

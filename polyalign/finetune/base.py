@@ -81,7 +81,8 @@ class Task(Protocol):
     def features(self, examples: list, loaded: LoadedModel, max_length: int, train: bool) -> list[Feature]: ...
 
     def wrap_encoder(self, encoder: Encoder) -> nn.Module:
-        """The representation the head reads: a module batch -> (B, T, C') with an `output_size` attribute."""
+        """The representation the head reads: a module batch -> (B, T, C') with an `output_size` attribute.
+        Optional: a task without it reads the plain encoder (`EncoderAdapter`)."""
         ...
 
     def head(self, hidden_size: int) -> nn.Module: ...
@@ -149,6 +150,11 @@ def collate_inputs(features: list[Feature], pad: int) -> dict[str, torch.Tensor]
     if features[0].language_ids is not None:
         batch["language_ids"] = pad_batch([f.language_ids for f in features], 0)
     return batch
+
+
+def setting_defaults(transfer: dict, **translate_train_all) -> dict:
+    """A task's `defaults` for both settings: translate-train-all's are transfer's but for what the paper changes."""
+    return {"transfer": transfer, "translate-train-all": {**transfer, **translate_train_all}}
 
 
 def seeded_subset(items: list, n: int, seed: int = 0) -> list:

@@ -25,7 +25,7 @@ from polyalign.checkpoint import LoadedModel
 from polyalign.config import RecipeError, check_value
 from polyalign.device import model_device, to_device
 from polyalign.evaluate.embed import length_batches
-from polyalign.finetune.base import Feature, Task, TaskData, TaskModel
+from polyalign.finetune.base import EncoderAdapter, Feature, Task, TaskData, TaskModel
 from polyalign.io import DataError
 from polyalign.progress import tqdm
 from polyalign.train.optim import linear_schedule
@@ -213,7 +213,7 @@ def build_task_model(task: Task, loaded: LoadedModel, config: FinetuneConfig) ->
         for m in encoder.modules():
             if isinstance(m, torch.nn.Dropout):
                 m.p = config.dropout
-    wrapped = task.wrap_encoder(encoder)
+    wrapped = getattr(task, "wrap_encoder", EncoderAdapter)(encoder)
     return TaskModel(wrapped, task.head(wrapped.output_size)).to(model_device(loaded.model))
 
 

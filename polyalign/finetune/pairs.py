@@ -28,7 +28,15 @@ from torch import nn
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import pair_layout
-from polyalign.finetune.base import EncoderAdapter, Feature, Subsample, TaskData, language_id_for, seeded_subset
+from polyalign.finetune.base import (
+    EncoderAdapter,
+    Feature,
+    Subsample,
+    TaskData,
+    language_id_for,
+    seeded_subset,
+    setting_defaults,
+)
 from polyalign.finetune.code_switch import code_switch_training_set
 from polyalign.finetune.code_switch import describe as describe_code_switching
 from polyalign.io import DataError, open_binary, where
@@ -433,17 +441,13 @@ XNLI = PairSpec(
     "xnli",
     XNLI_LABELS,
     load_xnli,
-    {
-        "transfer": dict(batch_size=32, lr=5e-5, layer_decay=0.8, weight_decay=0.0, epochs=5),
-        "translate-train-all": dict(batch_size=128, lr=5e-5, layer_decay=0.8, weight_decay=0.0, epochs=2),
-    },
+    setting_defaults(
+        dict(batch_size=32, lr=5e-5, layer_decay=0.8, weight_decay=0.0, epochs=5), batch_size=128, epochs=2
+    ),
 )
 PAWSX = PairSpec(
     "pawsx",
     PAWSX_LABELS,
     load_pawsx,
-    {
-        "transfer": dict(batch_size=64, lr=5e-5, layer_decay=0.9, weight_decay=0.01, epochs=10),
-        "translate-train-all": dict(batch_size=64, lr=7e-5, layer_decay=0.9, weight_decay=0.01, epochs=2),
-    },
+    setting_defaults(dict(batch_size=64, lr=5e-5, layer_decay=0.9, weight_decay=0.01, epochs=10), lr=7e-5, epochs=2),
 )

@@ -23,13 +23,13 @@ from torch import nn
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.finetune.base import (
-    EncoderAdapter,
     Feature,
     Subsample,
     TaskData,
     collate_inputs,
     language_id_for,
     seeded_subset,
+    setting_defaults,
 )
 from polyalign.finetune.code_switch import code_switch_training_set
 from polyalign.finetune.code_switch import describe as describe_code_switching
@@ -270,12 +270,9 @@ class ExtractiveQA:
     metric = "f1"
     # ERNIE-M Table 11 (MLQA column): batch 32, lr 3e-4, layer decay 0.8, weight decay 0, 2 epochs; XTREME's
     # max length 384 with doc_stride 128.
-    defaults = {
-        "transfer": dict(batch_size=32, lr=3e-4, layer_decay=0.8, weight_decay=0.0, epochs=2, max_length=384),
-        "translate-train-all": dict(
-            batch_size=32, lr=3e-4, layer_decay=0.8, weight_decay=0.0, epochs=2, max_length=384
-        ),
-    }
+    defaults = setting_defaults(
+        dict(batch_size=32, lr=3e-4, layer_decay=0.8, weight_decay=0.0, epochs=2, max_length=384)
+    )
 
     def __init__(self, options: QAOptions | None = None):
         self.options = options or QAOptions()
@@ -320,9 +317,6 @@ class ExtractiveQA:
                 languages = None if lid is None else [q_lid] * offset + [lid] * (len(row) - offset)
                 out.append(Feature(row, languages, extra=extra, group=e.group))
         return out
-
-    def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
-        return EncoderAdapter(encoder)
 
     def head(self, hidden_size: int) -> nn.Module:
         return SpanHead(hidden_size)

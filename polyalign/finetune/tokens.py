@@ -18,7 +18,6 @@ from torch import nn
 
 from polyalign.checkpoint import LoadedModel
 from polyalign.finetune.base import (
-    EncoderAdapter,
     Feature,
     Subsample,
     TaskData,
@@ -26,6 +25,7 @@ from polyalign.finetune.base import (
     language_id_for,
     pad_batch,
     seeded_subset,
+    setting_defaults,
 )
 from polyalign.io import DataError, open_binary, where
 from polyalign.tokenizer import SpecialTokens
@@ -254,9 +254,6 @@ class TokenClassification:
                 )
         return out
 
-    def wrap_encoder(self, encoder: nn.Module) -> nn.Module:
-        return EncoderAdapter(encoder)
-
     def head(self, hidden_size: int) -> nn.Module:
         return TokenHead(hidden_size, len(self.spec.tags))
 
@@ -291,10 +288,7 @@ NER = TokenSpec(
     "f1",
     NER_TAGS,
     load_ner,
-    {
-        "transfer": dict(batch_size=8, lr=4e-4, layer_decay=0.8, weight_decay=0.01, epochs=10),
-        "translate-train-all": dict(batch_size=8, lr=3e-4, layer_decay=0.8, weight_decay=0.01, epochs=10),
-    },
+    setting_defaults(dict(batch_size=8, lr=4e-4, layer_decay=0.8, weight_decay=0.01, epochs=10), lr=3e-4),
 )
 POS = TokenSpec(
     "pos",

@@ -330,16 +330,23 @@ def _token_type_table(model: MaskedLanguageModel, languages_as_token_types: bool
     return base.contiguous()
 
 
-def xlmr_config(model: MaskedLanguageModel, tokenizer: Tokenizer, type_vocab_size: int) -> dict:
-    c, sp = model.config, tokenizer.special
+def hf_sizes(c: EncoderConfig) -> dict:
+    """The encoder's sizes under the names of transformers' configs (BERT, XLM-R, ELECTRA)."""
     return {
-        "architectures": ["XLMRobertaForMaskedLM"],
-        "model_type": "xlm-roberta",
         "vocab_size": c.vocab_size,
         "hidden_size": c.hidden_size,
         "num_hidden_layers": c.num_layers,
         "num_attention_heads": c.num_heads,
         "intermediate_size": c.ffn_size,
+    }
+
+
+def xlmr_config(model: MaskedLanguageModel, tokenizer: Tokenizer, type_vocab_size: int) -> dict:
+    c, sp = model.config, tokenizer.special
+    return {
+        "architectures": ["XLMRobertaForMaskedLM"],
+        "model_type": "xlm-roberta",
+        **hf_sizes(c),
         "hidden_act": "gelu",
         "hidden_dropout_prob": c.dropout,
         "attention_probs_dropout_prob": c.attention_dropout,
