@@ -314,6 +314,11 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
         lines += ["## Investigation of what was not reproduced", ""]
         for c in failed:
             lines += investigation(study, c, rows, loaded, notes, root)
+    others = [c for c in study.comparisons if c not in failed and c.id in notes]
+    if others:
+        lines += ["## Notes on the other rows", ""]
+        for c in others:
+            lines += [f"### {c.id}: {c.statement} ({rows[c.id]['verdict']})", "", *note(notes, c.id), ""]
     if plots or saved:
         lines += ["## Figures", "", *(f"![{p.stem}]({p.relative_to(results)})" for p in [*plots, *saved]), ""]
     page = results / f"{study.name}.md"

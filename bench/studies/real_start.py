@@ -9,7 +9,7 @@ is a note in bench/studies/notes/real-start.json.
 
 from __future__ import annotations
 
-from bench.studies.evidence import _DWA_CODE, _OT_CODE, _RTD_CODE, _detectors
+from bench.studies.evidence import _DWA_CODE, _OT_CODE, _RTD_CODE, _detectors, _generators
 from bench.study import Arm, Budget, Check, Comparison, Investigation, Setup, Study
 
 E5 = "models/multilingual-e5-small"
@@ -134,7 +134,7 @@ CLAIMS = (
         "aer-ot@default",
         -1,
         measures=("tatoeba14@dev",),
-        checks=_detectors(XLM_E.name),
+        checks=(*_detectors(XLM_E.name), *_generators(XLM_E.name)),
         code=_RTD_CODE,
     ),
     claim(
