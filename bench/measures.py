@@ -185,8 +185,8 @@ def xnli_reader(name: str) -> Callable[[Target], dict]:
         one_class = len(per_language) > 1 and len(set(per_language.values())) == 1
         out = {name: result["average"]["mean"], ONE_CLASS: one_class}
         if name != "xnli":
-            out |= {f"{name}/en": per_language.get("en"), f"{name}/gap": (result.get("gap") or {}).get("mean")}
-            out[f"per-language/{name}"] = per_language
+            out |= {f"{name}/{language}": accuracy for language, accuracy in per_language.items()}
+            out[f"{name}/gap"] = (result.get("gap") or {}).get("mean")
         return out
 
     return read

@@ -308,6 +308,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
             [f"{name}: `{arm}`", *(cell(V.seed_values({"results": {arm: seeds}}, arm, k)) for k in keys)]
             for name, arm, seeds in arms
         ]
+        body = [row for row in body if any(c != "-" for c in row[1:])]  # arms the table's measures never read
         lines += [f"## {title}", "", markdown_table(["section: arm", *keys], body), ""]
     failed = [c for c in study.comparisons if rows[c.id]["verdict"] == V.NOT_REPRODUCED]
     if failed:
