@@ -437,17 +437,7 @@ def _name(obj) -> str:
 # Paper defaults. XNLI: ERNIE-M Table 11 (base): batch 32, lr 5e-5, layer decay 0.8, warmup 10%, weight decay 0,
 # 5 epochs; translate-train-all: batch 128, 2 epochs. PAWS-X: ERNIE-M Table 12 (its only PAWS-X column):
 # batch 64, lr 5e-5 (translate-train-all 7e-5), layer decay 0.9, weight decay 0.01, 10 epochs (2).
-XNLI = PairSpec(
-    "xnli",
-    XNLI_LABELS,
-    load_xnli,
-    setting_defaults(
-        dict(batch_size=32, lr=5e-5, layer_decay=0.8, weight_decay=0.0, epochs=5), batch_size=128, epochs=2
-    ),
-)
-PAWSX = PairSpec(
-    "pawsx",
-    PAWSX_LABELS,
-    load_pawsx,
-    setting_defaults(dict(batch_size=64, lr=5e-5, layer_decay=0.9, weight_decay=0.01, epochs=10), lr=7e-5, epochs=2),
-)
+XNLI_DEFAULTS = dict(batch_size=32, lr=5e-5, layer_decay=0.8, weight_decay=0.0, epochs=5)
+XNLI = PairSpec("xnli", XNLI_LABELS, load_xnli, setting_defaults(XNLI_DEFAULTS, batch_size=128, epochs=2))
+PAWSX_DEFAULTS = dict(batch_size=64, lr=5e-5, layer_decay=0.9, weight_decay=0.01, epochs=10)
+PAWSX = PairSpec("pawsx", PAWSX_LABELS, load_pawsx, setting_defaults(PAWSX_DEFAULTS, lr=7e-5, epochs=2))
