@@ -83,6 +83,21 @@ def current_sweep(seed: dict, key: str) -> list[float] | None:
 # What stands in the way of a comparison that is not reproduced: the data, the rule's reading, the note
 
 
+def premise_text(c: Comparison, section: dict | None) -> str:
+    """The comparison's premises and reference values, seed 0, as a table cell: value, what it is held against."""
+    if section is None:
+        return "-"
+    parts = []
+    for check in c.why.checks:
+        if (numbers := V.check_numbers(check, section)) is None:
+            continue
+        held = V.premise(check, section, section.get("floors", {}))
+        against = f"; {held[1]} {held[2]:.3g}: {'held' if held[3] else 'not met'}" if held else ""
+        reference = f" ({check.reference})" if check.reference else ""
+        parts.append(f"{check.label}: {numbers_text(numbers)}{reference}{against}")
+    return "<br>".join(parts) or "-"
+
+
 def checks_table(c: Comparison, section: dict) -> list[str]:
     floors, rows = section.get("floors", {}), []
     for check in c.why.checks:
@@ -289,7 +304,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
             rows[c.id]["verdict"],
             protocol(c),
         ]
-        + ([V.premise_text(c, loaded.get(c.section))] if study.premises_in_table else [])
+        + ([premise_text(c, loaded.get(c.section))] if study.premises_in_table else [])
         for c in study.comparisons
     ]
     header += ["premises and references (seed 0)"] if study.premises_in_table else []

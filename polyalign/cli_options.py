@@ -19,6 +19,7 @@ def comma_list(value: str | None) -> list[str] | None:
 
 # Options that several commands share.
 TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
+Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
 ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]

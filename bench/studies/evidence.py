@@ -18,12 +18,12 @@ accuracy near chance over those 1,500 pairs is 1.2 points, so differences up to 
 CLOSE, NOISE_FLOOR = Rule().close, Rule().floor
 
 
-def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BASE, languages=None, checks=(),
-          code_checks=(), diagnostics=(), localises=(), departs=(), independent="", close=CLOSE, floor=NOISE_FLOOR,
-          **comparison) -> Comparison:  # fmt: skip
+def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BASE, languages=None, data=None,
+          checks=(), code_checks=(), diagnostics=(), localises=(), departs=(), independent="", close=CLOSE,
+          floor=NOISE_FLOOR, **comparison) -> Comparison:  # fmt: skip
     """A comparison written as the claims were before issue 33: setup, investigation and rule by keyword."""
     why = Investigation(checks, code_checks, diagnostics, localises, departs, independent)
-    setup = Setup(budget, start, languages)
+    setup = Setup(budget, start, languages, data)
     return Comparison(id, section, setup, rule=Rule(close, floor), why=why, **comparison)
 
 
