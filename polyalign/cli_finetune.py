@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +15,9 @@ from rich.console import Console
 from polyalign.cli_options import Device, ModelFolder, Progress, TrustPickle, comma_list, load_on_device
 from polyalign.io import DataError
 from polyalign.tables import console
+
+if TYPE_CHECKING:
+    from polyalign.finetune import Subsample  # imported when a command runs, so that --help stays fast
 
 MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = all).")]
 MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
@@ -22,6 +28,51 @@ EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
 class Setting(StrEnum):
     transfer = "transfer"
     translate_train_all = "translate-train-all"
+
+
+@dataclass
+class SharedOptions:
+    """The options `finetune` and `xtreme` share, gathered: how much of each split to use, where the model runs."""
+
+    sample: Subsample
+    progress: bool
+    device: str | None
+    trust_pickle: bool
+
+    def load(self, model: Path):
+        return load_on_device(model, self.device, self.trust_pickle)
+
+
+def shared_options(
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
+    progress: Progress = True,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
+) -> SharedOptions:
+    """The one declaration of the options `finetune` and `xtreme` share (see `with_shared_options`)."""
+    from polyalign.finetune import Subsample
+
+    return SharedOptions(Subsample(max_train, max_select, max_eval), progress, device, trust_pickle)
+
+
+def with_shared_options(command):
+    """`command` as typer reads it: its parameter `shared` stands for the parameters of `shared_options`, which
+    --help lists in its place and which reach the command gathered into one `SharedOptions`."""
+    own = inspect.signature(command, eval_str=True).parameters
+    added = inspect.signature(shared_options, eval_str=True).parameters
+    at = list(own).index("shared")
+
+    @functools.wraps(command)
+    def typer_command(**options):
+        shared = shared_options(**{name: options.pop(name) for name in added})
+        return command(**options, shared=shared)
+
+    params = [*list(own.values())[:at], *added.values(), *list(own.values())[at + 1 :]]
+    typer_command.__signature__ = inspect.Signature(params, return_annotation=None)
+    typer_command.__annotations__ = {p.name: p.annotation for p in params}
+    return typer_command
 
 
 def parse_sets(values: list[str] | None) -> dict[str, str]:
@@ -40,6 +91,7 @@ def print_finetune(result: dict, model: Path) -> None:
     Console().print(task_markdown(result, f"{result['task']} ({result['setting']}), {model}"), markup=False)
 
 
+@with_shared_options
 def finetune(
     task: Annotated[str, typer.Argument(help="xnli, pawsx, ner, pos or qa.")],
     model: ModelFolder,
@@ -52,12 +104,8 @@ def finetune(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a hyperparameter or task option, e.g. epochs=2.")
     ] = None,
-    max_train: MaxTrain = 0,
-    max_select: MaxSelect = 0,
-    max_eval: MaxEval = 0,
-    progress: Progress = True,
-    device: Device = None,
-    trust_pickle: TrustPickle = False,
+    *,
+    shared: SharedOptions,
     code_switch: Annotated[
         bool,
         typer.Option(
@@ -75,7 +123,7 @@ def finetune(
     ] = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
-    from polyalign.finetune import Subsample, finetune_task
+    from polyalign.finetune import finetune_task
     from polyalign.finetune.results import invoked_command, write_results
 
     setting = setting.value
@@ -86,13 +134,12 @@ def finetune(
         if setting != Setting.translate_train_all:
             raise DataError("--plug-in pairs every input with its translation: use --setting translate-train-all")
         overrides["plug_in"] = "true"
-    loaded = load_on_device(model, device, trust_pickle)
+    loaded = shared.load(model)
     if plug_in and not loaded.model.config.cross_attention:
         raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
-    sample = Subsample(max_train, max_select, max_eval)
     if code_switch:
         overrides["code_switch"] = "true"
-    result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
+    result = finetune_task(loaded, task, data, setting, seeds, overrides, shared.sample, shared.progress)
     print_finetune(result, model)
     if out is not None:
         md, _ = write_results(
@@ -101,6 +148,7 @@ def finetune(
         console.print(f"results: {md} (+ .json)")
 
 
+@with_shared_options
 def xtreme(
     model: ModelFolder,
     tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
@@ -115,15 +163,11 @@ def xtreme(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="key=value for every task, or task.key=value for one.")
     ] = None,
-    max_train: MaxTrain = 0,
-    max_select: MaxSelect = 0,
-    max_eval: MaxEval = 0,
-    progress: Progress = True,
-    device: Device = None,
-    trust_pickle: TrustPickle = False,
+    *,
+    shared: SharedOptions,
 ) -> None:
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
-    from polyalign.finetune import TASKS, Subsample, finetune_task
+    from polyalign.finetune import TASKS, finetune_task
     from polyalign.finetune.results import invoked_command, summary_markdown, write_results
 
     setting = setting.value
@@ -138,15 +182,14 @@ def xtreme(
             raise DataError(f"--seeds {seeds}: use a number or task=number for the chosen tasks")
         per_task_seeds[name] = int(n)
     sets = parse_sets(set_)
-    loaded = load_on_device(model, device, trust_pickle)
-    sample = Subsample(max_train, max_select, max_eval)
+    loaded = shared.load(model)
     results = []
     for name in names:
         overrides = {k: v for k, v in sets.items() if "." not in k}
         overrides |= {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith(f"{name}.")}
         n = per_task_seeds.get(name, per_task_seeds.get("", 3))
         console.rule(f"{name} ({setting}, {n} seed(s))")
-        results.append(finetune_task(loaded, name, data, setting, n, overrides, sample, progress))
+        results.append(finetune_task(loaded, name, data, setting, n, overrides, shared.sample, shared.progress))
         print_finetune(results[-1], model)
         if out is not None:
             title = f"XTREME-style evaluation ({setting})"

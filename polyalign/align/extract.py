@@ -95,13 +95,15 @@ def simalign_itermax(similarity: torch.Tensor, mask: torch.Tensor, iterations: i
     return links
 
 
-@dataclass
+@dataclass(frozen=True)
 class OTSettings:
-    """The optimal-transport aligner's settings, defaults from XLM-Align Table 11."""
+    """The optimal-transport aligner's settings, defaults from XLM-Align Table 11. Frozen: the default instance
+    is shared by every call that takes `settings=OTSettings()`."""
 
     mu: float = 1.0
     """Entropic regularisation (Eq. 3)."""
     sinkhorn_iterations: int = 2
+    """Sinkhorn iterations (Eq. 6), each a row and then a column normalisation of the plan."""
     filter_iterations: int = 2
     """Rounds of iterative filtering (Eqs. 8-9), at least 1."""
     alpha: float = 0.9

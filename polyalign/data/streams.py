@@ -19,6 +19,8 @@ from polyalign.io import DataError
 
 @dataclass
 class StreamConfig:
+    """How one stream (a recipe's `data.mono` or `data.parallel`) cuts, samples and batches its examples."""
+
     max_tokens: int = 8192
     """Token budget of one batch: examples x longest example (padding included)."""
     max_length: int = 254

@@ -27,12 +27,19 @@ from polyalign.model.position_bias import build_position_bias
 @dataclass
 class EncoderConfig:
     vocab_size: int = 32000
+    """Rows of the token-embedding table: the tokenizer's vocabulary, special tokens included."""
     hidden_size: int = 384
+    """Width of the hidden states (d_model); a multiple of num_heads."""
     num_layers: int = 6
+    """Transformer layers (blocks of attention + feed-forward)."""
     num_heads: int = 6
+    """Attention heads per layer, each hidden_size / num_heads wide."""
     ffn_size: int = 1536
+    """Inner width of the feed-forward sublayer (4 x hidden_size in BERT and XLM-R)."""
     dropout: float = 0.1
+    """Dropout probability on the embeddings and on every sublayer's output."""
     attention_dropout: float = 0.1
+    """Dropout probability on the attention weights."""
     max_positions: int = 512
     """Longest input, in positions; also the rows the learned position table covers (beyond `position_offset`)."""
     absolute_positions: bool = True
@@ -49,14 +56,19 @@ class EncoderConfig:
     norm: str = "post"
     """`post`: LayerNorm after each residual (BERT, XLM-R); `pre`: before each sublayer, plus a final one."""
     layer_norm_eps: float = 1e-5
+    """Added to the variance in every LayerNorm."""
     pad_token_id: int = 1
+    """Padding token id: its embedding row starts at zero and gets no gradient (XLM-R: 1)."""
     position_bias: str = "none"
     """Additive attention bias from relative positions: `none`, `relative`, or `gated_relative` (XLM-E)."""
     relative_buckets: int = 32
+    """Buckets of the relative position bias, half per direction (T5 §2.1); unused with position_bias `none`."""
     relative_max_distance: int = 128
+    """Distance, in tokens, from which on relative positions share the last bucket (T5 §2.1)."""
     cross_attention: bool = False
     """Give each layer a cross-attention sublayer (VECO); it runs only when memory states are passed."""
     initializer_range: float = 0.02
+    """Standard deviation of the normal initialisation of linear and embedding weights (BERT's 0.02)."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
