@@ -52,6 +52,13 @@ def sh(ctx: Context, cmd: list[str]) -> None:
         subprocess.run(cmd, check=True, cwd=ROOT)
 
 
+def clear(ctx: Context, folder: Path) -> None:
+    """Remove an unfinished run's folder before training it again; a dry run removes nothing (it may be printing
+    the commands while that run trains)."""
+    if not ctx.dry_run:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_key(ctx: Context, arm: Arm) -> str:
     """A hash of the arm's training key and the data: the same training in any section is the same run; any
     change to what is trained or measured is another."""
@@ -94,7 +101,7 @@ def probe_steps(ctx: Context, arm: Arm) -> int:
     probe = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}"
     cached = probe.with_suffix(".json")
     if not cached.is_file():
-        shutil.rmtree(probe, ignore_errors=True)
+        clear(ctx, probe)
         sh(ctx, pretrain_command(ctx, arm, 0, 3, probe, budget=False))
         if ctx.dry_run:
             return budget.estimated_steps(arm)
@@ -114,7 +121,7 @@ def train(ctx: Context, arm: Arm, seed: int) -> Path:
     out = run_dir(ctx, arm, seed)
     if not arm.trained or (out / "done").is_file():
         return out
-    shutil.rmtree(out, ignore_errors=True)
+    clear(ctx, out)
     steps = probe_steps(ctx, arm)
     sh(ctx, pretrain_command(ctx, arm, seed, steps, out))
     if cross_attention(arm):  # VECO: measure the plugged-out encoder (§3.1)

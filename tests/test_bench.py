@@ -4,6 +4,7 @@ runner's pure parts, the page's data. Nothing here reads saved bench results."""
 import dataclasses
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from bench.measures import (
     retrieval_metrics,
     xnli_reader,
 )
-from bench.run import Context, budget_overrides, run_dir, run_section, seeds_to_run
+from bench.run import Context, budget_overrides, run_dir, run_section, seeds_to_run, train
 from bench.studies import STUDIES
 from bench.studies import evidence as E
 from bench.study import Budget, Comparison, Section, Setup, fill
@@ -160,6 +161,19 @@ def test_every_note_names_a_commit_and_a_comparison():
         for key, value in (json.loads(path.read_text()) if path.is_file() else {}).items():
             assert key == "_page" or any(c.id == key for c in study.comparisons), key
             assert len(value["commit"]) >= 7 and value["note"]
+
+
+def test_a_dry_run_leaves_an_unfinished_run_as_it_is(tmp_path, capsys):
+    # a dry run prints the commands of a fresh run, possibly while that run trains: it must not clear its folder
+    ctx = context("ernie-m", tmp_path)
+    arm = next(a for a in ctx.section.arms if a.trained)
+    training = run_dir(ctx, arm, 0)
+    (training / "checkpoints").mkdir(parents=True)
+    train(ctx, arm, 0)
+    assert (training / "checkpoints").is_dir() and "pretrain" in capsys.readouterr().out
+    with pytest.raises(subprocess.CalledProcessError):  # a real run does start the unfinished one afresh
+        train(dataclasses.replace(ctx, dry_run=False, python="false"), arm, 0)
+    assert not training.exists()
 
 
 # --------------------------------------------------------------------------------------------------------
