@@ -225,7 +225,10 @@ CLAIMS = (
         1,
         baseline_metric="xnli-tta-full",
         measures=(),
-        checks=(Check("CA-MLM loss on its own context", VECO.name, "log:ca_mlm/own_loss", floor="unigram"),),
+        checks=(  # the premise: the plugged-in cross-attention reads the other language (paired loss below own)
+            Check("CA-MLM loss on its own context", VECO.name, "log:ca_mlm/own_loss", floor="unigram"),
+            Check("CA-MLM loss with the translation plugged in", VECO.name, "log:ca_mlm/paired_loss", floor="unigram"),
+        ),
     ),
 )
 
