@@ -189,7 +189,7 @@ CLAIMS = (
     ),
     claim(
         "real-ernie-m-btmlm",
-        "ernie-m",
+        "ernie-m-btmlm",
         "ERNIE-M",
         "MLM + CAMLM + BTMLM beats MLM + TLM on XNLI zero-shot",
         "Table 6 XNLI: exp2 76.3, exp4 (MMLM+BTMLM, CAMLM) 76.6",
@@ -202,7 +202,7 @@ CLAIMS = (
     ),
     claim(
         "real-ernie-m-pseudo",
-        "ernie-m",
+        "ernie-m-btmlm",
         "ERNIE-M",
         "BTMLM's pseudo-tokens carry translation information (above copying the source), after exp4 from e5-small",
         "Fig. 5 (perplexity falls with BTMLM); no precision number in the paper",
