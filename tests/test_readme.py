@@ -20,6 +20,13 @@ def python_block(after_heading: str) -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+def test_the_first_screen_holds_the_two_commands_the_verdict_table_and_the_python_example():
+    first = "\n".join(README.read_text(encoding="utf-8").splitlines()[:60])
+    assert "polyalign quickstart" in first and "-m pytest" in first
+    assert "| method | claim | start | difference | verdict | page |" in first
+    assert re.search(r"```python\n.*?```", first, re.S), "the Python example ends after line 60"
+
+
 @pytest.mark.integration
 def test_python_example_aligns_and_embeds(sample_prepared, tmp_path, capsys):
     from polyalign.checkpoint import save_model_folder
