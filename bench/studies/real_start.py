@@ -74,7 +74,9 @@ VECO = Arm("veco-ca-mlm", "veco", (*CONTINUED, "trainer.train_only_until=20"), E
 
 def _mlm_floors(method: Arm) -> tuple[Check, ...]:
     """Whether the new MLM head learned anything in 200 steps: each arm's MLM loss against the unigram floor."""
-    return tuple(Check("MLM loss", arm.name, "log:mlm/loss", floor="unigram") for arm in (ERNIE_MLM_TLM, method))
+    return tuple(
+        Check(f"MLM loss, {arm.name}", arm.name, "log:mlm/loss", floor="unigram") for arm in (ERNIE_MLM_TLM, method)
+    )
 
 
 _premise = Check(
