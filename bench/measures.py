@@ -115,7 +115,9 @@ def full_xnli_measure(name: str, setting: str, options: str, model: str, minutes
         f"{name}/en": f"XNLI English test accuracy ({setting})",
         f"{name}/gap": f"XNLI transfer gap ({setting}): English minus the average of the others",
     }
-    command = f"finetune xnli --model {model} --data {{eval}} --seeds 1 {options} --out {{out}}".replace("  ", " ")
+    command = " ".join(
+        filter(None, (f"finetune xnli --model {model} --data {{eval}} --seeds 1", options, "--out {out}"))
+    )
     jobs = ((f"{name}/finetune.json", command),)
     return Measure(minutes, metrics, jobs, xnli_reader(name), of_start=of_start, seeded=True)
 
