@@ -444,6 +444,33 @@ def test_plug_in_task_model_classifies_from_own_and_paired_streams(tmp_path, sam
     assert logits.shape == (6, 3) and len(task.outputs(logits, batch)) == 3
 
 
+def test_plug_in_inference_batches_count_both_stacked_rows(tmp_path, sample_prepared):
+    """Scoring batches are sorted and sized by what a stacked pair costs (two rows padded to the longer one), so a
+    batch of short inputs is not padded to its longest translation nor twice the token budget."""
+    from polyalign.finetune import Subsample
+    from polyalign.finetune.loop import FinetuneConfig, build_task_model, predict
+    from tests.test_finetune_loop import write_pack
+
+    loaded = load_model(save_tiny(tmp_path / "veco", sample_prepared, cross_attention=True))
+    task = plug_in_task("xnli")
+    examples = task.load(write_pack(tmp_path / "pack"), "translate-train-all", Subsample()).test["de"]
+    features = task.features(examples, loaded, 64, False)
+    partners = task._features([e.partner for e in examples], loaded, 64)
+    assert [f.partner_length for f in features] == [p.length for p in partners]
+    assert [f.padded_length for f in features] == [2 * max(f.length, f.partner_length) for f in features]
+    config = FinetuneConfig(eval_batch_tokens=2 * max(f.padded_length for f in features))
+    seen, collate = [], task.collate
+
+    def counting_collate(rows, special):
+        batch = collate(rows, special)
+        seen.append(batch["input_ids"].numel())
+        return batch
+
+    task.collate = counting_collate
+    predict(build_task_model(task, loaded, FinetuneConfig()), task, features, config, loaded.tokenizer.special)
+    assert len(seen) > 1 and max(seen) <= config.eval_batch_tokens  # the padded stacked batch fits the budget
+
+
 @pytest.mark.integration
 def test_cli_finetune_plug_in_end_to_end_and_refuses_a_model_without_cross_attention(tmp_path, sample_prepared, capsys):
     from typer.testing import CliRunner

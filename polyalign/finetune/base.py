@@ -62,9 +62,20 @@ class Feature:
     """Training features with the same group are trained in the same batch (PPA §2.3: the two code-switched
     versions of one example); None: a group of its own."""
 
+    partner_length: int = 0
+    """VECO plug-in (§3.1): the length of the translation whose row is stacked with this one in every batch
+    (0: none)."""
+
     @property
     def length(self) -> int:
         return len(self.input_ids)
+
+    @property
+    def padded_length(self) -> int:
+        """The tokens this feature's rows occupy per padded position of a batch, for length-sorted batching: with
+        a partner, two rows padded to the longer one (sorting on its own length alone padded every batch to its
+        longest partner)."""
+        return 2 * max(self.length, self.partner_length) if self.partner_length else self.length
 
 
 class Task(Protocol):

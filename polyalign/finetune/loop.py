@@ -131,7 +131,7 @@ def predict(model: TaskModel, task: Task, features: list[Feature], config: Finet
     out: list = [None] * len(features)
     device = model_device(model)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
-    for idx in length_batches([f.length for f in features], config.eval_batch_tokens):
+    for idx in length_batches([f.padded_length for f in features], config.eval_batch_tokens):
         batch = task.collate([features[i] for i in idx], special)
         with autocast:
             logits = model(to_device(batch, device))

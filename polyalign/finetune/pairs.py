@@ -357,6 +357,7 @@ class PairClassification:
             partners = self._features([e.partner for e in examples], loaded, max_length)
             for f, partner in zip(out, partners, strict=True):
                 f.extra["partner"] = partner.extra
+                f.partner_length = partner.length
         return out
 
     def _features(self, examples: list[PairExample], loaded: LoadedModel, max_length: int) -> list[Feature]:
