@@ -253,6 +253,21 @@ def test_plug_in_features_concatenate_own_and_paired_representations():
     assert model.encoder.layers[0].cross_attention.key_value.weight.grad.abs().sum() > 0
 
 
+def test_plug_in_inference_reads_each_input_with_its_own_partner_as_training_does():
+    """In eval mode the plug-in encoder skips the partners' paired stream (only the inputs are scored): the inputs'
+    [H^L : S^L] must be exactly the training path's, S^L reading the partner's last layer."""
+    from polyalign.model.veco import PlugInEncoder
+
+    encoder = PlugInEncoder(veco_model().encoder)
+    batch = pair_inputs()
+    with torch.no_grad():
+        both = encoder.train()(batch)  # dropout is 0 in tiny_config: train and eval differ only in the path taken
+        inputs_only = encoder.eval()(batch)
+    C = encoder.encoder.config.hidden_size
+    torch.testing.assert_close(inputs_only[:B], both[:B])
+    assert inputs_only[B:, :, C:].abs().sum() == 0 and not torch.equal(both[:B, :, C:], both[:B, :, :C])
+
+
 def test_seq2seq_takes_every_weight_from_the_veco_layers():
     model = veco_model()
     seq2seq = Seq2SeqTransformer.from_encoder(model).eval()

@@ -136,5 +136,15 @@ class PlugInEncoder(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids", "language_ids") if k in batch}
-        streams = two_streams(self.encoder, inputs, stop_gradient=False)
-        return torch.cat([streams.own, streams.paired], dim=-1)
+        if self.training:
+            streams = two_streams(self.encoder, inputs, stop_gradient=False)
+            return torch.cat([streams.own, streams.paired], dim=-1)
+        # Inference reads the inputs' rows [0, B) only (the task's outputs): their partners' paired stream, a
+        # quarter of the work, is left as zeros.
+        own = self.encoder(**inputs).last_hidden_state  # (2B, T, C)
+        B = own.shape[0] // 2
+        mask = inputs.get("attention_mask")
+        paired = self.encoder(
+            **{k: v[:B] for k, v in inputs.items()}, memory=own[B:], memory_mask=None if mask is None else mask[B:]
+        ).last_hidden_state
+        return torch.cat([own, torch.cat([paired, torch.zeros_like(paired)])], dim=-1)
