@@ -213,7 +213,10 @@ def read_pseudo(t: Target) -> dict:
     if not (data := load(t.evals / "pseudo.json")):
         return {}
     result = data["results"][t.arm]
-    return {"pseudo": 100 * result["precision"], "pseudo-copy": 100 * result["copy_precision"]}
+    out = {"pseudo": 100 * result["precision"], "pseudo-copy": 100 * result["copy_precision"]}
+    if "frequent_precision" in result:  # measured since the frequency baseline exists
+        out["pseudo-frequent"] = 100 * result["frequent_precision"]
+    return out
 
 
 def translation_measure(init: str, loss: str, bleu: str) -> Measure:
@@ -318,6 +321,7 @@ MEASURES: dict[str, Measure] = {
         {
             "pseudo": "BTMLM pseudo-token precision in the true translation (%)",
             "pseudo-copy": "the copy baseline: source tokens found in the translation (%)",
+            "pseudo-frequent": "the frequency baseline: the target language's most frequent tokens, as many (%)",
         },
         (
             (

@@ -217,6 +217,7 @@ def test_pseudo_token_precision_on_held_out_pairs_is_high_only_for_the_trained_m
         result = pseudo_token_precision_on_pairs(loaded, tmp_path, ["deu"], ratio=1.0)
         scores[name] = {r["direction"]: r["precision"] for r in result["directions"]}
         assert result["copy_precision"] == 0  # x and its translation share no token
+        assert result["frequent_precision"] < 0.5  # 20 equally frequent target tokens: frequency alone guesses few
     # de->en is the direction CAMLM trained (the synthetic pairs are de source, en target); an untrained model
     # scores near chance (a few tokens per sentence out of 20 en tokens).
     assert scores["trained"]["deu->eng"] > 0.9 and scores["untrained"]["deu->eng"] < 0.2
@@ -230,6 +231,21 @@ def test_pseudo_token_precision_counts_tokens_found_in_the_translation():
     # piece does not score.
     assert pseudo_token_precision([np.array([7, 7, 7, 9])], [np.array([7, 9, 9])]) == pytest.approx(2 / 4)
     assert np.isnan(pseudo_token_precision([np.array([], int)], [np.array([1])]))
+
+
+def test_the_frequency_baseline_guesses_the_tokens_of_the_most_other_references():
+    from polyalign.evaluate.pseudo_tokens import frequent_tokens
+
+    references = [np.array([1, 2, 3]), np.array([1, 2, 4]), np.array([1, 5, 5]), np.array([6])]
+    guesses = frequent_tokens(references, [2, 2, 1, 2])
+    # Token 1 is in 3 references, 2 in 2; leaving row 0 out, 1 and 2 are still in the most others (2 and 1).
+    assert [g.tolist() for g in guesses[:2]] == [[1, 2], [1, 2]]
+    # Row 2 holds 1 itself: its own sentence must not count, 1 is still in two others.
+    assert guesses[2].tolist() == [1]
+    # Row 3: 1 (3 others), then 2 (2 others); its own 6 is in no other reference.
+    assert guesses[3].tolist() == [1, 2]
+    # Leave-one-out decides: a token only this reference holds is never guessed for it.
+    assert frequent_tokens([np.array([9, 9, 8]), np.array([7])], [1, 1])[0].tolist() == [7]
 
 
 def test_placeholder_counts_follow_the_ratio():

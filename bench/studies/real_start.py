@@ -214,6 +214,7 @@ CLAIMS = (
         1,
         baseline_metric="pseudo-copy",
         measures=(),
+        checks=(Check("precision of the frequency baseline", ERNIE_BTMLM.name, "pseudo-frequent", "ignores x"),),
     ),
     claim(
         "real-veco-plug-in",

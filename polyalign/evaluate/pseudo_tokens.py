@@ -5,12 +5,15 @@ BTMLM's stage 1 (objectives/btmlm.py) generates round(ratio·|x|) pseudo-tokens 
 CAMLM's target-side layout, greedily. The measure is the share of those pseudo-tokens that occur in y's tokens
 (clipped unigram precision, pooled over pairs; pseudo-tokens are never special tokens and y is encoded without
 any). Both directions of each en-xx pair are scored, xx→en and en→xx: the directions CAMLM learns from en-xx
-data (ERNIE-M §3.1). `copy` scores the same number of x's own first tokens as if they were generated: what
-shared pieces (names, numbers, punctuation) give without any translation.
+data (ERNIE-M §3.1). Two baselines score the same number of tokens per sentence as if they were generated:
+`copy`, x's own first tokens (what shared pieces, names, numbers and punctuation, give without any translation),
+and `frequent`, the target language's most frequent tokens (in the most other references of the direction:
+what a model that ignores x entirely can reach).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +69,21 @@ def direction_row(name: str, pseudo: list[np.ndarray], references: list[np.ndarr
     return {"direction": name, "pairs": len(pseudo), "pseudo_tokens": total, "hits": hits, "precision": hits / total}
 
 
+def frequent_tokens(references: list[np.ndarray], counts: list[int]) -> list[np.ndarray]:
+    """For each reference, the `counts[i]` tokens found in the most *other* references (leave-one-out, so a
+    sentence's own tokens give it no head start), ties in order of overall frequency: the guess of a model that
+    knows the target language's frequencies and nothing of the source."""
+    sentences = Counter(t for r in references for t in set(r.tolist()))
+    ranked = [t for t, _ in sentences.most_common()]
+    out = []
+    for reference, n in zip(references, counts, strict=True):
+        own = set(reference.tolist())
+        # Leaving one sentence out lowers a count by at most one, so the top n lie in the top n + |own|.
+        candidates = ranked[: n + len(own)]
+        out.append(np.array(sorted(candidates, key=lambda t: -(sentences[t] - (t in own)))[:n], dtype=np.int64))
+    return out
+
+
 def pseudo_token_precision_on_pairs(
     loaded: LoadedModel,
     data_dir: str | Path,
@@ -75,10 +93,10 @@ def pseudo_token_precision_on_pairs(
     max_length: int = 62,
 ) -> dict:
     """Per direction (`xxx->eng`, `eng->xxx`) and pooled: precision of the model's pseudo-tokens and of the copy
-    baseline, on the first `max_pairs` pairs of each language (sentences cut to `max_length` tokens)."""
+    and frequency baselines, on the first `max_pairs` pairs of each language (sentences cut to `max_length` tokens)."""
     model, sp = loaded.model.eval(), loaded.tokenizer.special
     with_languages = bool(model.config.num_languages)
-    rows, copy_rows = [], []
+    rows, copy_rows, frequent_rows = [], [], []
     for lang in languages:
         xx, en = read_tatoeba(data_dir, lang)
         encoded = loaded.tokenizer.encode_batch(xx[:max_pairs] + en[:max_pairs])
@@ -93,11 +111,14 @@ def pseudo_token_precision_on_pairs(
                 )
             pseudo = translate_into_pseudo_tokens(model, sp, src, *ids_of, ratio)
             copied = [s[: len(p)] for s, p in zip(src, pseudo, strict=True)]
-            rows.append(direction_row(f"{src_lang}->{tgt_lang}", pseudo, tgt))
-            copy_rows.append(direction_row(f"{src_lang}->{tgt_lang}", copied, tgt))
+            frequent = frequent_tokens(tgt, [len(p) for p in pseudo])
+            name = f"{src_lang}->{tgt_lang}"
+            rows.append(direction_row(name, pseudo, tgt))
+            copy_rows.append(direction_row(name, copied, tgt))
+            frequent_rows.append(direction_row(name, frequent, tgt))
     pooled = {
         name: {"hits": sum(r["hits"] for r in part), "pseudo_tokens": sum(r["pseudo_tokens"] for r in part)}
-        for name, part in (("model", rows), ("copy", copy_rows))
+        for name, part in (("model", rows), ("copy", copy_rows), ("frequent", frequent_rows))
     }
     for v in pooled.values():
         v["precision"] = v["hits"] / v["pseudo_tokens"] if v["pseudo_tokens"] else float("nan")
@@ -108,7 +129,9 @@ def pseudo_token_precision_on_pairs(
         "languages": languages,
         "precision": pooled["model"]["precision"],
         "copy_precision": pooled["copy"]["precision"],
+        "frequent_precision": pooled["frequent"]["precision"],
         "pooled": pooled,
         "directions": rows,
         "copy_directions": copy_rows,
+        "frequent_directions": frequent_rows,
     }
