@@ -214,8 +214,9 @@ def read_pseudo(t: Target) -> dict:
         return {}
     result = data["results"][t.arm]
     out = {"pseudo": 100 * result["precision"], "pseudo-copy": 100 * result["copy_precision"]}
-    if "frequent_precision" in result:  # measured since the frequency baseline exists
-        out["pseudo-frequent"] = 100 * result["frequent_precision"]
+    for key in ("frequent", "mismatched"):  # baselines measured since they exist
+        if f"{key}_precision" in result:
+            out[f"pseudo-{key}"] = 100 * result[f"{key}_precision"]
     return out
 
 
@@ -322,6 +323,7 @@ MEASURES: dict[str, Measure] = {
             "pseudo": "BTMLM pseudo-token precision in the true translation (%)",
             "pseudo-copy": "the copy baseline: source tokens found in the translation (%)",
             "pseudo-frequent": "the frequency baseline: the target language's most frequent tokens, as many (%)",
+            "pseudo-mismatched": "the model's pseudo-tokens scored against another pair's translation (%)",
         },
         (
             (

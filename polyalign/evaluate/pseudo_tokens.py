@@ -8,7 +8,8 @@ any). Both directions of each en-xx pair are scored, xx→en and en→xx: the di
 data (ERNIE-M §3.1). Two baselines score the same number of tokens per sentence as if they were generated:
 `copy`, x's own first tokens (what shared pieces, names, numbers and punctuation, give without any translation),
 and `frequent`, the target language's most frequent tokens (in the most other references of the direction:
-what a model that ignores x entirely can reach).
+what a model that ignores x entirely can reach). `mismatched` scores the model's own pseudo-tokens against the
+next pair's translation: what of their precision does not depend on x.
 """
 
 from __future__ import annotations
@@ -92,11 +93,12 @@ def pseudo_token_precision_on_pairs(
     max_pairs: int = 200,
     max_length: int = 62,
 ) -> dict:
-    """Per direction (`xxx->eng`, `eng->xxx`) and pooled: precision of the model's pseudo-tokens and of the copy
-    and frequency baselines, on the first `max_pairs` pairs of each language (sentences cut to `max_length` tokens)."""
+    """Per direction (`xxx->eng`, `eng->xxx`) and pooled: precision of the model's pseudo-tokens and of the
+    copy, frequency and mismatched baselines, on the first `max_pairs` pairs of each language (sentences cut to
+    `max_length` tokens)."""
     model, sp = loaded.model.eval(), loaded.tokenizer.special
     with_languages = bool(model.config.num_languages)
-    rows, copy_rows, frequent_rows = [], [], []
+    rows, copy_rows, frequent_rows, mismatched_rows = [], [], [], []
     for lang in languages:
         xx, en = read_tatoeba(data_dir, lang)
         encoded = loaded.tokenizer.encode_batch(xx[:max_pairs] + en[:max_pairs])
@@ -116,9 +118,15 @@ def pseudo_token_precision_on_pairs(
             rows.append(direction_row(name, pseudo, tgt))
             copy_rows.append(direction_row(name, copied, tgt))
             frequent_rows.append(direction_row(name, frequent, tgt))
+            mismatched_rows.append(direction_row(name, pseudo, tgt[1:] + tgt[:1]))
     pooled = {
         name: {"hits": sum(r["hits"] for r in part), "pseudo_tokens": sum(r["pseudo_tokens"] for r in part)}
-        for name, part in (("model", rows), ("copy", copy_rows), ("frequent", frequent_rows))
+        for name, part in (
+            ("model", rows),
+            ("copy", copy_rows),
+            ("frequent", frequent_rows),
+            ("mismatched", mismatched_rows),
+        )
     }
     for v in pooled.values():
         v["precision"] = v["hits"] / v["pseudo_tokens"] if v["pseudo_tokens"] else float("nan")
@@ -130,8 +138,10 @@ def pseudo_token_precision_on_pairs(
         "precision": pooled["model"]["precision"],
         "copy_precision": pooled["copy"]["precision"],
         "frequent_precision": pooled["frequent"]["precision"],
+        "mismatched_precision": pooled["mismatched"]["precision"],
         "pooled": pooled,
         "directions": rows,
         "copy_directions": copy_rows,
         "frequent_directions": frequent_rows,
+        "mismatched_directions": mismatched_rows,
     }
