@@ -206,17 +206,20 @@ CLAIMS = (
         "real-ernie-m-pseudo",
         "ernie-m-btmlm",
         "ERNIE-M",
-        "BTMLM's pseudo-tokens carry translation information (above copying the source), after exp4 from e5-small",
+        "BTMLM's pseudo-tokens carry translation information: more of them in their own sentence's translation than "
+        "in another pair's, after exp4 from e5-small",
         "Fig. 5 (perplexity falls with BTMLM); no precision number in the paper",
         ERNIE_BTMLM,
         ERNIE_BTMLM,
         "pseudo",
         1,
-        baseline_metric="pseudo-copy",
+        # Against another pair's translation, not the copy baseline (the evidence study's control): clipped precision
+        # rewards the target language's frequent pieces, which need no x (the frequency baseline shows how much).
+        baseline_metric="pseudo-mismatched",
         measures=(),
         checks=(
+            Check("precision of the copy baseline (x's own first tokens)", ERNIE_BTMLM.name, "pseudo-copy"),
             Check("precision of the frequency baseline", ERNIE_BTMLM.name, "pseudo-frequent", "ignores x"),
-            Check("precision against another pair's translation", ERNIE_BTMLM.name, "pseudo-mismatched"),
         ),
     ),
     claim(
