@@ -217,6 +217,8 @@ def read_pseudo(t: Target) -> dict:
     for key in ("frequent", "mismatched"):  # baselines measured since they exist
         if f"{key}_precision" in result:
             out[f"pseudo-{key}"] = 100 * result[f"{key}_precision"]
+    if "most_common_share" in result:
+        out["pseudo-top-share"] = 100 * result["most_common_share"]
     return out
 
 
@@ -324,6 +326,7 @@ MEASURES: dict[str, Measure] = {
             "pseudo-copy": "the copy baseline: source tokens found in the translation (%)",
             "pseudo-frequent": "the frequency baseline: the target language's most frequent tokens, as many (%)",
             "pseudo-mismatched": "the model's pseudo-tokens scored against another pair's translation (%)",
+            "pseudo-top-share": "share of the pseudo-tokens that are the single most common piece (%)",
         },
         (
             (

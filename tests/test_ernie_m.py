@@ -217,6 +217,7 @@ def test_pseudo_token_precision_on_held_out_pairs_is_high_only_for_the_trained_m
         result = pseudo_token_precision_on_pairs(loaded, tmp_path, ["deu"], ratio=1.0)
         scores[name] = {r["direction"]: r["precision"] for r in result["directions"]}
         scores[f"{name}, mismatched"] = {r["direction"]: r["precision"] for r in result["mismatched_directions"]}
+        scores[f"{name}, one piece"] = result["most_common_share"]
         assert result["copy_precision"] == 0  # x and its translation share no token
         assert result["frequent_precision"] < 0.5  # 20 equally frequent target tokens: frequency alone guesses few
     # de->en is the direction CAMLM trained (the synthetic pairs are de source, en target); an untrained model
@@ -224,6 +225,7 @@ def test_pseudo_token_precision_on_held_out_pairs_is_high_only_for_the_trained_m
     assert scores["trained"]["deu->eng"] > 0.9 and scores["untrained"]["deu->eng"] < 0.2
     # Against another pair's translation the same pseudo-tokens lose most of their precision: they depend on x.
     assert scores["trained, mismatched"]["deu->eng"] < 0.5
+    assert scores["trained, one piece"] < 0.5  # a translator writes many pieces, not one everywhere
 
 
 def test_pseudo_token_precision_counts_tokens_found_in_the_translation():

@@ -220,6 +220,13 @@ CLAIMS = (
         checks=(
             Check("precision of the copy baseline (x's own first tokens)", ERNIE_BTMLM.name, "pseudo-copy"),
             Check("precision of the frequency baseline", ERNIE_BTMLM.name, "pseudo-frequent", "ignores x"),
+            Check(
+                "share of the pseudo-tokens that are one piece",
+                ERNIE_BTMLM.name,
+                "pseudo-top-share",
+                "a stage 1 that writes translations writes many pieces",
+                premise_max=50.0,
+            ),
         ),
     ),
     claim(

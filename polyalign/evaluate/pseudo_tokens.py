@@ -115,10 +115,12 @@ def pseudo_token_precision_on_pairs(
             copied = [s[: len(p)] for s, p in zip(src, pseudo, strict=True)]
             frequent = frequent_tokens(tgt, [len(p) for p in pseudo])
             name = f"{src_lang}->{tgt_lang}"
-            rows.append(direction_row(name, pseudo, tgt))
+            rows.append(direction_row(name, pseudo, tgt) | {"pseudo": pseudo})
             copy_rows.append(direction_row(name, copied, tgt))
             frequent_rows.append(direction_row(name, frequent, tgt))
             mismatched_rows.append(direction_row(name, pseudo, tgt[1:] + tgt[:1]))
+    generated = np.concatenate([p for r in rows for p in r.pop("pseudo")]) if rows else np.array([], np.int64)
+    values, counts = np.unique(generated, return_counts=True)
     pooled = {
         name: {"hits": sum(r["hits"] for r in part), "pseudo_tokens": sum(r["pseudo_tokens"] for r in part)}
         for name, part in (
@@ -139,6 +141,11 @@ def pseudo_token_precision_on_pairs(
         "copy_precision": pooled["copy"]["precision"],
         "frequent_precision": pooled["frequent"]["precision"],
         "mismatched_precision": pooled["mismatched"]["precision"],
+        # A generator that writes one piece everywhere (a head still at its unigram stage) scores that piece's
+        # frequency in the references, whatever x says: how much of the output is its most common piece.
+        "most_common_piece": int(values[counts.argmax()]) if len(values) else None,
+        "most_common_share": float(counts.max() / counts.sum()) if len(values) else float("nan"),
+        "distinct_pieces": len(values),
         "pooled": pooled,
         "directions": rows,
         "copy_directions": copy_rows,
