@@ -99,6 +99,7 @@ def pseudo_token_precision_on_pairs(
     model, sp = loaded.model.eval(), loaded.tokenizer.special
     with_languages = bool(model.config.num_languages)
     rows, copy_rows, frequent_rows, mismatched_rows = [], [], [], []
+    generated: list[np.ndarray] = []
     for lang in languages:
         xx, en = read_tatoeba(data_dir, lang)
         encoded = loaded.tokenizer.encode_batch(xx[:max_pairs] + en[:max_pairs])
@@ -115,12 +116,12 @@ def pseudo_token_precision_on_pairs(
             copied = [s[: len(p)] for s, p in zip(src, pseudo, strict=True)]
             frequent = frequent_tokens(tgt, [len(p) for p in pseudo])
             name = f"{src_lang}->{tgt_lang}"
-            rows.append(direction_row(name, pseudo, tgt) | {"pseudo": pseudo})
+            rows.append(direction_row(name, pseudo, tgt))
+            generated += pseudo
             copy_rows.append(direction_row(name, copied, tgt))
             frequent_rows.append(direction_row(name, frequent, tgt))
             mismatched_rows.append(direction_row(name, pseudo, tgt[1:] + tgt[:1]))
-    generated = np.concatenate([p for r in rows for p in r.pop("pseudo")]) if rows else np.array([], np.int64)
-    values, counts = np.unique(generated, return_counts=True)
+    values, counts = np.unique(np.concatenate(generated) if generated else np.array([], np.int64), return_counts=True)
     pooled = {
         name: {"hits": sum(r["hits"] for r in part), "pseudo_tokens": sum(r["pseudo_tokens"] for r in part)}
         for name, part in (
