@@ -35,20 +35,28 @@ class TwoStreams:
     """H^0 .. H^L, the embeddings and every layer's output of the own stream."""
 
 
-def two_streams(model: MaskedLanguageModel, inputs: dict[str, torch.Tensor], stop_gradient: bool = True) -> TwoStreams:
+def two_streams(
+    model: MaskedLanguageModel, inputs: dict[str, torch.Tensor], stop_gradient: bool = True, x_only: bool = False
+) -> TwoStreams:
     """Both VECO representations of a stacked pair batch (rows [0, B) = x, [B, 2B) = y).
 
     Every layer l of the paired stream takes queries from S^(l-1) and keys and values from the partner's
     last layer H^L (§2.2: "the keys and values come from the last layer's representations of paired input").
     With `stop_gradient` (pre-training, §2.2) H^L is a constant inside the paired terms, so their gradient
-    never runs through the 2L-layer path own stream -> paired stream.
+    never runs through the 2L-layer path own stream -> paired stream. With `x_only` the paired stream is computed
+    for x's rows alone, S^L (B, T, C): inference that scores the inputs saves a quarter of the work.
     """
     own = model(**inputs, output_hidden_states=True)
     memory = swap_halves(own.last_hidden_state)  # (2B, T, C): the partner's H^L
     if stop_gradient:
         memory = memory.detach()
     mask = inputs.get("attention_mask")  # absent for a batch without padding (the loader drops it: flash)
-    paired = model(**inputs, memory=memory, memory_mask=None if mask is None else swap_halves(mask))
+    memory_mask = None if mask is None else swap_halves(mask)
+    if x_only:
+        B = memory.shape[0] // 2
+        inputs, memory = {k: v[:B] for k, v in inputs.items()}, memory[:B]
+        memory_mask = None if memory_mask is None else memory_mask[:B]
+    paired = model(**inputs, memory=memory, memory_mask=memory_mask)
     return TwoStreams(own.last_hidden_state, paired.last_hidden_state, own.hidden_states)
 
 
@@ -136,15 +144,10 @@ class PlugInEncoder(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids", "language_ids") if k in batch}
-        if self.training:
-            streams = two_streams(self.encoder, inputs, stop_gradient=False)
-            return torch.cat([streams.own, streams.paired], dim=-1)
-        # Inference reads the inputs' rows [0, B) only (the task's outputs): their partners' paired stream, a
-        # quarter of the work, is left as zeros.
-        own = self.encoder(**inputs).last_hidden_state  # (2B, T, C)
-        B = own.shape[0] // 2
-        mask = inputs.get("attention_mask")
-        paired = self.encoder(
-            **{k: v[:B] for k, v in inputs.items()}, memory=own[B:], memory_mask=None if mask is None else mask[B:]
-        ).last_hidden_state
-        return torch.cat([own, torch.cat([paired, torch.zeros_like(paired)])], dim=-1)
+        # Inference reads the inputs' rows [0, B) only (the task's outputs): their partners' paired stream is left
+        # as zeros.
+        streams = two_streams(self.encoder, inputs, stop_gradient=False, x_only=not self.training)
+        paired = streams.paired
+        if not self.training:
+            paired = torch.cat([paired, torch.zeros_like(paired)])
+        return torch.cat([streams.own, paired], dim=-1)
