@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench import verdict as V
 from bench.measures import METRICS, ONE_PAIR_LAYOUT, RELEASED_FILTERING
-from bench.reporting import markdown_table, provenance, write_json
+from bench.reporting import fmt, markdown_table, provenance, write_json
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
 from polyalign.evaluate.plots import plot_series
@@ -264,6 +264,28 @@ def section_curves(name: str, section: dict, out: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------------------
 
 
+def minutes_table(loaded: dict) -> list[str]:
+    """Wall minutes of every run: training (its log's seconds) and each measure bench.run timed (runs measured
+    before it kept minutes.json show '-'); a run shared by sections is listed once."""
+    body, seen = [], set()
+    for name, section in loaded.items():
+        for arm, seeds in section["results"].items():
+            for seed, result in seeds.items():
+                train = result.get("train", {}).get("seconds")
+                measured = result.get("minutes", {})
+                key = (arm, seed, train, tuple(sorted(measured.items())))
+                if key in seen or (train is None and not measured):
+                    continue
+                seen.add(key)
+                total = (train or 0) / 60 + sum(measured.values())
+                parts = ", ".join(f"{m} {v:.1f}" for m, v in sorted(measured.items())) or "-"
+                body.append([f"{name}: `{arm}`", seed, fmt(train / 60 if train else None), parts, f"{total:.1f}"])
+    if not body:
+        return []
+    header = ["section: arm", "seed", "training", "measures (timed by bench.run)", "total"]
+    return ["## Wall minutes per run (2 CPU threads)", "", markdown_table(header, body), ""]
+
+
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
     loaded = {p.stem: json.loads(p.read_text()) for p in sorted((results / study.name / "sections").glob("*.json"))}
     notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
@@ -325,6 +347,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
         ]
         body = [row for row in body if any(c != "-" for c in row[1:])]  # arms the table's measures never read
         lines += [f"## {title}", "", markdown_table(["section: arm", *keys], body), ""]
+    lines += minutes_table(loaded)
     failed = [c for c in study.comparisons if rows[c.id]["verdict"] == V.NOT_REPRODUCED]
     if failed:
         lines += ["## Investigation of what was not reproduced", ""]

@@ -28,6 +28,7 @@ from bench.verdict import difference, needs_second_seed, unigram_floor
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_WINDOW = 10
+MINUTES = "minutes.json"
 
 
 @dataclass
@@ -157,19 +158,27 @@ def log_summary(path: Path) -> dict:
 
 
 def run_seed(ctx: Context, arm: Arm, seed: int) -> dict:
-    """Train (when the arm trains) and measure; the metrics of every finished measure."""
+    """Train (when the arm trains) and measure; the metrics of every finished measure, and the wall minutes of
+    each measure whose jobs ran (kept in the run's minutes.json, so a cached rerun still reports them)."""
     run = train(ctx, arm, seed)
     t = target(ctx, arm, run)
+    minutes_file = run / MINUTES
+    minutes = json.loads(minutes_file.read_text()) if minutes_file.is_file() else {}
     out: dict = {}
     for name in ctx.section.measures_of(arm):
         measure = MEASURES[name]
+        started = None
         for done, command in measure.jobs(t):
             if not (done.is_file() and measure.current(t, json.loads(done.read_text()))):
+                started = started or time.time()
                 sh(ctx, command)
+        if started is not None and not ctx.dry_run:
+            minutes[name] = round((time.time() - started) / 60, 1)
+            write_json(minutes_file, minutes)
         out |= {} if ctx.dry_run else measure.read(t)
     if arm.trained and (run / "metrics.jsonl").is_file():
         out["train"] = log_summary(run / "metrics.jsonl")
-    return out
+    return out | ({"minutes": minutes} if minutes else {})
 
 
 def seeds_to_run(section: Section, results: dict) -> set[str]:

@@ -55,8 +55,8 @@ def test_every_arm_of_every_comparison_loads_with_its_overrides(c, tmp_path):
         recipe = load_recipe(arm.recipe, [*budget_overrides(ctx, steps), *(fill(o, steps) for o in arm.overrides)])
         if c.setup.budget.minutes:  # the trainer's clock, or (max_minutes 0) a step budget of the arm's own
             assert recipe.trainer.max_minutes in (c.setup.budget.minutes, 0.0)
-        else:
-            assert recipe.trainer.max_steps == steps
+        else:  # an arm at learning rate 0 trains nothing: it saves the start with the recipe's new modules
+            assert recipe.trainer.max_steps == steps or recipe.trainer.lr == 0
         if c.setup.budget.max_flops:
             assert recipe.trainer.max_flops == c.setup.budget.max_flops
         for check in c.why.checks:  # a logged check names an objective the arm trains
@@ -195,6 +195,37 @@ def test_a_new_measure_is_one_registry_entry(tmp_path, monkeypatch, capsys):
     )
     with pytest.raises(KeyError, match="unknown@x"):
         dataclasses.replace(c, metric="unknown@x")
+
+
+def test_each_measure_s_wall_minutes_are_kept_with_its_run_and_listed_once_per_run(tmp_path, monkeypatch):
+    from bench.page import minutes_table
+    from bench.run import run_seed
+
+    def read(t):
+        return json.loads(path.read_text()) if (path := t.evals / "toy" / "toy.json").is_file() else {}
+
+    def fake_sh(ctx, command):  # the toy measure's job: write its JSON
+        ran.append(command)
+        out = Path(command[command.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "toy.json").write_text('{"toy@x": 1.0}')
+
+    ran: list = []
+    toy = Measure(0.5, {"toy@x": "a toy"}, (("toy/toy.json", "evaluate toy --model {model} --out {out}"),), read)
+    monkeypatch.setitem(MEASURES, "toy", toy)
+    monkeypatch.setitem(METRICS, "toy@x", ("toy", "a toy"))
+    monkeypatch.setattr("bench.run.sh", fake_sh)
+    c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), metric="toy@x", id="toy", measures=())
+    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    first = run_seed(ctx, c.baseline, 0)
+    again = run_seed(ctx, c.baseline, 0)  # cached: nothing runs, the minutes are read back
+    assert len(ran) == 1 and first["toy@x"] == 1.0
+    assert set(first["minutes"]) == {"toy"} and again["minutes"] == first["minutes"]
+    shared = {"results": {"start": {"0": again}, "ppa": {"0": {"train": {"seconds": 600.0}}}}}
+    table = "\n".join(minutes_table({"a": shared, "b": shared}))
+    assert table.count("`start`") == 1 and table.count("`ppa`") == 1  # a run two sections share: one row
+    assert "| a: `ppa` | 0 | 10.0 | - | 10.0 |" in table
+    assert minutes_table({"a": {"results": {"start": {"0": {"toy@x": 1.0}}}}}) == []  # nothing timed: no table
 
 
 def test_a_measure_repeats_its_command_for_every_gold_set_of_the_trained_languages(tmp_path):
