@@ -368,7 +368,14 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
         )
     if falls and all(falls):
         return f"the method's loss falls: {NOT_SEPARATED}{clause}"
-    return f"a loss of the method does not fall: {CODE}" if falls else f"no logged loss: not measured{clause}"
+    if falls:
+        return f"a loss of the method does not fall: {CODE}"
+    # Nothing trained to read (e.g. two aligners on one model's states): the same code on other states decides.
+    lines, _ = diagnostic_lines(study, c, rows, loaded)
+    elsewhere = [x["diagnostic"].id for x in lines if x["read"] == "read" and x["row"]["verdict"] == REPRODUCED]
+    if elsewhere:
+        return f"no logged loss; the same code reproduces it on other states ({', '.join(elsewhere)}): not the code"
+    return f"no logged loss: not measured{clause}"
 
 
 def same_comparison(study: Study, c: Comparison) -> list[Comparison]:

@@ -146,6 +146,30 @@ CLAIMS = (
             ),
         ),
         code=_OT_CODE,
+        diagnostics=("real-xlm-align-ot-vs-argmax-continued",),
+    ),
+    claim(  # the same two aligners on other states of the same encoder: whether the ordering is the code's
+        "real-xlm-align-ot-vs-argmax-continued",
+        "xlm-align",
+        "XLM-Align",
+        "diagnostic: OT extracts better alignments than SimAlign argmax from the same states (e5-small continued "
+        "with MLM + TLM, the XLM-Align section's baseline)",
+        "Table 2 AER avg on XLM-Align: SimAlign argmax 23.1, itermax 22.55, OT 21.05",
+        MLM_TLM,
+        MLM_TLM,
+        "aer-ot@default",
+        -1,
+        baseline_metric="aer-argmax@default",
+        measures=(),
+        checks=(
+            Check(
+                "AER of the states both aligners read (argmax, layer 8)",
+                MLM_TLM.name,
+                "aer-argmax@default",
+                "XLM-Align Table 2, SimAlign on XLM-R: 19 / 7 / 39 / 29 AER, worst pair 39",
+                premise_max=39.0,
+            ),
+        ),
     ),
     claim(
         "real-xlm-e",
