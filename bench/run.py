@@ -86,7 +86,8 @@ def budget_overrides(ctx: Context, steps: int) -> list[str]:
 
 def pretrain_command(ctx: Context, arm: Arm, seed: int, steps: int, out: Path, budget: bool = True) -> list[str]:
     cmd = [*ctx.cli, "pretrain", arm.recipe, "--data", str(ctx.data), "--run-dir", str(out), "--no-progress"]
-    cmd += ["--init-from", arm.init_from] if arm.init_from is not None else []
+    start = str(run_dir(ctx, arm.continues, seed)) if arm.continues else arm.init_from
+    cmd += ["--init-from", start] if start is not None else []
     cmd += ["--preset", arm.preset] if arm.preset is not None else []
     sets = [f"trainer.seed={seed}", *budget_overrides(ctx, steps), *(fill(o, steps) for o in arm.overrides)]
     if not budget:  # the FLOP probe runs 3 steps whatever the budget
@@ -122,6 +123,8 @@ def train(ctx: Context, arm: Arm, seed: int) -> Path:
     out = run_dir(ctx, arm, seed)
     if not arm.trained or (out / "done").is_file():
         return out
+    if arm.continues:
+        train(ctx, arm.continues, seed)
     clear(ctx, out)
     steps = probe_steps(ctx, arm)
     sh(ctx, pretrain_command(ctx, arm, seed, steps, out))
@@ -218,6 +221,7 @@ def run_section(ctx: Context, study: str, max_seeds: int = 2) -> dict:
         "data": str(ctx.data),
         "arms": {
             a.name: {"recipe": a.recipe, "overrides": list(a.overrides), "init_from": a.init_from}
+            | ({"continues": a.continues.name} if a.continues else {})
             for a in ctx.section.arms
         },
         "results": results,

@@ -38,6 +38,8 @@ class Arm:
     """Estimated wall seconds per step on the 2-core machine (for the CPU-minute estimate only)."""
     flops_per_step: float | None = None
     """Estimated training FLOPs per step (FLOP budgets only: the estimated step count)."""
+    continues: Arm | None = None
+    """An arm whose run of the same seed this one starts from (trained first; `init_from` names its start)."""
 
     @property
     def trained(self) -> bool:
@@ -226,7 +228,8 @@ class Section:
         of it): the arm and the section's budget and languages; the start model's measures, the languages."""
         if not arm.trained:
             return ("start", arm.init_from, self.setup.languages)
-        return (arm.recipe, arm.overrides, arm.init_from, arm.preset, self.setup.budget, self.setup.languages)
+        key = (arm.recipe, arm.overrides, arm.init_from, arm.preset, self.setup.budget, self.setup.languages)
+        return key + ((self.training_key(arm.continues),) if arm.continues else ())  # older runs keep their hash
 
     def work(self) -> set[tuple]:
         """(training key, TRAIN) and (training key, measure) for everything this section trains and measures."""
@@ -234,6 +237,7 @@ class Section:
         for arm in self.arms:
             key = self.training_key(arm)
             out |= {(key, m) for m in self.measures_of(arm)} | ({(key, TRAIN)} if arm.trained else set())
+            out |= {(self.training_key(arm.continues), TRAIN)} if arm.continues else set()
         return out
 
     def estimated_minutes(self, seeds: int = 2, earlier: set[tuple] = frozenset()) -> float:
@@ -249,9 +253,9 @@ class Section:
                 total += measure
                 continue
             training = 0.0
-            if (key, TRAIN) not in earlier:
-                total += 3 * arm.seconds_per_step / 60 if budget.max_flops else 0.0  # the FLOP probe
-                training = budget.estimated_steps(arm) * arm.seconds_per_step / 60
+            for trained in (a for a in (arm, arm.continues) if a and (self.training_key(a), TRAIN) not in earlier):
+                total += 3 * trained.seconds_per_step / 60 if budget.max_flops else 0.0  # the FLOP probe
+                training += budget.estimated_steps(trained) * trained.seconds_per_step / 60
             total += seeds * (training + measure)
         return total
 

@@ -27,7 +27,7 @@ from bench.measures import (
 from bench.run import Context, budget_overrides, run_dir, run_section, seeds_to_run, train
 from bench.studies import STUDIES
 from bench.studies import evidence as E
-from bench.study import Budget, Comparison, Section, Setup, fill
+from bench.study import TRAIN, Budget, Comparison, Section, Setup, fill
 from polyalign.align.aligner import PAIR_LAYOUT
 from polyalign.align.extract import OT_FILTERING
 from polyalign.config import load_recipe
@@ -127,6 +127,12 @@ def test_run_folders_keep_the_names_of_the_runs_made_before_issue_33(tmp_path):
     # the hash covers repr(Budget): a budget without minutes reads as it did, so saved runs are found again
     assert repr(Budget(steps=250)) == "Budget(steps=250, max_flops=None)"
     assert run_dir(context("ppa", tmp_path), E.PPA, 0).name.startswith("ppa-s0-")
+    from bench.studies.real_start import E5_DATA, MLM_TLM
+    from bench.studies.real_start import STUDY as REAL
+
+    # an arm that continues no other keeps the hash it had before `Arm.continues` (bench/work/real-start/runs)
+    real = Context(REAL.sections()["xlm-align"], Path(E5_DATA), tmp_path, tmp_path, "py")
+    assert run_dir(real, MLM_TLM, 0).name == "mlm-tlm-s0-c91a34afb1"
 
 
 def test_a_section_trains_only_the_arms_no_earlier_section_trained(tmp_path, capsys):
@@ -139,6 +145,23 @@ def test_a_section_trains_only_the_arms_no_earlier_section_trained(tmp_path, cap
     assert len(lines) == 1 and "objectives.0.config.tlm=false" in lines[0]
     assert f"--init-from {E.SMALL_BASE}" in lines[0] and "trainer.seed=0" in lines[0]
     assert STUDY.estimates()["ppa-no-tlm"] < STUDY.sections()["ppa-no-tlm"].estimated_minutes() / 2
+
+
+def test_an_arm_that_continues_another_starts_from_its_run_of_the_same_seed_trained_first(tmp_path, capsys):
+    first = dataclasses.replace(E.PPA, name="first")
+    then = dataclasses.replace(E.MLM_TLM, name="then", continues=first)
+    c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), id="toy", baseline=E.MLM_TLM, method=then)
+    ctx = context("ppa", tmp_path)
+    ctx = dataclasses.replace(ctx, section=Section("toy", [c]))
+    train(ctx, then, 1)
+    lines = [line for line in capsys.readouterr().out.splitlines() if " pretrain " in line]
+    assert [x.split(" --run-dir ")[1].split()[0] for x in lines] == [str(run_dir(ctx, a, 1)) for a in (first, then)]
+    assert f"--init-from {run_dir(ctx, first, 1)} " in lines[1]
+    other = dataclasses.replace(then, continues=dataclasses.replace(first, overrides=("trainer.lr=1e-3",)))
+    assert run_dir(ctx, other, 1) != run_dir(ctx, then, 1)  # the run hash follows what it continues
+    assert (ctx.section.training_key(first), TRAIN) in ctx.section.work()
+    alone = Section("toy", [dataclasses.replace(c, method=dataclasses.replace(then, continues=None))])
+    assert ctx.section.estimated_minutes() > alone.estimated_minutes()  # the continued run's training counts
 
 
 def test_the_start_model_is_measured_with_every_measure_of_the_trained_arms_but_translation():
