@@ -45,6 +45,11 @@ class Arm:
     def trained(self) -> bool:
         return self.recipe is not None
 
+    @property
+    def lineage(self) -> tuple[Arm, ...]:
+        """This arm and the arms it continues, itself first: every training its run needs."""
+        return (self, *(self.continues.lineage if self.continues else ()))
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -236,8 +241,8 @@ class Section:
         out = set()
         for arm in self.arms:
             key = self.training_key(arm)
-            out |= {(key, m) for m in self.measures_of(arm)} | ({(key, TRAIN)} if arm.trained else set())
-            out |= {(self.training_key(arm.continues), TRAIN)} if arm.continues else set()
+            out |= {(key, m) for m in self.measures_of(arm)}
+            out |= {(self.training_key(a), TRAIN) for a in arm.lineage if a.trained}
         return out
 
     def estimated_minutes(self, seeds: int = 2, earlier: set[tuple] = frozenset()) -> float:
@@ -253,7 +258,7 @@ class Section:
                 total += measure
                 continue
             training = 0.0
-            for trained in (a for a in (arm, arm.continues) if a and (self.training_key(a), TRAIN) not in earlier):
+            for trained in (a for a in arm.lineage if (self.training_key(a), TRAIN) not in earlier):
                 total += 3 * trained.seconds_per_step / 60 if budget.max_flops else 0.0  # the FLOP probe
                 training += budget.estimated_steps(trained) * trained.seconds_per_step / 60
             total += seeds * (training + measure)
