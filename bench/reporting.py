@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -64,7 +65,8 @@ def commit() -> str:
     """The repository commit a report is written at (`+dirty` when tracked code, not results, differs from it)."""
     root = Path(__file__).resolve().parents[1]
     run = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    head = run("rev-parse", "--short", "HEAD") or "unknown"
+    # A copy of the tree without .git (the GPU machine's) is told its commit by the command that sent it there.
+    head = run("rev-parse", "--short", "HEAD") or os.environ.get("POLYALIGN_COMMIT", "unknown")
     return head + (
         "+dirty" if run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results") else ""
     )

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,14 +204,22 @@ def floors(section: Section, data: Path) -> dict[str, float]:
     return {k: unigram_floor(k, data, section.setup.languages) for k in sorted(kinds)}
 
 
-def run_section(ctx: Context, study: str, max_seeds: int = 2) -> dict:
+def run_section(ctx: Context, study: str, max_seeds: int = 2, saved: Callable[[dict], None] | None = None) -> dict:
     """Seed 0 of every arm, then seed 1 of the arms the rule asks it for (`max_seeds` 1: never; their
-    comparisons then read inconclusive where one seed is too close to call)."""
-    started = time.time()
-    results: dict[str, dict[str, dict]] = {arm.name: {"0": run_seed(ctx, arm, 0)} for arm in ctx.section.arms}
+    comparisons then read inconclusive where one seed is too close to call). `saved` gets the result so far after
+    every arm (a run cut off at a deadline keeps what it measured)."""
+    started, results = time.time(), {}
+    for arm in ctx.section.arms:
+        results[arm.name] = {"0": run_seed(ctx, arm, 0)}
+        if saved is not None:
+            saved(section_result(ctx, study, results, started))
     for arm in ctx.section.arms:
         if max_seeds > 1 and arm.name in seeds_to_run(ctx.section, results):
             results[arm.name]["1"] = run_seed(ctx, arm, 1)
+    return section_result(ctx, study, results, started)
+
+
+def section_result(ctx: Context, study: str, results: dict[str, dict[str, dict]], started: float) -> dict:
     setup = ctx.section.setup
     return {
         "section": ctx.section.name,
@@ -256,6 +265,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"{', '.join(unknown)}: sections of {study.name} are {', '.join(study.sections())}")
     for name in args.sections or study.sections():
         section = study.sections()[name]
+        if section.setup.device == "cuda" and not args.dry_run and not cuda_available():
+            print(f"section {name} skipped: sized for a GPU (bench/perf/gpu_check.py runs it)", file=sys.stderr)
+            continue
         if section.setup.start and not Path(section.setup.start).exists() and not args.dry_run:
             print(f"section {name} skipped: no start model {section.setup.start}", file=sys.stderr)
             continue
@@ -275,6 +287,12 @@ def main(argv: list[str] | None = None) -> None:
         result = run_section(ctx, study.name, args.max_seeds)
         if not args.dry_run:
             write_json(ROOT / "bench" / "results" / study.name / "sections" / f"{name}.json", result)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def prepare(data: Path, eval_root: Path, python: str, tokenizer: str) -> None:

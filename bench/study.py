@@ -123,6 +123,8 @@ class Setup:
     data: str | None = None
     """The prepared folder, when the start's vocabulary is not the study's (`bench.run --data` otherwise); the
     runner prepares it with the start's tokenizer when it is missing."""
+    device: str = "cpu"
+    """`cuda`: sized for a GPU (issue 46); `bench.run` skips it without one, bench/perf/gpu_check.py runs it."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "perf" / "gpu_check.py"
-STEPS = ["environment", "gpu_tests", "throughput", "alignment", "tatoeba"]
+STEPS = ["environment", "gpu_tests", "throughput", "alignment", "tatoeba", "evidence"]
 STATUS = re.compile(r"^(ok|skipped: .+|failed: .+)$")
 
 
@@ -61,6 +61,48 @@ def test_the_dry_run_measures_what_each_step_is_for(dry_run):
     assert steps["alignment"]["polyalign align"]["pairs_per_s"] > 0
     assert 0 <= steps["alignment"]["polyalign evaluate alignment"]["aer"] <= 100
     assert next(iter(steps["tatoeba"].values()))["status"] == "ok"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_dry_run_trains_both_evidence_arms_and_judges_them_by_the_evidence_rule(dry_run):
+    from bench.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+
+    evidence = {s["name"]: s for s in dry_run[0]["steps"]}["evidence"]["parts"]
+    if evidence["pack"]["status"].startswith("skipped"):
+        pytest.skip(evidence["pack"]["status"])  # no ../shared beside the checkout
+    for arm in ("xlm-gpu", "xlm-e-gpu"):
+        assert evidence[f"train {arm}"]["training_flops"] >= 3e10  # the dry budget spent, by the FLOP probe's count
+    for claim in ("xlm-e-gpu-tatoeba14", "xlm-e-gpu-aer-ot"):
+        assert evidence[claim]["verdict"] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+    assert "premise_held" in evidence["MRTD generator loss (xlm-e-gpu)"]
+
+
+def test_the_gpu_section_is_sized_above_cpu_scale_and_skipped_without_a_gpu():
+    from bench.studies import STUDIES
+
+    evidence = STUDIES["evidence"]
+    section = evidence.sections()["xlm-e-gpu"]
+    cpu = max(c.setup.budget.max_flops or 0 for c in evidence.comparisons if c.setup.device == "cpu")
+    assert section.setup.device == "cuda" and section.setup.budget.max_flops >= 300 * cpu
+    assert all("model.hidden_size=768" in a.overrides and "model.num_layers=12" in a.overrides for a in section.arms)
+    shrunk = gpu_check().step_evidence.__globals__["shrunk"](section)
+    assert [a.name for a in shrunk.arms] == [a.name for a in section.arms]  # the dry run reads the same checks
+    assert shrunk.setup.budget.max_flops < 1e12
+
+
+def test_two_calls_combine_into_one_page(tmp_path):
+    module = gpu_check()
+    names = list(module.STEPS)
+    for i, ran in enumerate((names[:3], names[3:])):
+        steps = [
+            {"name": n, "title": n, "parts": {}, "status": "ok" if n in ran else module.NOT_SELECTED} for n in names
+        ]
+        call = {"command": f"call {i}", "date": str(i), "seconds": 10.0, "steps": steps, "dry_run": False}
+        (tmp_path / f"{i}.json").write_text(json.dumps(call | {"code": "abc", "host": "h"}))
+    combined = module.combine([tmp_path / "0.json", tmp_path / "1.json"])
+    assert [s["status"] for s in combined["steps"]] == ["ok"] * len(names)
+    assert combined["seconds"] == 20.0 and combined["command"] == "call 0 ; call 1"
 
 
 def test_a_step_past_its_budget_is_recorded_as_failed(tmp_path):

@@ -1,13 +1,28 @@
-"""One prepared GPU check (issue 34): every path polyalign runs on a GPU, and how fast, in one command.
+"""One prepared GPU check (issues 34, 46): every path polyalign runs on a GPU, how fast, and one paper claim above
+CPU scale, in two commands that fit one 15-minute loan of the GPU machine.
 
-Usage on the device machine (at most 8 minutes on one H100; nothing but an output folder to name):
-    .venv/bin/python bench/perf/gpu_check.py --out $OUT
-Every step at tiny sizes on the CPU, to check the script itself (under a minute; tests/test_gpu_check.py):
+THE PLAN (device seconds; the loan's 900 include the machine's start and every wait):
+  start of the machine                                                   ~60-120
+  call 1 (timeout_s 300): environment, gpu tests, throughput             budgets 15 + 100 + 120 = 235
+  call 2 (timeout_s 540, at once while warm): the evidence step          budget 480
+  transfers, the 30 s idle before give_back                              ~40
+  total                                                                  ~850 of 900
+The commands (here first: `python bench/perf/gpu_pack.py`, then carry the pack and the wheels the image lacks):
+  call 1: pip install --target /tmp/site .whl/*.whl; PYTHONPATH=/tmp/site POLYALIGN_COMMIT=<hash>
+          timeout 280 python3 bench/perf/gpu_check.py --steps environment,gpu_tests,throughput --out /tmp/gc;
+          tar czf $OUT/gpu_check.tgz -C /tmp/gc .; cp /tmp/gc/gpu_check.json $OUT/call1.json
+  call 2: the same with --steps evidence, timeout 520, $OUT/call2.json
+  here:   python bench/perf/gpu_check.py --combine call1.json call2.json --out bench/results/gpu
+          (then copy evidence/xlm-e-gpu.json to bench/results/evidence/sections/ and `python -m bench.page evidence`)
+Steps 4 and 5 (alignment, Tatoeba speed) run when a loan has time left: `--steps alignment,tatoeba`.
+
+Usage on the device machine: python3 bench/perf/gpu_check.py --out $OUT [--steps a,b]
+Every step at tiny sizes on the CPU, to check the script itself (a few minutes; tests/test_gpu_check.py):
     .venv/bin/python bench/perf/gpu_check.py --dry-run --out /tmp/gpu_check
 --out defaults to $OUT when set, else bench/results/gpu. Writes gpu_check.md, gpu_check.json and logs/ (every
 command's output) there.
 
-Steps, in order, each in its own process with a wall-clock budget (a step that overruns is killed and recorded
+Steps, each in its own process with a wall-clock budget (a step that overruns is killed and recorded
 as failed, with what it had measured so far, and the next one starts):
 1. environment: GPU, memory, driver / CUDA / torch versions, bf16, SDPA's flash kernel.
 2. gpu tests: `torchrun --nproc_per_node 1 -m polyalign.cli pretrain xlm` with trainer.distributed=ddp through a
@@ -20,6 +35,8 @@ as failed, with what it had measured so far, and the next one starts):
    plainly with transformers (SimAlign's way), and `polyalign evaluate alignment`, with multilingual-e5-small
    (models/multilingual-e5-small; else `polyalign import-e5`; else a randomly initialised model of its shape).
 5. tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all` with the same model, seconds.
+6. evidence: the evidence study's section xlm-e-gpu (XLM-E vs MLM + TLM from scratch, 3e16 FLOPs per arm, 12 x 768)
+   on the carried data pack, measured and judged by the evidence page's rule (bench/perf/gpu_evidence_step.py).
 A step records `ok`, `skipped: <reason>` or `failed: <one line>`, and so does each of its parts.
 """
 
@@ -44,10 +61,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from bench.perf.gpu_evidence_step import step_evidence  # noqa: E402
+
 SHARED = ROOT.parent / "shared"
 SAMPLE = ROOT / "polyalign" / "sample_data"
 E5_FOLDER = ROOT / "models" / "multilingual-e5-small"
-TOTAL_BUDGET_S = 460  # the device tool allows 8 minutes a check; the rest is start-up and writing the page
+TOTAL_BUDGET_S = 520  # one call's steps; a call may run 10 minutes, the loan 15 in all (THE PLAN above)
 NO_CUDA = "skipped: no CUDA"
 UNFINISHED = "failed: unfinished at the step's deadline"  # a part's status while it runs: what stays if killed
 
@@ -846,13 +866,15 @@ def step_tatoeba(step: Step) -> None:
 
 STEPS = {  # name: (title, budget in seconds on the GPU, function)
     "environment": ("1. Environment", 15, step_environment),
-    "gpu_tests": ("2. torchrun pretrain + resume, DDP probe, pytest -m gpu", 145, step_gpu_tests),
-    "throughput": ("3. Training throughput (XLM-R base size)", 135, step_throughput),
+    "gpu_tests": ("2. torchrun pretrain + resume, DDP probe, pytest -m gpu", 100, step_gpu_tests),
+    "throughput": ("3. Training throughput (XLM-R base size)", 120, step_throughput),
     "alignment": ("4. Word alignment: polyalign vs transformers, AER", 110, step_alignment),
     "tatoeba": ("5. Tatoeba-14 with a layer sweep", 55, step_tatoeba),
+    "evidence": ("6. Evidence above CPU scale: XLM-E vs MLM + TLM at 3e16 FLOPs", 480, step_evidence),
 }
 TABLE_STEPS = {"throughput"}  # steps whose parts are arms measured alike: a table; the others a list
 DRY_BUDGET_S = 120  # per step on a busy 2-core CPU: the dry run's steps take seconds, a budget is a safety net
+DRY_BUDGETS_S = {"evidence": 420}  # two tiny trainings and their measures through the CLI: minutes on 2 cores
 
 
 def run_step(name: str, work: Path, logs: Path, dry_run: bool, budget: float) -> dict:
@@ -896,13 +918,16 @@ def step_status(parts: dict) -> str:
     return "ok" if statuses else "failed: recorded nothing"
 
 
-def run_check(out: Path, dry_run: bool) -> dict:
+def run_check(out: Path, dry_run: bool, steps: list[str] | None = None) -> dict:
     # Models, runs and data stay out of --out (the device tool brings back all of it); logs come back.
     with tempfile.TemporaryDirectory(prefix="gpu_check") as work:
-        return check_in(Path(work), out, dry_run)
+        return check_in(Path(work), out, dry_run, steps or list(STEPS))
 
 
-def check_in(work: Path, out: Path, dry_run: bool) -> dict:
+NOT_SELECTED = "skipped: not in --steps"
+
+
+def check_in(work: Path, out: Path, dry_run: bool, selected: list[str]) -> dict:
     t0 = time.perf_counter()
     result = {
         "command": "bench/perf/gpu_check.py " + " ".join(sys.argv[1:]),
@@ -918,8 +943,10 @@ def check_in(work: Path, out: Path, dry_run: bool) -> dict:
     }
     for i, (name, (title, budget, _)) in enumerate(STEPS.items()):
         left = TOTAL_BUDGET_S - (time.perf_counter() - t0)
-        budget = DRY_BUDGET_S if dry_run else min(budget, left)
-        if budget < 5:
+        budget = DRY_BUDGETS_S.get(name, DRY_BUDGET_S) if dry_run else min(budget, left)
+        if name not in selected:
+            record = {"name": name, "title": title, "status": NOT_SELECTED, "parts": {}}
+        elif budget < 5:
             record = {"name": name, "title": title, "status": "skipped: total budget spent", "parts": {}}
         else:
             record = run_step(name, work, out / "logs", dry_run, budget)
@@ -927,6 +954,20 @@ def check_in(work: Path, out: Path, dry_run: bool) -> dict:
         result["seconds"] = time.perf_counter() - t0
         write_results(out, result)
         print(f"{title}: {record['status']} ({record.get('seconds', 0):.0f} s)", flush=True)
+    return result
+
+
+def combine(files: list[Path]) -> dict:
+    """The checks of several calls as one: each step from the call that ran it (a later call wins), the calls'
+    seconds added, their commands and dates listed."""
+    calls = [json.loads(f.read_text()) for f in files]
+    result = dict(calls[-1], seconds=sum(c["seconds"] for c in calls))
+    result["command"] = " ; ".join(c["command"] for c in calls)
+    result["date"] = " ; ".join(c["date"] for c in calls)
+    steps = {s["name"]: s for s in calls[0]["steps"]}
+    for call in calls[1:]:
+        steps |= {s["name"]: s for s in call["steps"] if s["status"] != NOT_SELECTED}
+    result["steps"] = list(steps.values())
     return result
 
 
@@ -998,6 +1039,8 @@ def main() -> None:
     default_out = Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "bench" / "results" / "gpu"
     ap.add_argument("--out", type=Path, default=default_out, help="folder for gpu_check.md, .json and logs/")
     ap.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny sizes (< 1 minute)")
+    ap.add_argument("--steps", help=f"comma list of steps to run (default all: {','.join(STEPS)})")
+    ap.add_argument("--combine", nargs="+", type=Path, help="gpu_check.json files of several calls -> one page")
     ap.add_argument("--step", choices=list(STEPS), help=argparse.SUPPRESS)  # a step's own process
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--logs", type=Path, help=argparse.SUPPRESS)
@@ -1012,9 +1055,16 @@ def main() -> None:
     elif args.hf_align:
         folder, src, tgt, out, layer, device = args.hf_align
         hf_align(Path(folder), Path(src), Path(tgt), Path(out), int(layer), device)
-    else:
+    elif args.combine:
         args.out.mkdir(parents=True, exist_ok=True)
-        run_check(args.out, args.dry_run)
+        write_results(args.out, combine(args.combine))
+        print(f"wrote {args.out / 'gpu_check.md'} and gpu_check.json")
+    else:
+        steps = args.steps.split(",") if args.steps else list(STEPS)
+        if unknown := [s for s in steps if s not in STEPS]:
+            ap.error(f"--steps: unknown {', '.join(unknown)}; the steps are {', '.join(STEPS)}")
+        args.out.mkdir(parents=True, exist_ok=True)
+        run_check(args.out, args.dry_run, steps)
         print(f"wrote {args.out / 'gpu_check.md'} and gpu_check.json")
 
 

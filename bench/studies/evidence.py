@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from bench.studies.gpu_evidence import gpu_claims
 from bench.study import SMALL_BASE, Arm, Budget, Check, Comparison, Investigation, Rule, Setup, Study
 
 XNLI_SMOKE_FLOOR = 1.5
@@ -19,11 +20,11 @@ CLOSE, NOISE_FLOOR = Rule().close, Rule().floor
 
 
 def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BASE, languages=None, data=None,
-          checks=(), code_checks=(), diagnostics=(), localises=(), departs=(), independent="", close=CLOSE,
-          floor=NOISE_FLOOR, **comparison) -> Comparison:  # fmt: skip
+          device="cpu", checks=(), code_checks=(), diagnostics=(), localises=(), departs=(), independent="",
+          close=CLOSE, floor=NOISE_FLOOR, **comparison) -> Comparison:  # fmt: skip
     """A comparison written as the claims were before issue 33: setup, investigation and rule by keyword."""
     why = Investigation(checks, code_checks, diagnostics, localises, departs, independent)
-    setup = Setup(budget, start, languages, data)
+    setup = Setup(budget, start, languages, data, device)
     return Comparison(id, section, setup, rule=Rule(close, floor), why=why, **comparison)
 
 
@@ -731,5 +732,7 @@ CLAIMS: tuple[Comparison, ...] = (
     ),
 )
 
+
+CLAIMS += gpu_claims(claim, _detectors, _generators, _RTD_CODE, RTD_REFERENCE)
 
 STUDY = Study("evidence", "Evidence: each paper's claims as A/B at equal compute (issue 19)", CLAIMS)
