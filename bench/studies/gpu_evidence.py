@@ -25,7 +25,7 @@ GPU_TRAINING = (
     "trainer.loader_workers=2",
     "trainer.lr=3e-4",
     "trainer.clip_norm=1.0",
-    "trainer.max_minutes=2.5",
+    "trainer.max_minutes=3.0",
 )
 # FLOPs per step: 6 x 85M non-embedding parameters x 65,536 tokens, plus attention and the heads (xlm-e: a 4-layer
 # generator beside the 12-layer discriminator). Seconds per step: at ~350 TFLOP/s. Both only size the section.
