@@ -155,6 +155,9 @@ def unigram_floor(kind: str, prepared: Path, languages: tuple[str, ...] | None) 
 NOT_RUN, NOT_MEASURED = "not run yet", "not measured"
 STALE = "stale: AER from before the Itermax filtering or the one pair layout, rerun"
 ONE_CLASS_VERDICT = "inconclusive: a classifier predicts one class"
+BUDGET_REACHED = 0.95
+"""An arm of a FLOP budget that logged less than this share of it was stopped short (a wall-clock guard): the
+comparison is then not at equal compute. Every CPU run so far logged at least 0.99 of its budget."""
 SCALE, CODE, NOT_SEPARATED = "scale", "code suspect", "code or scale not separated"
 """What a reading may conclude: the model (scale) stands in the way, the code is suspect, or neither is shown."""
 
@@ -188,6 +191,20 @@ def one_class(c: Comparison, section: dict) -> bool:
     return c.metric.startswith("xnli") and any(s.get(ONE_CLASS) for s in seeds)
 
 
+def short_of_budget(c: Comparison, section: dict) -> list[tuple[str, float]]:
+    """(arm, share of the FLOP budget it logged) for every trained arm's seed that stopped short of the budget."""
+    budget = c.setup.budget.max_flops
+    if not budget:
+        return []
+    short = []
+    for arm in (a for a in c.arms if a.trained):
+        for seed in section["results"].get(arm.name, {}).values():
+            flops = seed.get("train", {}).get("flops")
+            if flops is not None and flops < BUDGET_REACHED * budget:
+                short.append((arm.name, flops / budget))
+    return short
+
+
 def comparison_row(c: Comparison, section: dict | None) -> dict:
     """The table row of one comparison (also written to the study's JSON)."""
     row = {"claim": c.id, "paper": c.paper, "statement": c.statement, "paper_number": c.paper_number}
@@ -207,6 +224,9 @@ def comparison_row(c: Comparison, section: dict | None) -> dict:
         return row | {"verdict": STALE}
     if one_class(c, section):
         return row | {"verdict": ONE_CLASS_VERDICT}
+    if short := short_of_budget(c, section):
+        reached = ", ".join(f"{arm} logged {share:.0%}" for arm, share in short)
+        return row | {"verdict": f"{INCONCLUSIVE}: unequal compute ({reached} of the FLOP budget)"}
     varies = (
         c.baseline.trained or c.method.trained or any(MEASURES[measure_of(k)].seeded for k in (c.metric, c.base_metric))
     )

@@ -781,3 +781,17 @@ def test_max_seeds_one_leaves_close_comparisons_to_one_seed(tmp_path, monkeypatc
     assert calls and {seed for _, seed in calls} == {0}
     run_section(context("ppa", tmp_path), "evidence")
     assert {seed for _, seed in calls} == {0, 1}
+
+
+def test_an_arm_stopped_short_of_a_flop_budget_makes_the_comparison_inconclusive():
+    c, section = section_of(
+        "xlm-e-gpu-aer-ot",
+        {
+            "xlm-gpu": {"0": {"aer-ot@default": 79.0, **CURRENT_AER, "train": {"flops": 3.0e16}}},
+            "xlm-e-gpu": {"0": {"aer-ot@default": 70.0, **CURRENT_AER, "train": {"flops": 2.9e16}}},
+        },
+    )
+    assert V.comparison_row(c, section)["verdict"] == V.REPRODUCED  # 97% of the budget: equal compute
+    section["results"]["xlm-e-gpu"]["0"]["train"]["flops"] = 1.92e16  # the GPU run's 3-minute guard
+    verdict = V.comparison_row(c, section)["verdict"]
+    assert verdict.startswith(V.INCONCLUSIVE) and "xlm-e-gpu logged 64%" in verdict

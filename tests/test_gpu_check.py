@@ -116,3 +116,9 @@ def test_a_step_is_ok_unless_a_part_failed_and_skipped_when_all_were():
     assert status({"a": {"status": "ok"}, "b": {"status": "failed: exit 1: boom"}}) == "failed: b: exit 1: boom"
     assert status({"a": {"status": "skipped: no CUDA"}}) == "skipped: no CUDA"
     assert status({}) == "failed: recorded nothing"
+
+
+def test_a_part_may_record_a_measurement_called_name(tmp_path):
+    """The environment step records the GPU's `name`: on the first GPU this raised a TypeError (part's own name)."""
+    step = gpu_check().Step("environment", tmp_path, tmp_path / "logs", deadline=0.0, dry_run=True)
+    assert step.part("gpu", status="ok", name="NVIDIA H200") == {"status": "ok", "name": "NVIDIA H200"}

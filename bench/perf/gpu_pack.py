@@ -131,9 +131,7 @@ def main() -> None:
     if unknown or "en" not in args.langs.split(","):
         raise SystemExit(f"--langs {args.langs}: English plus XNLI languages ({', '.join(XNLI_LANGUAGES)})")
     pack = build_pack(args.out, tuple(args.langs.split(",")), args.fraction, args.dev_pairs, args.max_mb)
-    print(
-        f"{args.out}: {pack['megabytes']} MB, {pack['training_tokens']:,} training tokens, gold {pack['gold_sets']}"
-    )
+    print(f"{args.out}: {pack['megabytes']} MB, {pack['training_tokens']:,} training tokens, gold {pack['gold_sets']}")
 
 
 if __name__ == "__main__":
