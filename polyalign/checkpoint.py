@@ -125,6 +125,12 @@ def resolve_model_folder(path: str | Path) -> Path:
         return path
     latest = latest_checkpoint(path)
     if latest is None:
+        steps = checkpoint_dirs(path.parent) if path.name == "checkpoints" else []
+        if steps:
+            raise DataError(
+                f"{path}: a checkpoints folder: pass one of its step folders, e.g. {steps[-1]}, or the run folder "
+                f"{path.parent} (its latest checkpoint)"
+            )
         raise DataError(f"{path}: neither a model folder (no {CONFIG_FILE}) nor a run folder with checkpoints")
     return latest
 

@@ -31,6 +31,7 @@ from polyalign.cli_options import (
     SentenceLayer,
     TextPrefix,
     TrustPickle,
+    check_new_folder,
     comma_list,
     load_on_device,
     wants_sweep,
@@ -38,13 +39,18 @@ from polyalign.cli_options import (
 from polyalign.io import DataError, write_json
 from polyalign.tables import console, print_prepared, print_tatoeba
 
+# Plain (click) help rather than rich's tables: at 80 columns rich cut option names and help texts short
+# (`--tokenizer-sampl…`), where click wraps them whole.
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Cross-lingual pre-training with alignment objectives, and alignment measurement.",
 )
-evaluate_app = typer.Typer(no_args_is_help=True, help="Measure a model: retrieval, word alignment.")
+evaluate_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Measure a model: retrieval, word alignment."
+)
 app.add_typer(evaluate_app, name="evaluate")
 
 
@@ -89,6 +95,7 @@ def prepare(
     from polyalign.data.prepare import prepare as run_prepare
     from polyalign.io import LinePolicy
 
+    check_new_folder(out, overwrite)
     corpus = discover_corpus(mono, parallel, comma_list(langs))
     config = PrepareConfig(
         out=out,
@@ -126,7 +133,7 @@ def pretrain(
         str | None,
         typer.Option(help="Model size, batch and lr settings from polyalign/recipes/presets/NAME.yaml (--set wins)."),
     ] = None,
-    resume: Annotated[bool, typer.Option(help="Continue the run in --run from its latest checkpoint.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its latest checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Pre-train an encoder with the objectives a recipe names. Works under torchrun (DDP)."""

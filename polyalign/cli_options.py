@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from polyalign.io import DataError
+from polyalign.io import DataError, refuse_existing
 
 
 def comma_list(value: str | None) -> list[str] | None:
@@ -20,6 +20,11 @@ def comma_list(value: str | None) -> list[str] | None:
 # Options that several commands share.
 TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
+
+
+def check_new_folder(out: Path, overwrite: bool) -> None:
+    """Refuse an existing output folder before any work, naming `--overwrite` (for the commands that have it)."""
+    refuse_existing(out, overwrite, "pass --overwrite to replace it, or choose another path")
 ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
