@@ -192,7 +192,7 @@ def follow_umask(folder: Path) -> None:
     """Give a folder, its subfolders and its files the modes the umask says (0o777 / 0o666 & ~umask): mkdtemp,
     mkstemp and safetensors' own temporary file make them owner-only, which another user cannot read."""
     mask = current_umask()
-    for root, dirs, files in os.walk(folder):
+    for root, _, files in os.walk(folder):
         os.chmod(root, 0o777 & ~mask)
         for f in files:
             os.chmod(Path(root) / f, 0o666 & ~mask)
