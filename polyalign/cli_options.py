@@ -25,6 +25,8 @@ Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder
 def check_new_folder(out: Path, overwrite: bool) -> None:
     """Refuse an existing output folder before any work, naming `--overwrite` (for the commands that have it)."""
     refuse_existing(out, overwrite, "pass --overwrite to replace it, or choose another path")
+
+
 ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
