@@ -48,6 +48,8 @@ class LoadedModel:
     languages: list[str]
     """Language codes in language-embedding order (empty when the model has none)."""
     folder: Path
+    step: int | None = None
+    """The training step of a checkpoint (from its config.json); None for other models."""
 
     def language_id(self, code: str) -> int | None:
         """Index of a language's embedding, accepting ISO 639-1 or Tatoeba codes; None if it has none."""
@@ -158,7 +160,11 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch
         model = MaskedLanguageModel(EncoderConfig.from_dict(meta["encoder"]))
     load_model_weights(model, weights, strict=True)
     return LoadedModel(
-        model.to(device).eval(), load_tokenizer(folder / TOKENIZER_DIR), meta.get("languages", []), folder
+        model.to(device).eval(),
+        load_tokenizer(folder / TOKENIZER_DIR),
+        meta.get("languages", []),
+        folder,
+        meta["polyalign"].get("step"),
     )
 
 

@@ -66,6 +66,18 @@ def torch_device(name: str | None) -> str:
     return name
 
 
+def model_label(model: Path, loaded) -> str:
+    """How tables and plot titles name a model: its path, and its training step when it is a checkpoint."""
+    return str(model) if loaded.step is None else f"{model}, step {loaded.step}"
+
+
+def provenance(model: Path, loaded) -> dict:
+    """What every results file records of how it was made: the model as given, its step (or None), the command."""
+    from polyalign.finetune.results import invoked_command
+
+    return {"model": str(model), "step": loaded.step, "command": invoked_command()}
+
+
 def load_on_device(model: Path, device: str | None, trust_pickle: bool):
     """The model of --model on --device (see `torch_device`); `--trust-pickle` allows pickled weights."""
     from polyalign.checkpoint import load_model
