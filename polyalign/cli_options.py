@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from polyalign.io import DataError
+from polyalign.io import DataError, refuse_existing
 
 
 def comma_list(value: str | None) -> list[str] | None:
@@ -20,6 +20,13 @@ def comma_list(value: str | None) -> list[str] | None:
 # Options that several commands share.
 TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
+
+
+def check_new_folder(out: Path, overwrite: bool) -> None:
+    """Refuse an existing output folder before any work, naming `--overwrite` (for the commands that have it)."""
+    refuse_existing(out, overwrite, "pass --overwrite to replace it, or choose another path")
+
+
 ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
@@ -57,6 +64,18 @@ def torch_device(name: str | None) -> str:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DataError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
     return name
+
+
+def model_label(model: Path, loaded) -> str:
+    """How tables and plot titles name a model: its path, and its training step when it is a checkpoint."""
+    return str(model) if loaded.step is None else f"{model}, step {loaded.step}"
+
+
+def provenance(model: Path, loaded) -> dict:
+    """What every results file records of how it was made: the model as given, its step (or None), the command."""
+    from polyalign.finetune.results import invoked_command
+
+    return {"model": str(model), "step": loaded.step, "command": invoked_command()}
 
 
 def load_on_device(model: Path, device: str | None, trust_pickle: bool):

@@ -188,17 +188,32 @@ def fsync_tree(folder: Path) -> None:
         fsync_path(root)
 
 
+def follow_umask(folder: Path) -> None:
+    """Give a folder, its subfolders and its files the modes the umask says (0o777 / 0o666 & ~umask): mkdtemp,
+    mkstemp and safetensors' own temporary file make them owner-only, which another user cannot read."""
+    mask = current_umask()
+    for root, _, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~mask)
+        for f in files:
+            os.chmod(Path(root) / f, 0o666 & ~mask)
+
+
+def refuse_existing(final: str | Path, overwrite: bool, fix: str = "choose another path or remove it yourself") -> None:
+    """A one-line error when `final` exists and may not be replaced; `fix` says what to do instead."""
+    if Path(final).exists() and not overwrite:
+        raise DataError(f"{final}: already exists; {fix}")
+
+
 @contextmanager
 def atomic_dir(final: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Build a folder under a temporary name beside `final`, then fsync it and rename it into place."""
     final = Path(final)
-    if final.exists() and not overwrite:
-        raise DataError(f"{final}: already exists; choose another path or remove it yourself")
+    refuse_existing(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it owner-only
     try:
         yield tmp
+        follow_umask(tmp)
         fsync_tree(tmp)
         if final.exists():  # overwrite: move the old one aside first so a crash never loses both
             old = final.with_name(f".{final.name}.old-{os.getpid()}")

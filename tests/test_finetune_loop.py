@@ -164,7 +164,8 @@ def test_two_step_smoke_per_task(name, tiny_model, tiny_pack):
     for lang in expected:
         assert 0.0 <= result["per_language"][lang]["mean"] <= 100.0
     assert result["gap"] is not None and math.isfinite(result["gap"]["mean"])
-    assert "Subsampled: train 4" in result["protocol"] and "Overrides" in result["protocol"]
+    assert "Subsampled (seeded, the same examples for every model): trained on 4 examples." in result["protocol"]
+    assert "Overrides" in result["protocol"]
 
 
 @pytest.mark.integration

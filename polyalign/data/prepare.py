@@ -261,6 +261,23 @@ def check_parallel_lengths(corpus: Corpus) -> None:
             )
 
 
+def pair_rows(source: ParallelSource, policy: LinePolicy, bad: BadLineCounter | None = None):
+    """(line number, source text, target text) of a parallel source's good pairs (see io.read_parallel)."""
+    if source.tgt is None:
+        return read_tsv_pairs(source.src, policy, bad)
+    return read_parallel(source.src, source.tgt, policy, bad)
+
+
+def check_bad_lines(corpus: Corpus, policy: LinePolicy) -> None:
+    """With `--bad-lines error`, read every file once before any work (the tokenizer would otherwise train on
+    the bad text first), so that a bad line is the one thing said and nothing is created."""
+    if policy.on_bad == "error":
+        for f in (f for files in corpus.mono.values() for f in files):
+            deque(read_lines(f, policy), maxlen=0)
+        for source in corpus.parallel:
+            deque(pair_rows(source, policy), maxlen=0)
+
+
 def tokenizer_folder(path: Path) -> Path:
     """`--tokenizer-from` takes a tokenizer folder or a model folder (its `tokenizer/` subfolder)."""
     return path / "tokenizer" if (path / "tokenizer").is_dir() else path
@@ -277,6 +294,7 @@ def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
     """Build the prepared folder `config.out`; returns its meta dictionary."""
     workers = worker_count(config.workers)
     check_parallel_lengths(corpus)
+    check_bad_lines(corpus, config.policy)
     source = load_tokenizer(tokenizer_folder(Path(config.tokenizer_from))) if config.tokenizer_from else None
     exclusions = load_exclusions(config.exclude) if config.exclude else set()
     pool = None
@@ -395,11 +413,7 @@ def tokenize_corpus(
     for p in corpus.parallel:
         wa = ShardWriter(out / "parallel" / f"{p.name}.{p.src_lang}", dtype)
         wb = ShardWriter(out / "parallel" / f"{p.name}.{p.tgt_lang}", dtype)
-        rows = (
-            read_tsv_pairs(p.src, config.policy, bad)
-            if p.tgt is None
-            else read_parallel(p.src, p.tgt, config.policy, bad)
-        )
+        rows = pair_rows(p, config.policy, bad)
         held_out = (
             dev_line_numbers(count_lines(p.src), config.dev_pairs, p.name, config.seed) if config.dev_pairs else set()
         )

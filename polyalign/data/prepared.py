@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from polyalign.data.shards import TokenShard
-from polyalign.io import read_json
+from polyalign.io import DataError, read_json
 from polyalign.tokenizer import Tokenizer, load_tokenizer
 
 META = "meta.json"
@@ -19,6 +19,11 @@ class PreparedData:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
+        if self.folder.is_dir() and not (self.folder / META).is_file():
+            raise DataError(
+                f"{self.folder}: not a prepared corpus (no {META}): run `polyalign prepare --out {self.folder} ...` "
+                "on your text first"
+            )
         self.meta = read_json(self.folder / META)
         self.dtype = np.dtype(self.meta["dtype"])
         self.languages: list[str] = self.meta["languages"]

@@ -27,6 +27,6 @@ def plot_series(
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    fig.savefig(out, metadata={"Title": title})  # in the file too, readable without the pixels
     plt.close(fig)
     return out

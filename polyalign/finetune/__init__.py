@@ -72,7 +72,7 @@ def finetune_task(
     changed = (
         f"Overrides of the paper defaults: {', '.join(f'{k}={v}' for k, v in overrides.items())}." if overrides else ""
     )
-    describe = " ".join(p for p in (changed, sample.describe() and sample.describe().capitalize() + ".") if p)
+    describe = " ".join(p for p in (changed, sample.describe(data)) if p)
     return run_finetune(task, loaded, data, config, seeds, progress, describe, setting)
 
 

@@ -31,9 +31,23 @@ class Subsample:
     max_eval: int = 0
     """Per test language."""
 
-    def describe(self) -> str:
-        parts = [f"{k.removeprefix('max_')} {v}" for k, v in vars(self).items() if v]
-        return "subsampled: " + ", ".join(parts) if parts else ""
+    def describe(self, data: TaskData) -> str:
+        """What the caps left of `data`, counted (the protocol's text describes the full sets); "" without caps."""
+        parts = [
+            f"trained on {len(data.train):,} examples" if self.max_train else "",
+            f"selected on {per_language(data.select, 'examples')}" if self.max_select else "",
+            f"scored on {per_language(data.test, 'test examples')}, not the full test sets" if self.max_eval else "",
+        ]
+        parts = [p for p in parts if p]
+        return "Subsampled (seeded, the same examples for every model): " + "; ".join(parts) + "." if parts else ""
+
+
+def per_language(sets: dict[str, list], noun: str) -> str:
+    """`100 NOUN per language`, or `NOUN per language: en 100, de 98` when the languages differ."""
+    sizes = {lang: len(examples) for lang, examples in sets.items()}
+    if len(set(sizes.values())) == 1:
+        return f"{next(iter(sizes.values())):,} {noun} per language"
+    return f"{noun} per language: " + ", ".join(f"{lang} {n:,}" for lang, n in sizes.items())
 
 
 @dataclass
@@ -79,6 +93,10 @@ class Feature:
 
 
 class Task(Protocol):
+    """A fine-tuning task. One scored by accuracy over classes also has `classes` (their names) and
+    `class_labels(examples) -> list[int]` (the gold class of every scored unit), from which the loop reports the
+    chance and majority-class baselines beside the score."""
+
     name: str
     metric: str
     """Headline metric (a key of `score`'s result), in percent."""

@@ -36,6 +36,7 @@ class FinetuneConfig:
     lr: float = 5e-5
     """Peak learning rate of the head and the top layer."""
     batch_size: int = 32
+    """Training examples per step."""
     epochs: float = 5.0
     """Passes over the training features (fractions allowed)."""
     warmup_fraction: float = 0.1
@@ -57,6 +58,8 @@ class FinetuneConfig:
     """Padded tokens per inference batch (batches are length-sorted)."""
     dropout: float = -1.0
     """Encoder dropout while fine-tuning; -1 keeps the checkpoint's."""
+    max_steps: int = 0
+    """Stop after at most this many training steps (0: `epochs` decide); warmup and decay span the steps run."""
 
     def __post_init__(self) -> None:
         if self.precision not in ("bf16", "fp32"):
@@ -65,6 +68,8 @@ class FinetuneConfig:
             raise DataError(f"batch_size={self.batch_size}, epochs={self.epochs}, lr={self.lr}: all must be positive")
         if not 0 < self.layer_decay <= 1:
             raise DataError(f"layer_decay={self.layer_decay}: use a value in (0, 1]")
+        if self.max_steps < 0:
+            raise DataError(f"max_steps={self.max_steps}: use 0 (epochs decide) or a positive number of steps")
         if self.max_length < 8:
             raise DataError(f"max_length={self.max_length}: too short for an input with its special tokens")
 
@@ -233,6 +238,7 @@ def finetune_seed(
     n = len(prepared.train)
     steps_per_epoch = math.ceil(n / config.batch_size)
     total = max(1, round(config.epochs * steps_per_epoch))
+    total = min(total, config.max_steps) if config.max_steps else total
     warmup = round(config.warmup_fraction * total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, warmup, total))
     select_every = max(1, steps_per_epoch // max(1, config.selections_per_epoch))
@@ -293,7 +299,7 @@ def run_finetune(
     setting: str = "transfer",
 ) -> dict:
     """Fine-tune `seeds` times and summarise: per-language mean and standard deviation, average, transfer gap."""
-    from polyalign.finetune.results import summarise
+    from polyalign.finetune.results import class_baselines, summarise
 
     t0 = time.perf_counter()
     prepared = prepare_features(task, data, loaded, config)
@@ -303,7 +309,9 @@ def run_finetune(
         for p in (
             data.protocol,
             f"Fine-tuning: AdamW, lr {config.lr:g} with layer-wise decay {config.layer_decay:g}, batch "
-            f"{config.batch_size}, {config.epochs:g} epochs, linear schedule with {config.warmup_fraction:.0%} "
+            f"{config.batch_size}, {config.epochs:g} epochs"
+            + (f" (at most {config.max_steps} steps)" if config.max_steps else "")
+            + f", linear schedule with {config.warmup_fraction:.0%} "
             f"warmup, weight decay {config.weight_decay:g}, max length {config.max_length}, {config.precision}.",
             f"Model selection: the step with the best {task.metric} on the selection data "
             f"(scored {config.selections_per_epoch}x per epoch and at the end).",
@@ -321,4 +329,8 @@ def run_finetune(
         features={"train": len(prepared.train), "select": sum(len(f) for _, f in prepared.select.values())},
         seconds=time.perf_counter() - t0,
     )
-    return {"setting": setting, **result}
+    baselines = None
+    if task.metric == "accuracy" and hasattr(task, "class_labels"):
+        test = {lang: task.class_labels(examples) for lang, (examples, _) in prepared.test.items()}
+        baselines = class_baselines(task.class_labels(data.train), test, task.classes)
+    return {"setting": setting, **result, "baselines": baselines}

@@ -229,7 +229,8 @@ def load_pawsx(data_dir: Path, setting: str, options: PairOptions) -> TaskData:
         f"rows (translations of one another, row by row) are split by a fixed seed into train "
         f"{len(train_idx)} / selection {len(select_idx)} / held-out {len(eval_idx)}, the same rows in every "
         f"language. The model trains on {trained_on} (training rows), is selected on the selection rows, and "
-        f"is scored on pawsx/test-de.tsv and test-zh.tsv (2,000 pairs each) and, for en, es, fr, ja, ko, on the "
+        f"is scored on pawsx/test-de.tsv and test-zh.tsv ({len(test['de']):,} and {len(test['zh']):,} pairs) and, "
+        f"for en, es, fr, ja, ko, on the "
         f"held-out dev rows. 'NS' (untranslated) rows are kept, as in XTREME."
     )
     return TaskData(train, select, test, protocol, originals=dev["en"])
@@ -314,6 +315,9 @@ class PairClassificationHead(nn.Module):
 class PairClassification:
     metric = "accuracy"
 
+    def class_labels(self, examples: list[PairExample]) -> list[int]:
+        return [e.label for e in examples]
+
     def __init__(
         self,
         spec: PairSpec,
@@ -321,7 +325,7 @@ class PairClassification:
         transform: Callable[[list[PairExample]], list[PairExample]] | None = None,
         encoder_wrapper: Callable[[nn.Module], nn.Module] | None = None,
     ):
-        self.spec, self.name, self.defaults = spec, spec.name, spec.defaults
+        self.spec, self.name, self.defaults, self.classes = spec, spec.name, spec.defaults, spec.labels
         self.options = options or PairOptions()
         self.transform, self.encoder_wrapper = transform, encoder_wrapper
 

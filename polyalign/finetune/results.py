@@ -28,6 +28,19 @@ def transfer_gap(scores: dict[str, float], source: str = "en") -> float | None:
     return scores[source] - float(np.mean(others))
 
 
+def class_baselines(train_labels: list[int], test_labels: dict[str, list[int]], classes: tuple[str, ...]) -> dict:
+    """What an accuracy must beat, in percent per test language: chance (100 / classes) and the majority class of
+    the training labels predicted for every test unit (its share of each test set)."""
+    majority = int(np.bincount(train_labels, minlength=len(classes)).argmax())
+    return {
+        "majority_class": classes[majority],
+        "chance": {lang: round(100 / len(classes), 2) for lang in test_labels},
+        "majority": {
+            lang: round(100 * float(np.mean(np.asarray(y) == majority)), 2) for lang, y in test_labels.items()
+        },
+    }
+
+
 def summarise(
     task: str, metric: str, runs: list[dict], protocol: str, config: dict, features: dict, seconds: float
 ) -> dict:
@@ -86,6 +99,12 @@ def task_markdown(result: dict, title: str) -> str:
             + " | ".join([f"{key} (%)", *(f"{result['per_language'][lang][key]:.1f}" for lang in langs), "", ""])
             + " |"
         )
+    baselines = result.get("baselines") or {}  # what an accuracy must beat (class_baselines)
+    for key, name in (("chance", "chance"), ("majority", f"majority class ({baselines.get('majority_class')})")):
+        if baselines:
+            values = [baselines[key][lang] for lang in langs]
+            row = [f"{name} (%)", *(f"{v:.1f}" for v in values), f"{np.mean(values):.1f}", ""]
+            lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
         f"Protocol: {result['protocol']}",
@@ -138,18 +157,27 @@ def code_version() -> str:
 
 
 def write_results(
-    out: str | Path, name: str, results: list[dict], title: str, model: str, command: str, code: str | None = None
+    out: str | Path,
+    name: str,
+    results: list[dict],
+    title: str,
+    model: str,
+    command: str,
+    code: str | None = None,
+    step: int | None = None,
 ) -> tuple[Path, Path]:
     """`OUT/NAME.json` (everything, runs included) and `OUT/NAME.md` (the tables and protocols), both naming the
-    command that produced them and the code it ran (`code`, default: `code_version()`)."""
+    model and its training `step` (None: not a checkpoint), the command that produced them and the code it ran
+    (`code`, default: `code_version()`)."""
     out = Path(out)
     code = code or code_version()
-    parts = [f"# {title}", "", f"Produced by `{command}` ({code}).", "", f"Model: `{model}`", ""]
+    at = "" if step is None else f", step {step}"
+    parts = [f"# {title}", "", f"Produced by `{command}` ({code}).", "", f"Model: `{model}`{at}", ""]
     if len(results) > 1:
         parts.append(summary_markdown(results, "Summary"))
     parts += [task_markdown(r, f"{r['task']} ({r['setting']})") for r in results]
     md = out / f"{name}.md"
     atomic_write_text(md, "\n".join(parts))
     js = out / f"{name}.json"
-    write_json(js, {"model": model, "command": command, "code": code, "results": results})
+    write_json(js, {"model": model, "step": step, "command": command, "code": code, "results": results})
     return md, js

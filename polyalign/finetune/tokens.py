@@ -226,9 +226,14 @@ class TokenClassification:
     def __init__(self, spec: TokenSpec, options: TokenOptions | None = None):
         self.spec, self.name, self.metric, self.defaults = spec, spec.name, spec.metric, spec.defaults
         self.options = options or TokenOptions()
+        self.classes = spec.tags
 
     def load(self, data_dir, setting: str, sample: Subsample) -> TaskData:
         return self.spec.load(Path(data_dir), setting, sample)
+
+    def class_labels(self, examples: list[TaggedSentence]) -> list[int]:
+        """The tag of every word: what POS accuracy counts."""
+        return [t for e in examples for t in e.tags]
 
     def features(self, examples: list[TaggedSentence], loaded: LoadedModel, max_length: int, train: bool) -> list:
         sp = loaded.tokenizer.special
