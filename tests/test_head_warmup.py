@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
@@ -123,3 +124,27 @@ def test_a_resume_does_not_repeat_the_warmup(sample_prepared, cold_start, tmp_pa
     assert state["head_warmup"]["steps"] == 3
     curve = [(r["step"], r["loss"]) for r in metrics(tmp_path / "paused")]
     assert curve == [(r["step"], r["loss"]) for r in metrics(tmp_path / "straight")]  # as if never paused
+
+
+@pytest.mark.integration
+def test_an_rtd_generator_copied_from_a_start_without_a_head_gets_its_own_head_warmed(
+    sample_prepared, cold_start, tmp_path
+):
+    generator = [f"objectives.{i}.config.{k}" for i in (0, 1) for k in ("generator_layers=1", "generator_init=model")]
+    overrides = _overrides(
+        sample_prepared,
+        cold_start,
+        1,
+        4,
+        "trainer.lr=0.0",
+        "model.absolute_positions=true",
+        "model.position_bias=none",
+        *generator,
+    )
+    summary = pretrain(load_recipe("xlm-e", overrides), tmp_path / "run", progress=False)
+    assert summary["head_warmup"]["heads"] == ["generator"]  # the discriminator reads no MLM head
+    start = load_model(cold_start).model.state_dict()
+    parts = load_file(checkpoint_dirs(tmp_path / "run")[-1] / "objectives.safetensors")
+    copied = {k.split("generator.", 1)[1]: v for k, v in parts.items() if ".generator." in k}
+    assert not torch.equal(copied["lm_head.dense.weight"], start["lm_head.dense.weight"])  # warmed
+    assert torch.equal(copied["encoder.layers.0.attention.qkv.weight"], start["encoder.layers.0.attention.qkv.weight"])
