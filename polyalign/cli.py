@@ -149,14 +149,15 @@ def pretrain(
     if init_from is not None:
         overrides.append(f"init_from={init_from}")
     if resume:
-        spec = load_run_recipe(run_dir, overrides, preset)
+        spec = load_run_recipe(run_dir, overrides, preset, named=recipe)
     elif recipe is None:
         raise DataError("name a recipe (e.g. `polyalign pretrain xlm --data prepared/ --run-dir runs/xlm`)")
     else:
         spec = load_recipe(recipe, overrides, preset)
     summary = run_pretrain(spec, run_dir, resume=resume, progress=progress)
     console.print(
-        f"done: {summary['step']} steps, {summary['tokens']:,} tokens, {summary['seconds'] / 60:.1f} min -> {run_dir}"
+        f"done: {summary['new_steps']} steps in {summary['command_seconds'] / 60:.1f} min (the run: {summary['step']} "
+        f"steps, {summary['tokens']:,} tokens, {summary['seconds'] / 60:.1f} training min) -> {run_dir}"
     )
 
 

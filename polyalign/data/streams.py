@@ -244,11 +244,24 @@ class AdjacentStream(_ShardStream):
 def shard_stream(
     stream: type[_ShardStream], prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]
 ) -> _ShardStream:
-    """A stream of `stream`'s kind over the monolingual shards of `languages`."""
-    shards = prepared.mono_shards(languages)
+    """A stream of `stream`'s kind over the monolingual shards of `languages`; a corpus without any reads both
+    sides of its parallel pairs as monolingual text instead (the trainer says so once)."""
+    shards = [(lang_index[lang], shard) for lang, shard in prepared.mono_shards(languages).items()]
+    shards = shards or parallel_sides(prepared, languages, lang_index)
     if not shards:
-        raise DataError(f"{prepared.folder}: no monolingual data for languages {languages}")
-    return stream(list(shards.values()), [lang_index[lang] for lang in shards], data_config.mono, seed)
+        raise DataError(
+            f"{prepared.folder}: no monolingual or parallel text for languages {languages}; prepare it with --mono"
+        )
+    return stream([s for _, s in shards], [i for i, _ in shards], data_config.mono, seed)
+
+
+def parallel_sides(prepared, languages: list[str], lang_index: dict[str, int]) -> list[tuple[int, TokenShard]]:
+    """(language index, shard) for each side of each parallel pair of `languages`."""
+    return [
+        (lang_index[lang], shard)
+        for a, b, source, target in prepared.parallel_shards(languages).values()
+        for lang, shard in ((a, source), (b, target))
+    ]
 
 
 def parallel_stream(

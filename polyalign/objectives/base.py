@@ -62,6 +62,12 @@ class Objective(nn.Module):
         """Called once after the model is built (weights loaded), before training: an objective that shares
         or copies model weights (a generator sharing embeddings, a momentum encoder) does it here."""
 
+    def mlm_heads(self, model: MaskedLanguageModel) -> dict[str, MaskedLanguageModel]:
+        """The models whose MLM head its loss reads, by name: when `init_from` has no trained MLM head, the
+        trainer first trains these heads alone on MLM (`trainer.head_warmup_steps`). The model itself unless
+        the objective leaves `lm_head` unused."""
+        return {} if "lm_head" in self.leaves_parameters_unused else {"lm_head": model}
+
     def make_batch(self, raw, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 

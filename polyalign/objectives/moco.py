@@ -193,6 +193,9 @@ class MoCo(Objective):
         self.key_encoder = copy.deepcopy(model.encoder).requires_grad_(False)
         self.key_projection = copy.deepcopy(self.query_projection).requires_grad_(False)
 
+    def mlm_heads(self, model: MaskedLanguageModel) -> dict[str, MaskedLanguageModel]:
+        return {"lm_head": model} if self.tlm is not None else {}  # only its TLM term reads the MLM head
+
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         # PPA §2.1 random input shuffling: per pair, a coin decides which side is the query; §2.2: the same
         # coin orders the TLM sequence (query side first).

@@ -185,6 +185,11 @@ class ReplacedTokenDetection(Objective):
     def setup(self, model: MaskedLanguageModel) -> None:
         self.parts = shared_parts(model, self.config.generator_layers, self.config.generator_init)
 
+    def mlm_heads(self, model: MaskedLanguageModel) -> dict[str, MaskedLanguageModel]:
+        # A generator copied from the model (`generator_init: model`) copies its head too; a `new` one is meant to
+        # start from random weights altogether (XLM-E §4.1).
+        return {"generator": self.parts.generator} if self.config.generator_init == "model" else {}
+
     def detect(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> Detection:
         if self.parts is None:
             raise RuntimeError(f"{type(self).__name__}: call setup(model) before training")

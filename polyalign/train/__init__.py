@@ -1,5 +1,6 @@
 """Pre-training: the one loop (loop.py), a run's build, restore and save (run.py, start.py for `init_from`),
-several processes (distributed.py), the optimizer and schedule (optim.py), logging (metrics.py).
+several processes (distributed.py), the optimizer and schedule (optim.py), logging (metrics.py), the head-only
+warm-up of a start without a trained MLM head (head_warmup.py), a resume's checks and record (resume.py).
 
 Data are organised in *slots*: with W processes and A accumulation steps, each optimizer step consumes W·A
 micro-batches, and micro-batch slot s = rank·A + a always comes from the same seeded stream. So 2 processes

@@ -4,7 +4,10 @@ until a budget (steps, minutes, FLOPs) is spent. It knows objectives only throug
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import math
+import os
 import time
 from functools import partial
 from pathlib import Path
@@ -18,8 +21,10 @@ from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.device import to_device
 from polyalign.io import DataError, atomic_write_text
 from polyalign.train.distributed import agree_on_stop, reduce_window
+from polyalign.train.head_warmup import HEAD_WARMUP_FILE, describe
 from polyalign.train.metrics import MetricsLog, Window
-from polyalign.train.optim import drop_held_gradients
+from polyalign.train.optim import drop_held_gradients, fit_warmup
+from polyalign.train.resume import check_new_steps, record_recipe
 from polyalign.train.run import RECIPE_FILE, Run, build_run, restore_run, save_run
 
 
@@ -135,19 +140,35 @@ def stop_step(run: Run) -> int:
 
 
 def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True) -> dict:
-    """Train according to `recipe` into `run_dir`; returns a summary of the run."""
+    """Train according to `recipe` into `run_dir`; returns a summary of the run and of this call."""
+    started = time.perf_counter()
     run_dir = Path(run_dir)
     checkpoint = resume_checkpoint(run_dir) if resume else None
     if not resume and (run_dir / RECIPE_FILE).exists():
         raise DataError(
             f"{run_dir}: a run already exists here; pass --resume to continue it or choose another --run-dir"
         )
-    run, _ = build_run(recipe, run_dir)
+    if checkpoint is not None:
+        check_new_steps(recipe.trainer, checkpoint)  # before any work: a resume that would train nothing
+    else:  # a resumed run keeps the warm-up it started with
+        trainer, note = fit_warmup(recipe.trainer)
+        recipe = dataclasses.replace(recipe, trainer=trainer)
+        if note and os.environ.get("RANK", "0") == "0":
+            print(note)
+    run, _ = build_run(recipe, run_dir, fresh=checkpoint is None)
     if checkpoint is not None:
         restore_run(run, checkpoint)
+        changes = record_recipe(run_dir / RECIPE_FILE, recipe, run.step) if run.rank == 0 else []
+        if changes:
+            print(f"note: {run_dir / RECIPE_FILE} now says {'; '.join(changes)} (a comment in it keeps the change)")
     elif run.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+        if run.head_warmup is not None:
+            records = "".join(json.dumps(r) + "\n" for r in run.head_warmup.log)
+            atomic_write_text(run_dir / HEAD_WARMUP_FILE, records)
+            print(describe(run.head_warmup))
+    first_step = run.step
     log = MetricsLog(run_dir, run.step if resume else None) if run.rank == 0 else None
     bar = None
     if progress and run.rank == 0:
@@ -184,4 +205,8 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
             bar.close()
         if log is not None:
             log.close()
-    return {"run": str(run_dir), "step": run.step, **run.counters}
+    summary = {"run": str(run_dir), "step": run.step, **run.counters}
+    summary |= {"new_steps": run.step - first_step, "command_seconds": time.perf_counter() - started}
+    if run.head_warmup is not None:
+        summary["head_warmup"] = run.head_warmup.summary()
+    return summary

@@ -3,6 +3,8 @@ fine-tuning), and `trainer.train_only`'s held parameters (VECO §4)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -15,6 +17,19 @@ def linear_schedule(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
         return (step + 1) / max(1, warmup_steps)
     return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+def fit_warmup(config: TrainerConfig) -> tuple[TrainerConfig, str | None]:
+    """A warm-up at least as long as the run never lets the learning rate reach trainer.lr: it is cut to 10% of
+    max_steps, and the returned line says so (None when the warm-up fits)."""
+    if config.warmup_steps < config.max_steps:
+        return config, None
+    fitted = config.max_steps // 10
+    return dataclasses.replace(config, warmup_steps=fitted), (
+        f"note: trainer.warmup_steps={config.warmup_steps} is not shorter than trainer.max_steps={config.max_steps}, "
+        f"so the learning rate would never reach trainer.lr={config.lr:g}: warming up over {fitted} steps instead "
+        "(10% of max_steps)"
+    )
 
 
 def parameter_groups(module: nn.Module, config: TrainerConfig) -> list[dict]:

@@ -32,8 +32,10 @@ from polyalign.train.distributed import (
     init_distributed,
     wrap_for_processes,
 )
+from polyalign.train.head_warmup import HeadWarmup, plan_head_warmup, warm_heads
 from polyalign.train.metrics import Window
 from polyalign.train.optim import build_optimizer, freeze_held_for_good
+from polyalign.train.resume import check_recipe_name
 from polyalign.train.start import build_model, check_warm_start
 
 RECIPE_FILE = "recipe.yaml"
@@ -105,6 +107,9 @@ class Run:
     window: Window | None = None
     flops_per_step: float = 0.0
     """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
+    head_warmup: HeadWarmup | None = None
+    """The head-only steps before step 0 (`trainer.head_warmup_steps`), when `init_from` had no trained MLM head;
+    kept in checkpoints (without the log) and outside every budget."""
 
     @property
     def cfg(self) -> TrainerConfig:
@@ -129,8 +134,9 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(tensors["rng.cuda"])
 
 
-def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
-    """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet."""
+def build_run(recipe: Recipe, run_dir: Path, fresh: bool = True) -> tuple[Run, PreparedData]:
+    """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet but, on a
+    `fresh` start (not a resume), the MLM heads a start without one needs (see head_warmup.py)."""
     rank, world, device = init_distributed()
     cfg = recipe.trainer
     if cfg.threads:
@@ -157,6 +163,15 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
         objective.setup(model)
     model.encoder.checkpoint_layers = cfg.activation_checkpointing
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
+    heads, note = plan_head_warmup(recipe, model, objectives)
+    if rank == 0:
+        readers = [name for name, o in objectives.items() if o.stream != "parallel"]
+        announce_parallel_as_mono(prepared, data_languages, readers + (["the head warm-up"] if heads and fresh else []))
+        if note and fresh:
+            print(note)
+    warmed = None
+    if heads and fresh:  # a resume restores warmed heads with the weights
+        warmed = warm_heads(recipe, heads, prepared, data_languages, languages, rank, world, device)
     freeze_held_for_good(module, cfg)  # before DDP/FSDP and the optimizer see the parameters
     trained = wrap_for_processes(module, recipe, world, device)
     optimizer, scheduler = build_optimizer(module, cfg)
@@ -165,7 +180,18 @@ def build_run(recipe: Recipe, run_dir: Path) -> tuple[Run, PreparedData]:
     run.bookkeeping = bookkeeping_group(world)
     run.slot_states = [s.state_dict() for s in slots]
     run.window = Window(device)
+    run.head_warmup = warmed
     return run, prepared
+
+
+def announce_parallel_as_mono(prepared: PreparedData, languages: list[str], readers: list[str]) -> None:
+    """One line when `readers` of monolingual text get the parallel pairs' sides instead (see `shard_stream`):
+    a parallel-only corpus."""
+    if readers and not prepared.mono_shards(languages) and prepared.parallel_shards(languages):
+        print(
+            f"note: {prepared.folder} has no monolingual text for {languages}: {', '.join(readers)} read both sides "
+            "of its parallel pairs as monolingual text (prepare with --mono to give them their own)"
+        )
 
 
 def build_slots(
@@ -208,6 +234,11 @@ def restore_run(run: Run, checkpoint: Path) -> None:
             f"micro-batches per step, now {run.world} x {A}; set trainer.grad_accumulation so the product matches"
         )
     optimizer_state = optimizer_state_from_files(tensors, state["optimizer"])
+    if not state.get("optimizer_moments", True) and run.rank == 0:
+        print(
+            f"note: {checkpoint} holds no optimizer moments (trainer.checkpoint_optimizer=false): AdamW starts them "
+            "afresh, so the loss curve is not the uninterrupted run's"
+        )
     if run.sharded:
         weights = {
             f"{part}.{k}": v
@@ -220,6 +251,8 @@ def restore_run(run: Run, checkpoint: Path) -> None:
         load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
         run.optimizer.load_state_dict(optimizer_state)
     run.step, run.counters = state["step"], state["counters"]
+    if state.get("head_warmup"):
+        run.head_warmup = HeadWarmup(**state["head_warmup"])
     run.scheduler.last_epoch = run.step
     run.scheduler._last_lr = [g["lr"] for g in run.optimizer.param_groups]
     for a, slot in enumerate(run.slots):
@@ -247,7 +280,12 @@ def save_run(run: Run) -> None:
             "grad_accumulation": run.cfg.grad_accumulation,
             "slots": slot_states,
             "recipe": run.recipe.name,
+            "head_warmup": run.head_warmup.summary() if run.head_warmup else None,
+            "optimizer_moments": run.cfg.checkpoint_optimizer,
         }
+        optimizer_state = optimizer_state or run.optimizer.state_dict()
+        if not run.cfg.checkpoint_optimizer:  # weights only: the groups (the schedule's rates) stay, the moments go
+            optimizer_state = {"state": {}, "param_groups": optimizer_state["param_groups"]}
         save_checkpoint(
             run.run_dir,
             run.step,
@@ -255,7 +293,7 @@ def save_run(run: Run) -> None:
             run.module.objectives,
             run.tokenizer,
             run.languages,
-            optimizer_state or run.optimizer.state_dict(),
+            optimizer_state,
             state,
             rng,
             run.cfg.keep_checkpoints,
@@ -264,12 +302,17 @@ def save_run(run: Run) -> None:
     barrier(run.world, run.bookkeeping)
 
 
-def load_run_recipe(run_dir: str | Path, overrides: list[str] | None = None, preset: str | None = None) -> Recipe:
+def load_run_recipe(
+    run_dir: str | Path, overrides: list[str] | None = None, preset: str | None = None, named: str | None = None
+) -> Recipe:
     """The recipe a run was started with (for --resume), with optional overrides (e.g. a longer max_steps).
-    The saved recipe already holds a preset's values; naming the preset again sets them again (same command)."""
+    The saved recipe already holds a preset's values; naming the preset again sets them again (same command).
+    `named`: a recipe named beside --resume, refused unless it is the run's."""
     path = Path(run_dir) / RECIPE_FILE
     if not path.is_file():
         # Nothing to resume (an empty or new folder, or a run killed before it wrote its recipe): starting a new
         # run instead would hide a mistyped --run-dir.
         raise DataError(f"{path}: not found, so {run_dir} holds no run to resume; drop --resume to start one there")
-    return load_recipe(path, overrides, preset)
+    recipe = load_recipe(path, overrides, preset)
+    check_recipe_name(Path(run_dir), recipe.name, None if named is None else load_recipe(named).name)
+    return recipe
