@@ -154,6 +154,7 @@ def report_cut_pairs(cut: list[tuple[int, EncodedPair]], path: Path, positions: 
             f"[yellow]note: {where(path, line)}: past the model's {positions} positions, {p.cut_source} of "
             f"{p.num_source} source and {p.cut_target} of {p.num_target} target words are unaligned[/yellow]",
             highlight=False,
+            soft_wrap=True,  # one line per pair, whatever the terminal's width
         )
     if len(cut) > MAX_NOTES:
         console.print(f"[yellow]note: and {len(cut) - MAX_NOTES} more pairs past the positions[/yellow]")
