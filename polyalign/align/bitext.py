@@ -53,7 +53,10 @@ def split_pair(words: list[str], path: Path, line: int) -> tuple[list[str], list
     marks = [k for k, w in enumerate(words) if w == SEPARATOR]
     if len(marks) != 1:
         found = "no ` ||| `" if not marks else f"{len(marks)} ` ||| `"
-        raise DataError(f"{where(path, line)}: expected `source ||| target`, found {found}; one pair per line")
+        raise DataError(
+            f"{where(path, line)}: expected `source ||| target`, found {found}; one pair per line (for two "
+            "line-aligned files give --src and --tgt)"
+        )
     return words[: marks[0]], words[marks[0] + 1 :]
 
 
