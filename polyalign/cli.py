@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
+from polyalign.cli_align import align
 from polyalign.cli_finetune import TaskHelp, finetune, xtreme
 from polyalign.cli_models import export, import_e5, interpolate, plug_out_command
 from polyalign.cli_options import (
@@ -265,49 +266,7 @@ def quickstart(
 # Word alignment (align/, evaluate/alignment.py)
 
 
-@app.command()
-def align(
-    model: ModelFolder,
-    src: Annotated[Path, typer.Option(help="Source sentences, one per line, words separated by spaces.")],
-    tgt: Annotated[Path, typer.Option(help="Target sentences, line-aligned with --src.")],
-    method: AlignMethod = AlignmentMethod.ot,
-    layer: Annotated[int | None, typer.Option(help="Hidden layer to align with (default: two thirds up).")] = None,
-    src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
-    tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
-    encoding: AlignEncoding = None,
-    precision: AlignPrecision = Precision.bf16,
-    batch_tokens: BatchTokens = 8192,
-    chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
-    device: Device = None,
-    trust_pickle: TrustPickle = False,
-    progress: Progress = True,
-) -> None:
-    """Word-align two line-aligned files; writes Pharaoh links (`i-j`, 0-based, source first) to stdout."""
-    from polyalign.align.aer import read_word_pairs
-    from polyalign.align.aligner import Aligner, check_layer, chunks, default_encoding
-    from polyalign.align.words import pharaoh
-    from polyalign.io import open_binary
-    from polyalign.progress import tqdm
-
-    with open_binary(src) as f:  # also: a missing --src is one line (exit 2) before the model loads
-        total = sum(1 for _ in f) if progress else None  # the bar's total; not worth a second read otherwise
-    open_binary(tgt).close()
-    encoding = encoding.value if encoding else default_encoding(method.value)
-    loaded = load_on_device(model, device, trust_pickle)
-    aligner = Aligner(loaded, encoding=encoding, batch_tokens=batch_tokens, precision=precision.value)
-    layer = aligner.default_layer if layer is None else layer
-    check_layer(layer, aligner.num_layers)
-    languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    console.print(f"align: {method.value}, layer {layer}, {encoding} encoding, {precision.value}", highlight=False)
-    bar = tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0, disable=not progress)
-    with bar:
-        for part in chunks(read_word_pairs(src, tgt), chunk):
-            links = aligner.align([(s, t) for _, s, t in part], method.value, layer, languages)
-            sys.stdout.write("".join(pharaoh(found) + "\n" for found in links))
-            sys.stdout.flush()
-            bar.update(len(part))
-    if aligner.truncated:
-        console.print(f"[yellow]note: {aligner.truncated} pairs were truncated to the model's positions[/yellow]")
+app.command()(align)
 
 
 @evaluate_app.command("alignment")

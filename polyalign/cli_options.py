@@ -88,7 +88,7 @@ def load_on_device(model: Path, device: str | None, trust_pickle: bool):
 # Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
 # (StrEnum's functional form: each member's value is its name.)
 BadLines = StrEnum("BadLines", ["skip", "error"])
-AlignmentMethod = StrEnum("AlignmentMethod", ["ot", "argmax", "itermax"])
+AlignmentMethod = StrEnum("AlignmentMethod", ["ot", "argmax", "itermax", "softmax"])
 Encoding = StrEnum("Encoding", ["separate", "pair"])
 Precision = StrEnum("Precision", ["bf16", "fp32"])
 Pooling = StrEnum("Pooling", ["mean", "first"])
@@ -103,10 +103,19 @@ PoolingOption = Annotated[
 
 
 # Word alignment (align, evaluate alignment)
-AlignMethod = Annotated[AlignmentMethod, typer.Option(help="`ot` (XLM-Align), `argmax` or `itermax` (SimAlign).")]
+AlignMethod = Annotated[
+    AlignmentMethod,
+    typer.Option(
+        help="`argmax` (SimAlign; the recommended, `align`'s default), `itermax` (SimAlign), `ot` (XLM-Align) or "
+        "`softmax` (awesome-align's thresholded softmaxes)."
+    ),
+]
 AlignEncoding = Annotated[
     Encoding | None,
-    typer.Option(help="`pair` (concatenated; default for ot, as XLM-Align) or `separate` (each sentence alone)."),
+    typer.Option(
+        help="`separate` (each sentence alone; default for argmax, itermax, softmax, as SimAlign and awesome-align) "
+        "or `pair` (concatenated; default for ot, as XLM-Align)."
+    ),
 ]
 AlignPrecision = Annotated[
     Precision,

@@ -228,13 +228,16 @@ def atomic_dir(final: str | Path, overwrite: bool = False) -> Iterator[Path]:
         raise
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+@contextmanager
+def atomic_text_file(path: str | Path) -> Iterator[IO[str]]:
+    """A UTF-8 text file written (streaming) under a temporary name beside `path`, renamed into place when the
+    block ends without an error; otherwise removed, leaving `path` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            yield f
             f.flush()
             os.fchmod(f.fileno(), 0o666 & ~current_umask())  # mkstemp makes it owner-only
             os.fsync(f.fileno())
@@ -243,6 +246,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    with atomic_text_file(path) as f:
+        f.write(text)
 
 
 def recover_atomic_leftovers(parent: Path) -> list[str]:

@@ -7,9 +7,23 @@ import pytest
 import torch
 
 from polyalign.align.aer import alignment_error_rate, read_gold
-from polyalign.align.extract import filter_alignments, mutual_argmax, simalign_itermax, subword_links
+from polyalign.align.extract import (
+    filter_alignments,
+    link_probabilities,
+    mutual_argmax,
+    simalign_itermax,
+    softmax_links,
+    subword_links,
+)
 from polyalign.align.transport import log_dot_similarity, sinkhorn
-from polyalign.align.words import lift_to_words, link_lists, pad_word_ids, side_positions
+from polyalign.align.words import (
+    lift_max_to_words,
+    lift_to_words,
+    link_lists,
+    pad_word_ids,
+    side_positions,
+    values_at_links,
+)
 from polyalign.io import DataError
 
 
@@ -153,12 +167,56 @@ def test_simalign_itermax_hand_worked_example_and_small_pairs():
     assert link_lists(both) == [[(0, 0), (0, 1), (1, 0), (2, 2)], [(0, 0)]]
 
 
+def test_softmax_extraction_needs_both_directions_above_the_threshold():
+    # awesome-align: P_xy = softmax over each row (source -> target), P_yx over each column (target -> source).
+    # Rows: [0.95, 0.05], [0.88, 0.12]; columns: [0.5, 0.5], [0.27, 0.73]. At 0.4 only (0, 0) and (1, 0)
+    # pass both; (1, 1) passes the columns alone. The transpose must give the transposed links, which a
+    # one-direction rule cannot: rows alone would link (0, 0), (0, 1) and (1, 1) of S^T.
+    scores = torch.tensor([[3.0, 0.0], [3.0, 1.0]])
+    full = torch.ones(2, 2, dtype=torch.bool)
+    assert link_lists(softmax_links(scores, full, 0.4)[None]) == [[(0, 0), (1, 0)]]
+    assert link_lists(softmax_links(scores.T, full, 0.4)[None]) == [[(0, 0), (0, 1)]]
+    assert softmax_links(scores, full, 0.0).all()  # every probability is positive
+    # Padding takes no probability mass: a padded copy has the same links.
+    padded = torch.zeros(1, 3, 3)
+    padded[0, :2, :2] = scores
+    padded[0, 2], padded[0, :, 2] = 50.0, 50.0  # huge scores in the padding must not matter
+    assert link_lists(softmax_links(padded, padded_mask([(2, 2)], 3, 3), 0.4)) == [[(0, 0), (1, 0)]]
+    with pytest.raises(ValueError, match="threshold 1.5"):
+        softmax_links(scores, full, 1.5)
+
+
+def test_link_probabilities_are_awesome_aligns_tempered_harmonic_mean():
+    # Dot products S = [[3, 0], [3, 1]] (source I, target rows [3, 3], [0, 1]); both sides have 2 tokens, so
+    # both softmaxes run on S / sqrt(2): p = rows [0.893, 0.107], [0.804, 0.196]; q = columns [0.5, 0.5],
+    # [0.330, 0.670]; 2pq / (p + q) gives the values below (0.6411 = 2 * 0.893 * 0.5 / 1.393).
+    source, target = torch.eye(2), torch.tensor([[3.0, 3.0], [0.0, 1.0]])
+    probabilities = link_probabilities(source, target, torch.ones(2, 2, dtype=torch.bool))
+    expected = torch.tensor([[0.6411, 0.1617], [0.6167, 0.3027]])
+    torch.testing.assert_close(probabilities, expected, atol=1e-4, rtol=0)
+    # Padding neither takes mass nor gets any, and the temperature counts real tokens only.
+    hs, ht = torch.zeros(1, 3, 2), torch.full((1, 4, 2), 9.0)
+    hs[0, :2], ht[0, :2] = source, target
+    padded = link_probabilities(hs, ht, padded_mask([(2, 2)], 3, 4))
+    torch.testing.assert_close(padded[0, :2, :2], probabilities)
+    assert padded[0, 2].sum() == 0 and padded[0, :, 2:].sum() == 0
+
+
+def test_word_probability_is_the_largest_of_its_linked_tokens():
+    # Source word 0 = tokens 0, 1; target word 0 = token 0, word 1 = tokens 1, 2; token 2 of the source is padding.
+    values = torch.tensor([[[0.25, 0.75, 0.0], [0.5, 0.125, 0.375], [1.0, 1.0, 1.0]]])
+    words = lift_max_to_words(values, pad_word_ids([[0, 0]], 3), pad_word_ids([[0, 1, 1]], 3), 1, 2)
+    assert words.tolist() == [[[0.5, 0.75]]]
+    links = torch.tensor([[[True, False], [False, True]]])
+    assert values_at_links(links, torch.tensor([[[0.5, 0.0], [0.0, 0.25]]])) == [[0.5, 0.25]]
+
+
 def test_every_method_is_batch_invariant():
     torch.manual_seed(2)
     lengths = [(5, 7), (3, 2), (6, 6)]
     hs, ht = torch.randn(3, 6, 8), torch.randn(3, 7, 8)
     mask = padded_mask(lengths, 6, 7)
-    for method in ("ot", "argmax", "itermax"):
+    for method in ("ot", "argmax", "itermax", "softmax"):
         batched = link_lists(subword_links(method, hs, ht, mask))
         for b, (n, m) in enumerate(lengths):
             alone = subword_links(method, hs[b : b + 1, :n], ht[b : b + 1, :m], torch.ones(1, n, m, dtype=torch.bool))

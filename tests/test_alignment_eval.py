@@ -193,4 +193,4 @@ def test_align_cli_streams_pharaoh_lines(tiny_model, tmp_path):
     tgt.write_text("one\ntwo\n")
     result = runner.invoke(app, args)
     assert isinstance(result.exception, DataError)
-    assert re.search(r"src\.txt:3: .*tgt\.txt ends after 2 lines", str(result.exception))
+    assert re.search(r"src\.txt has 5 lines but .*tgt\.txt has 2", str(result.exception))

@@ -1,15 +1,18 @@
 """Word alignments for pre-tokenised sentence pairs from the hidden states of any polyalign model.
 
 One encoder call per batch of pairs gives every layer up to the deepest one asked for, so a layer sweep and
-several methods cost one encoding pass. Two ways to encode a pair:
+several methods cost one encoding pass. The recommended setting, the defaults of `Aligner.align`, of
+`polyalign align` and the README's: SimAlign's `argmax` on `separate`ly encoded sentences two thirds of the way
+up (layer 8 of 12: the protocol of bench/results/e5.md and of the aligner it offers).
+Two ways to encode a pair:
 - `pair` (default for `ot`: XLM-Align §3.1 and §4.3, and XLM-Align's released aligner, whose numbers the
   papers' tables report): the concatenated pair `<s> x </s> y </s>` with positions running on, as the released
   aligner lays it out for XLM-R, for every model (each side with its language embedding when the model has
   them). Not XLM's TLM layout, whose positions restart at y: a target word then shares its position embedding
   with the source word at the same index, a diagonal prior no training put there, which lowered small-base's
   AER from 81.4 to 75.8 at its default layer (8.6 points at the embeddings) without a step of training;
-- `separate` (default for `argmax`/`itermax`, as SimAlign): `<s> x </s>` and `<s> y </s>` as two rows of the
-  same batch, each with its own language embedding.
+- `separate` (default for `argmax`/`itermax`/`softmax`, as SimAlign, awesome-align): `<s> x </s>` and
+  `<s> y </s>` as two rows of the same batch, each with its own language embedding.
 The encoder runs in bf16 on length-sorted batches; the alignment math (align/extract.py) and the lifting to
 words run on the padded batch with masks; only output formatting loops over pairs.
 """
@@ -24,8 +27,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from polyalign.align.extract import METHODS, OTSettings, subword_links
-from polyalign.align.words import gather_side, lift_to_words, link_lists, pad_word_ids, side_positions
+from polyalign.align.extract import METHODS, SOFTMAX_THRESHOLD, OTSettings, link_probabilities, subword_links
+from polyalign.align.words import (
+    gather_side,
+    lift_max_to_words,
+    lift_to_words,
+    link_lists,
+    pad_word_ids,
+    side_positions,
+    values_at_links,
+)
 from polyalign.checkpoint import LoadedModel
 from polyalign.data.layout import TLM_STYLES, pair_layout, sentence_layout
 from polyalign.evaluate.embed import length_batches
@@ -40,6 +51,8 @@ PAIR_LAYOUT = "<s> x </s> y </s>, positions running on, for every model"
 """What alignment results record of the pair layout (results without it predate it: see PAIR_STYLE)."""
 PRECISIONS = ("bf16", "fp32")
 Links = list[tuple[int, int]]
+DEFAULT_METHOD = "argmax"
+"""The recommended method (with its own encoding, `separate`, and the default layer): see the module docstring."""
 
 
 @dataclass
@@ -50,10 +63,13 @@ class EncodedPair:
     target_words: list[int]
     num_source: int  # words in the sentence (a word cut off by truncation keeps its index but has no tokens)
     num_target: int
+    cut_source: int = 0  # words that lost every linkable token to truncation, so they cannot be linked
+    cut_target: int = 0
 
 
 def default_encoding(method: str) -> str:
-    """`pair` for `ot` (XLM-Align's evaluation encodes the concatenated pair), `separate` for SimAlign's methods."""
+    """`pair` for `ot` (XLM-Align's evaluation encodes the concatenated pair), `separate` for SimAlign's and
+    awesome-align's methods."""
     return "pair" if method == "ot" else "separate"
 
 
@@ -63,14 +79,20 @@ class Aligner:
     def __init__(
         self,
         loaded: LoadedModel,
-        encoding: str = "separate",
+        encoding: str | None = None,
         batch_tokens: int = 8192,
         precision: str = "bf16",
         settings: OTSettings = OTSettings(),
         pair_style: str = PAIR_STYLE,
+        softmax_threshold: float = SOFTMAX_THRESHOLD,
     ):
-        """`pair_style`: the `pair` layout (data/layout.py's TLM styles); anything but the default is for
-        measuring what the layout itself does (bench/probes/pair_layout.py)."""
+        """`encoding`: None encodes as each call of `align` asks for its method (`default_encoding`: `separate`,
+        `pair` for `ot`), and `separate` in `encode_words`/`align_encoded`. `softmax_threshold`: the `softmax`
+        method's (awesome-align's 1e-3 by default). `pair_style`: the `pair` layout (data/layout.py's TLM
+        styles); anything but the default is for measuring what the layout itself does
+        (bench/probes/pair_layout.py)."""
+        self.encoding_per_method = encoding is None
+        encoding = encoding or default_encoding(DEFAULT_METHOD)
         if encoding not in ENCODINGS:
             raise DataError(f"--encoding {encoding}: use one of {', '.join(ENCODINGS)}")
         if pair_style not in TLM_STYLES:
@@ -79,6 +101,7 @@ class Aligner:
         if precision not in PRECISIONS:
             raise DataError(f"--precision {precision}: use one of {', '.join(PRECISIONS)}")
         self.loaded, self.encoding, self.batch_tokens, self.settings = loaded, encoding, batch_tokens, settings
+        self.softmax_threshold = softmax_threshold
         self.model = loaded.model.eval()
         if precision == "bf16":
             # The whole encoder in bf16, a copy (the caller's model stays as it is): inference needs no fp32
@@ -98,6 +121,7 @@ class Aligner:
 
     def encode_words(self, pairs: Sequence[tuple[list[str], list[str]]]) -> list[EncodedPair]:
         """Tokenise each side word by word (exact word boundaries), truncating to the position table."""
+        check_word_lists(pairs)
         tok = self.loaded.tokenizer
         sources = [unlink_bare_boundaries(ids, words, tok) for ids, words in tok.encode_words([s for s, _ in pairs])]
         targets = [unlink_bare_boundaries(ids, words, tok) for ids, words in tok.encode_words([t for _, t in pairs])]
@@ -110,7 +134,8 @@ class Aligner:
             else:  # every sentence restarts at position 0
                 n, m = min(len(si), P - 2), min(len(ti), P - 2)
             self.truncated += (n, m) != (len(si), len(ti))
-            out.append(EncodedPair(si[:n], sw[:n], ti[:m], tw[:m], len(s), len(t)))
+            cut = words_cut(sw, n), words_cut(tw, m)
+            out.append(EncodedPair(si[:n], sw[:n], ti[:m], tw[:m], len(s), len(t), *cut))
         return out
 
     def _language_ids(self, languages: tuple[str, str] | None) -> tuple[int, int] | None:
@@ -156,8 +181,10 @@ class Aligner:
         layers: Sequence[int],
         languages: tuple[str, str] | None = None,
         progress: bool = False,
-    ) -> dict[tuple[str, int], list[Links]]:
-        """Word links for every (method, layer) combination, in input order."""
+        with_probabilities: bool = False,
+    ) -> dict[tuple[str, int], list]:
+        """Word links for every (method, layer) combination, in input order; `with_probabilities`: each pair's
+        as (links, the probability of each link: extract.py's `link_probabilities`)."""
         for method in methods:
             if method not in METHODS:
                 raise DataError(f"--method {method}: unknown alignment method; use one of {', '.join(METHODS)}")
@@ -175,27 +202,59 @@ class Aligner:
             t_words = pad_word_ids([p.target_words for p in batch], t_mask.shape[1]).to(self.device)
             mask = (s_mask & (s_words >= 0))[:, :, None] & (t_mask & (t_words >= 0))[:, None, :]  # (B, n, m)
             Ws, Wt = max(p.num_source for p in batch), max(p.num_target for p in batch)
+            if with_probabilities:
+                probabilities = link_probabilities(source, target, mask)  # (Ly, B, n, m)
             for method in methods:
-                links = subword_links(method, source, target, mask, self.settings)  # (Ly, B, n, m)
+                links = subword_links(method, source, target, mask, self.settings, self.softmax_threshold)
                 words = lift_to_words(links, s_words, t_words, Ws, Wt)  # (Ly, B, Ws, Wt)
+                if with_probabilities:  # a word link's: the largest of its token links' (as awesome-align)
+                    word_probabilities = lift_max_to_words(probabilities * links, s_words, t_words, Ws, Wt)
                 for k, layer in enumerate(layers):
-                    for i, found in zip(idx, link_lists(words[k]), strict=True):
-                        out[(method, layer)][i] = found
+                    found = link_lists(words[k])
+                    if with_probabilities:
+                        found = list(zip(found, values_at_links(words[k], word_probabilities[k]), strict=True))
+                    for i, pair_links in zip(idx, found, strict=True):
+                        out[(method, layer)][i] = pair_links
         return out
 
     def align(
         self,
         pairs: Sequence[tuple[list[str], list[str]]],
-        method: str = "ot",
+        method: str = DEFAULT_METHOD,
         layer: int | None = None,
         languages: tuple[str, str] | None = None,
         progress: bool = False,
-    ) -> list[Links]:
-        """Word links (i, j) per pair, at one layer (default: two thirds up) with one method."""
+        with_probabilities: bool = False,
+    ) -> list:
+        """Word links (i, j) per pair, at one layer (default: two thirds up) with one method (default: argmax,
+        the recommended setting); `with_probabilities`: (links, probabilities) per pair (`align_encoded`)."""
         layer = self.default_layer if layer is None else layer
         check_layer(layer, self.num_layers)
+        if self.encoding_per_method:
+            self.encoding = default_encoding(method)
         encoded = self.encode_words(pairs)
-        return self.align_encoded(encoded, [method], [layer], languages, progress)[(method, layer)]
+        return self.align_encoded(encoded, [method], [layer], languages, progress, with_probabilities)[(method, layer)]
+
+
+def check_word_lists(pairs: Sequence) -> None:
+    """A TypeError for input that is not (source words, target words) pairs: a string where a word list belongs
+    would otherwise be aligned character by character."""
+    for k, pair in enumerate(pairs):
+        if isinstance(pair, str) or len(pair) != 2:
+            raise TypeError(f"pair {k}: expected (source words, target words), got {type(pair).__name__} {pair!r:.60}")
+        for side, words in zip(("source", "target"), pair, strict=True):
+            if isinstance(words, str) or not all(isinstance(w, str) for w in words):
+                raise TypeError(
+                    f"pair {k}: the {side} side must be a list of words (strings), not {words!r:.60}; "
+                    "split a sentence into words first, e.g. sentence.split()"
+                )
+
+
+def words_cut(word_ids: list[int], kept: int) -> int:
+    """Words whose every linkable token lies beyond the first `kept` tokens (lost to truncation)."""
+    if kept >= len(word_ids):
+        return 0
+    return len({w for w in word_ids if w >= 0} - {w for w in word_ids[:kept] if w >= 0})
 
 
 BARE_BOUNDARY = "▁"

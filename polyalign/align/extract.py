@@ -1,4 +1,4 @@
-"""From a score matrix to alignment links: argmax both ways, iterative filtering, and the three methods.
+"""From a score matrix to alignment links: argmax both ways, iterative filtering, softmax thresholds, four methods.
 
 - `ot` (XLM-Align §3.1): Sinkhorn plan of f_sim = log max(eps, h·h), then iterative alignment filtering
   (Eqs. 7-9, as the released code runs them: Itermax on the plan). Defaults from XLM-Align Table 11: mu = 1,
@@ -6,6 +6,9 @@
   the plan's forward and backward argmax instead.
 - `argmax` (SimAlign): links where the forward and backward argmax of cosine similarity agree.
 - `itermax` (SimAlign): argmax, then further rounds that favour still-unaligned rows and columns.
+- `softmax` (awesome-align, Dou & Neubig 2021): softmax of the dot products over the target tokens (rows) and
+  over the source tokens (columns); links where both probabilities exceed a threshold (awesome-align's 1e-3).
+Link probabilities (`link_probabilities`) are awesome-align's for every method (see there).
 All functions take padded (..., n, m) matrices and a boolean mask of real token pairs; links are booleans.
 """
 
@@ -16,9 +19,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from polyalign.align.transport import EPSILON, at_least_fp32, log_dot_similarity, sinkhorn
+from polyalign.align.transport import EPSILON, at_least_fp32, dot_products, log_dot_similarity, sinkhorn
 
-METHODS = ("ot", "argmax", "itermax")
+METHODS = ("ot", "argmax", "itermax", "softmax")
+SOFTMAX_THRESHOLD = 1e-3
+"""awesome-align's default threshold (its `--softmax_threshold`); AccAlign uses 0.1."""
 OT_FILTERING = "itermax on A* (XLM-Align's released iter_max)"
 """How `ot` filters its links (recorded with every OT evaluation, so results from before this procedure, the
 literal reading of Eq. 9, can be told apart)."""
@@ -95,6 +100,41 @@ def simalign_itermax(similarity: torch.Tensor, mask: torch.Tensor, iterations: i
     return links
 
 
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax of scores (..., n, m) along `dim` over the real entries only; 0 outside the mask."""
+    s = at_least_fp32(scores).masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=dim).nan_to_num(0.0)  # a padding row or column is all -inf: its NaNs become 0
+
+
+def directional_softmaxes(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """awesome-align's two alignment matrices: scores (..., n, m) as probabilities source -> target (each row
+    over the target tokens) and target -> source (each column over the source tokens)."""
+    return masked_softmax(scores, mask, -1), masked_softmax(scores, mask, -2)
+
+
+def softmax_links(scores: torch.Tensor, mask: torch.Tensor, threshold: float = SOFTMAX_THRESHOLD) -> torch.Tensor:
+    """awesome-align's extraction: links (..., n, m) where both directional probabilities exceed
+    `threshold`, so a link needs each word to pick the other."""
+    if not 0 <= threshold < 1:
+        raise ValueError(f"softmax threshold {threshold}: use a probability in [0, 1), e.g. awesome-align's 1e-3")
+    forward, backward = directional_softmaxes(scores, mask)
+    return (forward > threshold) & (backward > threshold) & mask
+
+
+def link_probabilities(source: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The probability awesome-align writes with each link (its `--output_prob_file`), for every method here:
+    the harmonic mean 2pq / (p + q) of the two directional softmaxes of the dot products, each tempered by the
+    square root of the number of tokens it normalises over (the heuristic of awesome-align's released code).
+    A word link takes the largest probability of its token links (as awesome-align). (..., n, m) in [0, 1], 0
+    outside the mask."""
+    dots = dot_products(source, target)
+    rows = mask.sum(-1, keepdim=True).clamp(min=1).float()  # (..., n, 1): real target tokens of each row
+    cols = mask.sum(-2, keepdim=True).clamp(min=1).float()  # (..., 1, m): real source tokens of each column
+    p = masked_softmax(dots / rows.sqrt(), mask, -1)
+    q = masked_softmax(dots / cols.sqrt(), mask, -2)
+    return (2 * p * q / (p + q).clamp(min=1e-9)).masked_fill(~mask, 0.0)
+
+
 @dataclass(frozen=True)
 class OTSettings:
     """The optimal-transport aligner's settings, defaults from XLM-Align Table 11. Frozen: the default instance
@@ -134,9 +174,14 @@ def ot_links(source: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, set
 
 
 def subword_links(
-    method: str, source: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, settings: OTSettings = OTSettings()
+    method: str,
+    source: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor,
+    settings: OTSettings = OTSettings(),
+    softmax_threshold: float = SOFTMAX_THRESHOLD,
 ) -> torch.Tensor:
-    """Links between the tokens of each pair by `method` (`ot`, `argmax`, `itermax`)."""
+    """Links between the tokens of each pair by `method` (`ot`, `argmax`, `itermax`, `softmax`)."""
     mask = mask.expand(*source.shape[:-2], *mask.shape[-2:])  # (..., n, m), e.g. layers x batch
     if mask.shape[-1] == 0 or mask.shape[-2] == 0:  # a batch of empty sentences on one side
         return torch.zeros_like(mask)
@@ -147,4 +192,6 @@ def subword_links(
         return forward & backward
     if method == "itermax":
         return simalign_itermax(cosine_similarity(source, target), mask)
+    if method == "softmax":
+        return softmax_links(dot_products(source, target), mask, softmax_threshold)
     raise ValueError(f"unknown alignment method {method!r}; use one of {METHODS}")

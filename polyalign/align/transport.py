@@ -18,11 +18,15 @@ def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
+def dot_products(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """h_i·h_j in fp32: source (..., n, C), target (..., m, C) -> (..., n, m)."""
+    return at_least_fp32(source) @ at_least_fp32(target).transpose(-1, -2)
+
+
 def log_dot_similarity(source: torch.Tensor, target: torch.Tensor, eps: float = EPSILON) -> torch.Tensor:
     """XLM-Align Eq. (1): f_sim(s_i, t_j) = log max(eps, h_i·h_j). source (..., n, C), target (..., m, C)
     -> (..., n, m), computed in fp32."""
-    dots = at_least_fp32(source) @ at_least_fp32(target).transpose(-1, -2)  # (..., n, m)
-    return torch.log(dots.clamp(min=eps))
+    return torch.log(dot_products(source, target).clamp(min=eps))
 
 
 def sinkhorn(similarity: torch.Tensor, mask: torch.Tensor, mu: float = 1.0, iterations: int = 2) -> torch.Tensor:

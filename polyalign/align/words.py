@@ -54,6 +54,20 @@ def lift_to_words(
     return words > 0
 
 
+def lift_max_to_words(
+    values: torch.Tensor, source_words: torch.Tensor, target_words: torch.Tensor, num_source: int, num_target: int
+) -> torch.Tensor:
+    """Per word pair the largest of its token pairs' values (0 where it has none): values (..., B, n, m) >= 0,
+    word indices as in `lift_to_words`; returns (..., B, num_source, num_target)."""
+    s_index = torch.where(source_words < 0, num_source, source_words)  # padding goes to an extra row, dropped
+    t_index = torch.where(target_words < 0, num_target, target_words)
+    by_target = values.new_zeros(*values.shape[:-1], num_target + 1)  # (..., B, n, Wt + 1)
+    by_target = by_target.scatter_reduce(-1, t_index[:, None, :].expand_as(values), values, "amax")
+    by_both = values.new_zeros(*values.shape[:-2], num_source + 1, num_target + 1)  # (..., B, Ws + 1, Wt + 1)
+    by_both = by_both.scatter_reduce(-2, s_index[:, :, None].expand_as(by_target), by_target, "amax")
+    return by_both[..., :num_source, :num_target]
+
+
 def _one_hot_words(word_ids: torch.Tensor, num_words: int) -> torch.Tensor:
     index = torch.where(word_ids < 0, num_words, word_ids)  # padding goes to an extra column, dropped below
     return F.one_hot(index, num_words + 1)[..., :num_words].float()
@@ -64,6 +78,18 @@ def link_lists(links: torch.Tensor) -> list[list[tuple[int, int]]]:
     found = links.nonzero().cpu().numpy()  # (K, 3): b, i, j in row-major (hence sorted) order
     counts = np.bincount(found[:, 0], minlength=links.shape[0])
     return [list(map(tuple, part.tolist())) for part in np.split(found[:, 1:], np.cumsum(counts)[:-1])]
+
+
+def values_at_links(links: torch.Tensor, values: torch.Tensor) -> list[list[float]]:
+    """(B, n, m) bool links and values -> per pair the values at its links, in `link_lists` order."""
+    found = links.nonzero()  # (K, 3), row-major as in link_lists
+    picked = values[found[:, 0], found[:, 1], found[:, 2]].cpu().tolist()
+    counts = torch.bincount(found[:, 0], minlength=links.shape[0]).tolist()
+    out, start = [], 0
+    for count in counts:
+        out.append(picked[start : start + count])
+        start += count
+    return out
 
 
 def pharaoh(links: list[tuple[int, int]]) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
 from polyalign.align.aligner import BARE_BOUNDARIES, PAIR_LAYOUT, Aligner, check_layer, default_encoding
-from polyalign.align.extract import OT_FILTERING
+from polyalign.align.extract import OT_FILTERING, SOFTMAX_THRESHOLD
 from polyalign.checkpoint import LoadedModel
 
 PROTOCOL = (
@@ -55,6 +55,8 @@ class AlignmentResult:
         }
         if self.method == "ot":
             out["ot_filtering"] = OT_FILTERING
+        if self.method == "softmax":
+            out["softmax_threshold"] = SOFTMAX_THRESHOLD
         if self.encoding == "pair":
             out["pair_layout"] = PAIR_LAYOUT
         out["bare_boundaries"] = BARE_BOUNDARIES
