@@ -1,0 +1,133 @@
+"""`polyalign fit-aligner`: a word aligner fitted to the user's own bitext, and its links, in one command (issue 44).
+
+1) check the bitext (two line-aligned files or one `source ||| target` file) and the start model before anything is
+written; 2) prepare the bitext as a parallel corpus with the start's tokenizer; 3) self-train the start on it (recipe
+`self-align`: awesome-align's objective, embeddings held) for one pass in 16-pair batches, at most the recipe's 1,000
+steps, its schedule scaled to the steps; 4) pull the result halfway back to the start (WiSE-FT, as `interpolate
+--weight 0.5`); 5) align the bitext with the recommended setting (argmax on separately encoded sentences, two thirds
+up) into OUT/links.txt. As eflomal does, the links come from a model that has read the bitext it aligns.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyalign.align.aligner import Aligner, default_encoding
+from polyalign.align.bitext import Bitext, check_bitext, read_bitext
+from polyalign.align.write import align_bitext, report_cut_pairs
+from polyalign.checkpoint import load_model, resolve_model_folder
+from polyalign.config import load_recipe
+from polyalign.data.prepare import PrepareConfig, discover_corpus
+from polyalign.data.prepare import prepare as run_prepare
+from polyalign.io import DataError, atomic_text_file, write_json
+from polyalign.model.interpolate import interpolate_folders
+from polyalign.tables import console
+from polyalign.train import pretrain
+
+PAIRS_PER_STEP = 16
+"""The `self-align` recipe's batch (awesome-align's small batches)."""
+MAX_STEPS = 1000
+"""The `self-align` recipe's stop: the step with the lowest mean dev-half AER in bench/results/e5.md."""
+SCHEDULE_STRETCH = 3
+"""`self-align` decays its learning rate over three times the steps it runs (3,000 for 1,000)."""
+WEIGHT = 0.5
+"""WiSE-FT's halfway point back to the start (bench/results/e5.md: the best of the candidates on the dev halves)."""
+METHOD = "argmax"
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    steps: int | None = None
+    """Self-training steps (default: one pass over the bitext, at most 1,000)."""
+    src_lang: str = "src"
+    tgt_lang: str = "tgt"
+    layer: int | None = None
+    """Layer to align with (default: two thirds up, 8 of 12)."""
+    progress: bool = True
+
+
+def default_steps(pairs: int) -> int:
+    """One pass over the bitext in the recipe's batches, at most its 1,000 steps, at least 1."""
+    return max(1, min(MAX_STEPS, math.ceil(pairs / PAIRS_PER_STEP)))
+
+
+def self_align_overrides(prepared: Path, start: Path, steps: int) -> list[str]:
+    """The `self-align` recipe on the user's prepared bitext for `steps`, its schedule's shape kept: decay over three
+    times the steps run, warm-up a tenth of them (the recipe's 100 of 1,000)."""
+    return [
+        f"data.prepared={prepared}",
+        f"init_from={start}",
+        f"trainer.max_steps={SCHEDULE_STRETCH * steps}",
+        f"trainer.stop_at={steps}",
+        f"trainer.warmup_steps={max(1, steps // 10)}",
+        f"trainer.save_every={steps}",
+        f"trainer.log_every={max(1, min(20, steps // 10))}",
+    ]
+
+
+def write_parallel(bitext: Bitext, folder: Path, src_lang: str, tgt_lang: str) -> None:
+    """The bitext as `prepare` reads a pair: {a}-{b}.{a} and {a}-{b}.{b}, one sentence per line."""
+    folder.mkdir(parents=True)
+    name = f"{src_lang}-{tgt_lang}"
+    with open(folder / f"{name}.{src_lang}", "w") as src, open(folder / f"{name}.{tgt_lang}", "w") as tgt:
+        for _, source, target in read_bitext(bitext):
+            src.write(" ".join(source) + "\n")
+            tgt.write(" ".join(target) + "\n")
+
+
+def check_languages(src_lang: str, tgt_lang: str) -> None:
+    for option, code in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
+        if not (code.isascii() and code.isalpha() and code.islower() and 2 <= len(code) <= 3):
+            raise DataError(f"{option} {code}: a language code of 2-3 lowercase letters (e.g. de, en)")
+    if src_lang == tgt_lang:
+        raise DataError(f"--src-lang and --tgt-lang are both {src_lang}: give the two sides different codes")
+
+
+def fit_aligner(start: Path, bitext: Bitext, out: Path, settings: FitSettings = FitSettings()) -> dict:
+    """Fit, interpolate and align; OUT holds prepared/, run/, aligner/ (the model), links.txt and fit.json."""
+    t0 = time.perf_counter()
+    if out.exists():
+        raise DataError(f"{out}: already exists; choose another --out (nothing was written)")
+    check_languages(settings.src_lang, settings.tgt_lang)
+    resolve_model_folder(start)  # a missing or wrong start is one line before anything is written
+    pairs = check_bitext(bitext)
+    steps = settings.steps or default_steps(pairs)
+    out.mkdir(parents=True)
+    console.rule(f"1) prepare {pairs:,} pairs with the start's tokenizer")
+    write_parallel(bitext, out / "bitext", settings.src_lang, settings.tgt_lang)
+    config = PrepareConfig(out=out / "prepared", tokenizer_from=start, progress=settings.progress)
+    run_prepare(discover_corpus(None, out / "bitext"), config)
+    shutil.rmtree(out / "bitext")  # the user's files are the source; the copy was for `prepare` only
+    console.rule(f"2) self-train the start on the bitext: {steps} steps of {PAIRS_PER_STEP} pairs")
+    recipe = load_recipe("self-align", self_align_overrides(out / "prepared", start, steps))
+    summary = pretrain(recipe, out / "run", progress=settings.progress)
+    console.rule(f"3) halfway back to the start (WiSE-FT, weight {WEIGHT}), then align")
+    interpolate_folders(start, out / "run", WEIGHT, out / "aligner")
+    loaded = load_model(out / "aligner")
+    aligner = Aligner(loaded, default_encoding(METHOD))
+    layer = aligner.default_layer if settings.layer is None else settings.layer
+    aligned_at = time.perf_counter()
+    with atomic_text_file(out / "links.txt") as links:
+        cut = align_bitext(aligner, bitext, pairs, links, METHOD, layer, progress=settings.progress)
+    report_cut_pairs(cut, bitext.source, loaded.model.config.max_positions)
+    report = {
+        "start": str(start),
+        "bitext": [str(p) for p in bitext.paths()],
+        "pairs": pairs,
+        "steps": steps,
+        "weight": WEIGHT,
+        "method": METHOD,
+        "layer": layer,
+        "train_minutes": summary["command_seconds"] / 60,
+        "align_seconds": time.perf_counter() - aligned_at,
+        "minutes": (time.perf_counter() - t0) / 60,
+    }
+    write_json(out / "fit.json", report)
+    console.print(
+        f"links: {out / 'links.txt'}; aligner: {out / 'aligner'}; {report['minutes']:.1f} min", highlight=False
+    )
+    return report

@@ -1,0 +1,49 @@
+"""`polyalign fit-aligner`: one command from a start model and a user's bitext to a fitted aligner and its links."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from polyalign.align.bitext import Bitext
+from polyalign.fit_aligner import FitSettings, default_steps, fit_aligner, self_align_overrides
+from polyalign.io import DataError
+from tests.test_alignment_eval import tiny_model  # noqa: F401  (fixture)
+
+SAMPLE = Path(__file__).resolve().parents[1] / "polyalign" / "sample_data" / "word_alignment" / "de-en"
+
+
+def test_one_pass_over_the_bitext_in_16_pair_steps_at_most_the_recipes_1000():
+    assert [default_steps(n) for n in (1, 16, 17, 2000, 10**6)] == [1, 1, 2, 125, 1000]
+
+
+def test_the_schedule_keeps_the_recipes_shape_for_any_number_of_steps():
+    sets = dict(s.split("=", 1) for s in self_align_overrides(Path("p"), Path("m"), 125))
+    assert sets["trainer.stop_at"] == "125" and sets["trainer.max_steps"] == "375"  # 1,000 of 3,000 in the recipe
+    assert sets["trainer.warmup_steps"] == "12"
+
+
+@pytest.mark.integration
+def test_fit_aligner_writes_links_for_every_pair_of_a_pairs_file(tiny_model, tmp_path):  # noqa: F811
+    pairs = tmp_path / "de-en.txt"
+    source, target = (SAMPLE / "src.txt").read_text().splitlines(), (SAMPLE / "tgt.txt").read_text().splitlines()
+    pairs.write_text("".join(f"{s} ||| {t}\n" for s, t in zip(source, target, strict=True)))
+    report = fit_aligner(tiny_model, Bitext(pairs), tmp_path / "fit", FitSettings(steps=2, progress=False))
+    links = (tmp_path / "fit" / "links.txt").read_text().splitlines()
+    assert len(links) == len(source) and report["pairs"] == len(source)
+    assert all(all("-" in link for link in line.split()) for line in links)
+    assert json.loads((tmp_path / "fit" / "fit.json").read_text())["steps"] == 2
+    assert (tmp_path / "fit" / "aligner" / "model.safetensors").is_file()
+    assert not (tmp_path / "fit" / "bitext").exists()  # the temporary copy of the user's text is gone
+
+
+def test_bad_input_is_one_line_before_anything_is_written(tiny_model, tmp_path):  # noqa: F811
+    bad = tmp_path / "bad.txt"
+    bad.write_text("ein Haus ||| a house\nkein Trenner hier\n")
+    with pytest.raises(DataError, match=r"bad.txt:2"):
+        fit_aligner(tiny_model, Bitext(bad), tmp_path / "fit", FitSettings(progress=False))
+    with pytest.raises(DataError, match="language code"):
+        fit_aligner(tiny_model, Bitext(bad), tmp_path / "fit", FitSettings(src_lang="German", progress=False))
+    assert not (tmp_path / "fit").exists()
