@@ -5,35 +5,27 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LAYERS: tuple[tuple[str, ...], ...] = (
-    # bottom: plain helpers every layer may use
-    ("polyalign", "polyalign.io", "polyalign.languages", "polyalign.progress", "polyalign.tables", "polyalign.device")
-    + ("polyalign.layers",),
-    ("polyalign.schema",),  # the schema engine: YAML values checked against typed dataclasses
-    ("polyalign.tokenizer",),
-    ("polyalign.data",),
-    ("polyalign.model",),
-    ("polyalign.flops",),  # analytic FLOPs of an EncoderConfig
-    ("polyalign.checkpoint",),  # model folders: reads and writes model/ and tokenizer
-    ("polyalign.align",),
-    ("polyalign.evaluate",),
-    ("polyalign.objectives",),
-    ("polyalign.config",),  # recipes: objectives with weights, data and trainer settings
-    ("polyalign.train",),
-    ("polyalign.finetune",),  # shares train's optimizer and schedule
-    ("polyalign.model_folders", "polyalign.quickstart"),  # workflows over several layers
-    ("polyalign.cli", "polyalign.cli_align", "polyalign.cli_finetune", "polyalign.cli_models", "polyalign.cli_options"),
-)
-"""The declared order of `polyalign/`, bottom to top (ARCHITECTURE.md explains it). A module belongs to the layer
-of its longest listed prefix (`polyalign` itself, the package's `__init__`, is no prefix of the others); it
-imports from its own layer or below. Within a layer, imports may go either way as long as they close no circle."""
+ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 PACKAGE = "polyalign"
+
+
+def declared_layers(text: str) -> tuple[tuple[str, ...], ...]:
+    """The ```layers block of ARCHITECTURE.md, the one place the order is written: a layer per line, bottom
+    first, `#` starts a comment. A module belongs to the layer of its longest listed prefix (`polyalign` itself,
+    the package's `__init__`, is no prefix of the others)."""
+    block = re.search(r"```layers\n(.*?)```", text, re.S).group(1)
+    lines = (line.partition("#")[0].split() for line in block.splitlines())
+    return tuple(tuple(names) for names in lines if names)
+
+
+LAYERS = declared_layers(ARCHITECTURE.read_text(encoding="utf-8"))
 
 
 def module_name(path: Path) -> str:
@@ -135,8 +127,12 @@ def upward_imports(graph: dict[str, dict[str, int]], modules: dict[str, Path], l
 # The rules
 
 
-def test_every_polyalign_module_has_a_layer():
-    assert [name for name in python_modules("polyalign") if layer_of(name) is None] == []
+def test_every_polyalign_module_has_a_layer_and_every_declared_name_is_a_module():
+    modules = python_modules("polyalign")
+    assert [name for name in modules if layer_of(name) is None] == []
+    declared = [name for layer in LAYERS for name in layer]
+    assert [name for name in declared if name not in modules] == []
+    assert len(set(declared)) == len(declared)
 
 
 def test_no_import_goes_up_the_declared_order():

@@ -16,7 +16,8 @@ translation pair), trained with full attention on the sentence's masked tokens:
 
 Directions: CAMLM on en-xx data learns en→xx and xx→en only, so by default (`pivot: en`) an English sentence
 generates into another language and every other sentence into English. The logged `perplexity` is exp of
-the stage-2 loss (ERNIE-M Figure 5).
+the stage-2 loss (ERNIE-M Figure 5). Stage 1's layout, attention mask and generation are model/ernie_m.py's, which
+evaluate/pseudo_tokens.py measures on held-out pairs.
 """
 
 from __future__ import annotations
