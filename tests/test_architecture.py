@@ -112,14 +112,15 @@ def layer_of(name: str, layers=LAYERS) -> int | None:
 
 
 def upward_imports(graph: dict[str, dict[str, int]], modules: dict[str, Path], layers=LAYERS) -> list[str]:
-    """Every import of a module from a layer above its own, as `file:line: a (layer i) imports b (layer j)`."""
+    """Every import of a module from a layer above its own, as `file:line: a imports b: why it goes up`."""
     found = []
     for name, edges in sorted(graph.items()):
         for target, line in sorted(edges.items()):
             own, other = layer_of(name, layers), layer_of(target, layers)
             if None not in (own, other) and other > own:  # a module without a layer fails the test above
                 where = f"{modules[name].relative_to(ROOT)}:{line}"
-                found.append(f"{where}: {name} (layer {own}) imports {target} (layer {other}, above)")
+                above = f"the layer of {layers[other][0]} is above that of {layers[own][0]} in ARCHITECTURE.md"
+                found.append(f"{where}: {name} imports {target}: {above}")
     return found
 
 
