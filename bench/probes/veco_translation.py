@@ -22,8 +22,8 @@ import sacrebleu
 import torch
 
 from polyalign.checkpoint import load_model
+from polyalign.data.batching import length_batches, pad_sequences
 from polyalign.data.masking import IGNORE
-from polyalign.evaluate.embed import length_batches, pad_sequences
 from polyalign.model.seq2seq import Seq2SeqTransformer
 from polyalign.objectives.mlm import masked_lm_loss
 from polyalign.train import learning_rate_factor

@@ -38,8 +38,8 @@ from polyalign.align.words import (
     values_at_links,
 )
 from polyalign.checkpoint import LoadedModel
+from polyalign.data.batching import length_batches
 from polyalign.data.layout import TLM_STYLES, pair_layout, sentence_layout
-from polyalign.evaluate.embed import length_batches
 from polyalign.io import DataError
 from polyalign.layers import check_layer, simalign_word_layer
 from polyalign.progress import tqdm

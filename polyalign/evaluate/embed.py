@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from polyalign.checkpoint import LoadedModel
+from polyalign.data.batching import length_batches, pad_sequences
 from polyalign.io import DataError
 from polyalign.layers import check_layer, xtreme_sentence_layer
 from polyalign.model.pooling import POOLINGS, pool
@@ -19,32 +20,6 @@ def check_sentence_options(num_layers: int, layer: int | None, pooling: str) -> 
     if pooling not in POOLINGS:
         raise DataError(f"--pooling {pooling}: use one of {', '.join(POOLINGS)}")
     return layer
-
-
-def length_batches(lengths: list[int], batch_tokens: int) -> list[np.ndarray]:
-    """Indices grouped into batches of similar length whose padded size fits `batch_tokens`."""
-    order = np.argsort(lengths, kind="stable")
-    batches, current, longest = [], [], 0
-    for i in order:
-        longest_if_added = max(longest, lengths[i])
-        if current and longest_if_added * (len(current) + 1) > batch_tokens:
-            batches.append(np.array(current))
-            current, longest_if_added = [], lengths[i]
-        current.append(i)
-        longest = longest_if_added
-    if current:
-        batches.append(np.array(current))
-    return batches
-
-
-def pad_sequences(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.bool)
-    for b, s in enumerate(seqs):
-        ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[b, : len(s)] = True
-    return ids, mask
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """Does BTMLM's stage 1 write the translation? Pseudo-token precision on held-out translation pairs (issue 14).
 
 For each held-out pair (x, y) (a Tatoeba-layout folder, e.g. the dev split of `polyalign prepare --dev-pairs`),
-BTMLM's stage 1 (objectives/btmlm.py) generates round(ratio·|x|) pseudo-tokens for x in y's language, in
+BTMLM's stage 1 (model/ernie_m.py) generates round(ratio·|x|) pseudo-tokens for x in y's language, in
 CAMLM's target-side layout, greedily. The measure is the share of those pseudo-tokens that occur in y's tokens
 (clipped unigram precision, pooled over pairs; pseudo-tokens are never special tokens and y is encoded without
 any). Both directions of each en-xx pair are scored, xx→en and en→xx: the directions CAMLM learns from en-xx
@@ -24,13 +24,7 @@ from polyalign.checkpoint import LoadedModel
 from polyalign.evaluate.tatoeba import read_tatoeba
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
-from polyalign.objectives.btmlm import (
-    generate_pseudo_tokens,
-    placeholder_counts,
-    placeholder_layout,
-    placeholders,
-    pseudo_token_hits,
-)
+from polyalign.model.ernie_m import generate_pseudo_tokens, placeholder_counts, placeholder_layout, placeholders
 from polyalign.tokenizer import SpecialTokens
 
 PROTOCOL = (
@@ -62,6 +56,21 @@ def translate_into_pseudo_tokens(
         pseudo = generate_pseudo_tokens(model, batch, sp).numpy()  # (sum n,), row-major
         out += np.split(pseudo, np.cumsum(n)[:-1])
     return out
+
+
+def pseudo_token_hits(pseudo: np.ndarray, reference: np.ndarray) -> int:
+    """Pseudo-tokens found in the true translation, each reference token matched at most as often as it occurs
+    there (BLEU's clipped unigram count), so repeating one frequent piece does not score."""
+    tokens, counts = np.unique(pseudo, return_counts=True)
+    return int(sum(min(int(c), int((reference == t).sum())) for t, c in zip(tokens, counts, strict=True)))
+
+
+def pseudo_token_precision(pseudo: list[np.ndarray], references: list[np.ndarray]) -> float:
+    """Share of generated pseudo-tokens that occur in their sentence's true translation (clipped, pooled over
+    rows)."""
+    hits = sum(pseudo_token_hits(p, r) for p, r in zip(pseudo, references, strict=True))
+    total = sum(len(p) for p in pseudo)
+    return hits / total if total else float("nan")
 
 
 def direction_row(name: str, pseudo: list[np.ndarray], references: list[np.ndarray]) -> dict:

@@ -22,12 +22,12 @@ import torch
 import yaml
 
 from polyalign.checkpoint import LoadedModel
-from polyalign.config import RecipeError, check_value
+from polyalign.data.batching import length_batches
 from polyalign.device import model_device, to_device
-from polyalign.evaluate.embed import length_batches
 from polyalign.finetune.base import EncoderAdapter, Feature, Task, TaskData, TaskModel
 from polyalign.io import DataError
 from polyalign.progress import tqdm
+from polyalign.schema import RecipeError, check_value
 from polyalign.train.optim import linear_schedule
 
 
@@ -76,7 +76,7 @@ class FinetuneConfig:
 
 def apply_overrides(objects: list, overrides: dict[str, str]) -> list:
     """Set `key=value` overrides on whichever dataclass has the field: the value is read as YAML and checked
-    against the field's type, exactly as `pretrain --set` does (config.check_value)."""
+    against the field's type, exactly as `pretrain --set` does (schema.check_value)."""
     out = [copy.copy(o) for o in objects]
     for key, raw in overrides.items():
         target = next((o for o in out if key in {f.name for f in fields(o)}), None)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from polyalign.model.encoder import Encoder, EncoderConfig, EncoderOutput
+from polyalign.model.encoder import Encoder, EncoderConfig, EncoderOutput, model_inputs
 from polyalign.model.heads import MaskedLMHead
 
-__all__ = ["Encoder", "EncoderConfig", "EncoderOutput", "MaskedLanguageModel"]
+__all__ = ["Encoder", "EncoderConfig", "EncoderOutput", "MaskedLanguageModel", "model_inputs"]
 
 
 class MaskedLanguageModel(nn.Module):

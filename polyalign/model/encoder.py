@@ -357,3 +357,14 @@ class Encoder(nn.Module):
             if output_hidden_states:
                 hidden_states[-1] = x
         return EncoderOutput(x, tuple(hidden_states) if output_hidden_states else None)
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids")
+"""The entries of a batch that are keyword arguments of `Encoder.forward`."""
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of a batch the encoder takes as keyword arguments. A batch the loader found free of padding
+    goes without its attention mask, which lets SDPA pick the flash kernel on CUDA."""
+    drop = "attention_mask" if batch.get("padding_free") else None
+    return {k: v for k, v in batch.items() if k in MODEL_INPUTS and k != drop}

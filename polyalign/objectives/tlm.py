@@ -13,7 +13,9 @@ import torch
 
 from polyalign.data.layout import TLM_STYLES, pair_layout
 from polyalign.data.streams import ParallelBatch
-from polyalign.objectives.mlm import MLM, MLMConfig, masked_batch
+from polyalign.model import MaskedLanguageModel
+from polyalign.objectives.base import Objective, ObjectiveOutput
+from polyalign.objectives.mlm import MLMConfig, masked_batch, masked_lm_output
 
 
 @dataclass
@@ -37,26 +39,45 @@ def order_pairs(raw: ParallelBatch, swap: np.ndarray) -> tuple[list, list, np.nd
     return first, second, first_lang, second_lang
 
 
-class TLM(MLM):
+def translation_batch(
+    raw: ParallelBatch,
+    special,
+    config: TLMConfig,
+    uses_languages: bool,
+    rng: np.random.Generator,
+    swap: np.ndarray | None = None,
+) -> dict[str, torch.Tensor]:
+    """TLM's batch: each pair laid out as one sequence in `config.style`, masked. `swap` (B,) puts the target side
+    first where True (PPA §2.2: MoCo's shuffle decides it); default a coin per pair with `config.swap_prob`."""
+    if swap is None:
+        swap = rng.random(len(raw.source)) < config.swap_prob
+    first, second, first_lang, second_lang = order_pairs(raw, swap)
+    use_languages = uses_languages and config.style == "xlm"
+    layout = pair_layout(
+        first,
+        second,
+        first_lang if use_languages else None,
+        second_lang if use_languages else None,
+        special,
+        config.style,
+    )
+    batch = masked_batch(layout, special, config, rng)
+    batch["swapped"] = torch.from_numpy(swap)
+    return batch
+
+
+class TLM(Objective):
+    """MLM's forward on translation_batch."""
+
     stream = "parallel"
     Config = TLMConfig
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        swap = rng.random(len(raw.source)) < self.config.swap_prob
-        return self.ordered_batch(raw, swap, rng)
+        return translation_batch(raw, self.special, self.config, self.uses_languages, rng)
 
     def ordered_batch(self, raw: ParallelBatch, swap: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        """The masked batch with the order of each pair given by `swap` (PPA §2.2: MoCo's shuffle decides it)."""
-        first, second, first_lang, second_lang = order_pairs(raw, swap)
-        use_languages = self.uses_languages and self.config.style == "xlm"
-        layout = pair_layout(
-            first,
-            second,
-            first_lang if use_languages else None,
-            second_lang if use_languages else None,
-            self.special,
-            self.config.style,
-        )
-        batch = masked_batch(layout, self.special, self.config, rng)
-        batch["swapped"] = torch.from_numpy(swap)
-        return batch
+        """The batch with the order of each pair given by `swap` (MoCo, which holds a TLM, draws it)."""
+        return translation_batch(raw, self.special, self.config, self.uses_languages, rng, swap)
+
+    def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        return masked_lm_output(model, batch)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from polyalign.config import RecipeError
 from polyalign.data.layout import sentence_layout
 from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
@@ -24,6 +23,7 @@ from polyalign.model import MaskedLanguageModel
 from polyalign.model.veco import two_streams
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import MLMConfig, masked_batch, masked_lm_loss
+from polyalign.schema import RecipeError
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Training in several processes: joining the process group, wrapping the module (DDP, or FSDP via
-polyalign/fsdp.py), and the collectives a run needs.
+train/fsdp.py), and the collectives a run needs.
 
 NCCL takes tensors on the GPU only: sums and votes are built on the training device; what is CPU-side
 bookkeeping (data-stream states, RNG states) goes through a separate gloo group.
@@ -14,8 +14,8 @@ import torch.distributed as dist
 from torch import nn
 
 from polyalign.config import Recipe
-from polyalign.fsdp import shard
 from polyalign.objectives import OBJECTIVES
+from polyalign.train.fsdp import shard
 from polyalign.train.metrics import Window
 
 

@@ -20,7 +20,6 @@ from polyalign.checkpoint import (
 from polyalign.config import Recipe, TrainerConfig, load_recipe
 from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
-from polyalign.fsdp import check_fsdp, gather_state, load_state
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from polyalign.objectives import OBJECTIVES, build_objective
@@ -32,6 +31,7 @@ from polyalign.train.distributed import (
     init_distributed,
     wrap_for_processes,
 )
+from polyalign.train.fsdp import check_fsdp, gather_state, load_state
 from polyalign.train.head_warmup import HeadWarmup, plan_head_warmup, warm_heads
 from polyalign.train.metrics import Window
 from polyalign.train.optim import build_optimizer, freeze_held_for_good
