@@ -24,7 +24,7 @@ from polyalign.config import load_recipe
 from polyalign.data.prepare import PrepareConfig, discover_corpus
 from polyalign.data.prepare import prepare as run_prepare
 from polyalign.io import DataError, atomic_text_file, write_json
-from polyalign.model.interpolate import interpolate_folders
+from polyalign.model_folders import interpolate_folders
 from polyalign.tables import console
 from polyalign.train import pretrain
 
