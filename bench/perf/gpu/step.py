@@ -25,11 +25,7 @@ UNFINISHED = "failed: unfinished at the step's deadline"  # a part's status whil
 class Sizes:
     """What a check runs at: the real sizes on a GPU, tiny ones for --dry-run on the CPU."""
 
-    throughput_model: dict
-    batch: int
-    length: int
-    warmup: int
-    steps: int
+    throughput: str  # the preset of bench/perf/speed.py the throughput step compares the stacks at
     compile_backend: str
     pretrain_steps: int
     pairs: int
@@ -38,11 +34,7 @@ class Sizes:
 
 
 FULL = Sizes(
-    throughput_model=dict(vocab_size=250_002, hidden_size=768, num_layers=12, num_heads=12, ffn_size=3072),
-    batch=16,
-    length=512,
-    warmup=5,  # the compiled arm compiles in its first two (the MLM head's masked count turns dynamic)
-    steps=30,
+    throughput="gpu-xlmr-base",
     compile_backend="inductor",
     pretrain_steps=20,
     pairs=20_000,
@@ -50,11 +42,7 @@ FULL = Sizes(
     align_layer=8,
 )
 DRY = Sizes(
-    throughput_model=dict(vocab_size=1000, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64),
-    batch=4,
-    length=64,
-    warmup=1,
-    steps=1,
+    throughput="gpu-dry",
     compile_backend="eager",  # dynamo's tracing without inductor's code generation: seconds instead of minutes
     pretrain_steps=4,
     pairs=200,
