@@ -36,6 +36,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.reporting import markdown_table
+
 ROOT = Path(__file__).resolve().parents[2]
 NOT_RECORDED = "commit not recorded by that run"
 
@@ -318,11 +320,14 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"polyalign = `polyalign align` with `{Path(a['model']).name}` (ot, pair encoding, default layer, bf16); "
             "eflomal = training on the same pairs and aligning both directions, grow-diag-final-and.",
             "",
-            "| aligner | median s | pairs/s | goal |",
-            "|---|---:|---:|---:|",
-            f"| polyalign | {a['polyalign']['median_seconds']:.1f} | {a['polyalign']['pairs_per_s']:.0f} "
-            "| >= 500 and > eflomal |",
-            f"| eflomal | {a['eflomal']['median_seconds']:.1f} | {a['eflomal']['pairs_per_s']:.0f} | |",
+            markdown_table(
+                ["aligner", "median s", "pairs/s", "goal"],
+                [
+                    [name, f"{a[name]['median_seconds']:.1f}", f"{a[name]['pairs_per_s']:.0f}", goal]
+                    for name, goal in (("polyalign", ">= 500 and > eflomal"), ("eflomal", ""))
+                ],
+                align="lrrr",
+            ),
             "",
         ]
         if b := a.get("bound"):
@@ -350,9 +355,11 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"`{t['prepared']}`, {t['rounds']} interleaved rounds, median; rates over the log windows after the "
             "first.",
             "",
-            "| code | tokens/s | model GFLOP/s |",
-            "|---|---:|---:|",
-            *(f"| {n} | {t[n]['tokens_per_s']:.0f} | {t[n]['flops_per_s'] / 1e9:.0f} |" for n in names),
+            markdown_table(
+                ["code", "tokens/s", "model GFLOP/s"],
+                [[n, f"{t[n]['tokens_per_s']:.0f}", f"{t[n]['flops_per_s'] / 1e9:.0f}"] for n in names],
+                align="lrr",
+            ),
             "",
         ]
     if p := r.get("prepare"):
@@ -361,13 +368,21 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"text (1x), and every file repeated 10 times (10x); vocabulary 8000 trained on "
             f"{r['prepare_sample_lines']:,} sampled lines. Peak memory = the largest single process.",
             "",
-            "| corpus | workers | MB | s | MB/s | peak memory (MB) |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        lines += [
-            f"| {row['copies']}x | {row['workers'] or 'all'} | {row['mb']:.0f} | {row['seconds']:.1f} "
-            f"| {row['mb_per_s']:.2f} | {row['peak_rss_mb']:.0f} |"
-            for row in p
+            markdown_table(
+                ["corpus", "workers", "MB", "s", "MB/s", "peak memory (MB)"],
+                [
+                    [
+                        f"{row['copies']}x",
+                        f"{row['workers'] or 'all'}",
+                        f"{row['mb']:.0f}",
+                        f"{row['seconds']:.1f}",
+                        f"{row['mb_per_s']:.2f}",
+                        f"{row['peak_rss_mb']:.0f}",
+                    ]
+                    for row in p
+                ],
+                align="lrrrrr",
+            ),
         ]
         lines.append("")
     return lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bench.reporting import markdown_table
+
 TABLE_STEPS = {"throughput"}  # steps whose parts are arms measured alike: a table; the others a list
 
 
@@ -11,11 +13,14 @@ def page(r: dict) -> str:
         "",
         f"`{r['command']}` at {r['code']}, {r['date']} on {r['host']}, {r['seconds']:.0f} s in all.",
         "",
-        "| step | status | seconds | budget |",
-        "|---|---|---:|---:|",
-    ]
-    lines += [
-        f"| {s['title']} | {s['status']} | {s.get('seconds', 0):.0f} | {s.get('budget_s', 0):.0f} |" for s in r["steps"]
+        markdown_table(
+            ["step", "status", "seconds", "budget"],
+            [
+                [s["title"], s["status"], f"{s.get('seconds', 0):.0f}", f"{s.get('budget_s', 0):.0f}"]
+                for s in r["steps"]
+            ],
+            align="llrr",
+        ),
     ]
     for s in r["steps"]:
         lines += ["", f"## {s['title']}: {s['status']}", ""]
@@ -37,9 +42,8 @@ def part_list(parts: dict) -> list[str]:
 def part_table(parts: dict) -> list[str]:
     """A row per part (arms measured alike), a column per measurement."""
     columns = ["status", *dict.fromkeys(k for p in parts.values() for k in p if k != "status")]
-    lines = ["| part | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * (len(columns) - 1)]
-    lines += [f"| {name} | " + " | ".join(cell(p.get(k, "")) for k in columns) + " |" for name, p in parts.items()]
-    return lines
+    rows = [[name, *(cell(p.get(k, "")) for k in columns)] for name, p in parts.items()]
+    return [markdown_table(["part", *columns], rows, align="ll" + "r" * (len(columns) - 1))]
 
 
 def cell(value) -> str:

@@ -20,6 +20,7 @@ from bench.perf.gpu.page import page
 from bench.perf.gpu.step import ENTRY, ROOT, child_env, end_tree, one_line
 from bench.perf.gpu.tatoeba import step_tatoeba
 from bench.perf.gpu.throughput import step_throughput
+from bench.reporting import commit
 
 TOTAL_BUDGET_S = 595  # one call's steps; a call may run 10 minutes, the loan 15 in all (THE PLAN above)
 
@@ -93,7 +94,7 @@ def check_in(work: Path, out: Path, dry_run: bool, selected: list[str]) -> dict:
         "dry_run": dry_run,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": 0.0,
-        "code": _commit(),
+        "code": commit(),
         "host": platform.node(),
         # Every step is named from the start: a check cut off from outside leaves a page that says where.
         "steps": [
@@ -133,9 +134,3 @@ def combine(files: list[Path]) -> dict:
 def write_results(out: Path, result: dict) -> None:
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (out / "gpu_check.md").write_text(page(result))
-
-
-def _commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return (out.stdout.strip() or "unknown") + (" + uncommitted changes" if dirty.stdout.strip() else "")
