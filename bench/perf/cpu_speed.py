@@ -3,7 +3,7 @@ and `prepare` (MB/s and peak memory at 1x and 10x corpus size).
 
 Every measurement is a whole command in its own process, start-up included, timed by wall clock:
 - aligner: `polyalign align` (ot, pair encoding, default layer, bf16) and eflomal (training on the same pairs
-  included, both directions, grow-diag-final-and; as bench/alignment.py runs it) on the same N tokenised en-de
+  included, both directions, grow-diag-final-and; as bench/probes/eflomal_baseline.py runs it) on the same N tokenised en-de
   pairs of ../shared/data/train/parallel, interleaved round by round so other load falls on both alike;
   median pairs/s over the rounds.
 - tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all`, seconds and peak memory.
@@ -12,7 +12,7 @@ Every measurement is a whole command in its own process, start-up included, time
 - pretrain: `polyalign pretrain mlm` (6 x 384) for a few steps on a prepared folder, with the code of a
   `--before` commit and with this checkout, interleaved round by round; tokens/s and model GFLOP/s from the
   runs' metrics.jsonl, the first log window (start-up, warm-up) left out.
-Writes --out/cpu_speed.json; bench/throughput.py's report adds it as a section (`cpu_speed_section`).
+Writes --out/cpu_speed.json; bench/perf/throughput.py's report adds it as a section (`cpu_speed_section`).
 
 Usage (2 CPU cores, idle machine; about 15 minutes):
     flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.cpu_speed
@@ -68,7 +68,7 @@ def polyalign(*args: str) -> list[str]:
 
 
 def write_pairs(folder: Path, pairs: int) -> tuple[Path, Path]:
-    """The first `pairs` en-de training pairs, tokenised as bench/alignment.py tokenises bitext for eflomal."""
+    """The first `pairs` en-de training pairs, tokenised as bench/probes/eflomal_baseline.py tokenises bitext for eflomal."""
     from polyalign.align.eflomal import tokenize_bitext
 
     paths = []
@@ -290,7 +290,7 @@ def measure_pretrain(before: str, prepared: Path, steps: int, rounds: int, scrat
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Report section (bench/throughput.py adds it to throughput.md)
+# Report section (bench/perf/throughput.py adds it to throughput.md)
 
 
 def cpu_speed_section(path: Path) -> list[str]:

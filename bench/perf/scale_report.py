@@ -86,7 +86,7 @@ def write_page(result: dict) -> None:
         f"({sizes['1x']['gz_mb']} MB -> {sizes['10x']['gz_mb']} MB gzip, {sizes['1x']['tokens']:,} -> "
         f"{sizes['10x']['tokens']:,} tokens). `prepare`: SentencePiece vocabulary 8000 trained on 100,000 sampled "
         "lines, then every line tokenized into shards. Training: recipe `xlm` (MLM + TLM, 6 layers, hidden 384), "
-        "10 steps and one checkpoint. Peak RSS from `getrusage(RUSAGE_CHILDREN)` (bench/peak_rss.py).",
+        "10 steps and one checkpoint. Peak RSS from `getrusage(RUSAGE_CHILDREN)` (bench/perf/peak_rss.py).",
         "",
         markdown_table(
             ["phase", "peak RSS 1x (MB)", "peak RSS 10x (MB)", "ratio", "goal", "wall s (1x / 10x)"],

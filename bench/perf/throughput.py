@@ -204,7 +204,7 @@ def main() -> None:
 
 
 def report(r: dict, argv: str, results: Path = RESULTS) -> str:
-    """throughput.md: the training-step tables, then bench/cpu_speed.py's section when it has been measured."""
+    """throughput.md: the training-step tables, then bench/perf/cpu_speed.py's section when it has been measured."""
     peak_bf16, peak_fp32 = max(r["matmul_gflops"]["bf16"].values()), max(r["matmul_gflops"]["fp32"].values())
     lines = [
         "# Training throughput: polyalign vs transformers (MLM step, `mlm` recipe size)",

@@ -29,12 +29,12 @@ def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BA
 
 
 # The arms. Continued runs: 4,096 tokens per objective and step (the recipes' 8,192 halved for time, as in
-# bench/veco.sh); lr 2e-4 for every continued arm (ERNIE-M Table 10 BASE; XLM-Align Table 11), 10% warmup.
+# the veco study, bench/results/veco.md); lr 2e-4 for every continued arm (ERNIE-M Table 10 BASE; XLM-Align Table 11), 10% warmup.
 CONTINUED = ("trainer.lr=2e-4", "data.mono.max_tokens=4096", "data.parallel.max_tokens=4096")
 START = Arm("start", None)
 # 60 steps in 1 min: `git show edb6cd0:bench/results/veco.json`
 MLM_TLM = Arm("mlm-tlm", "xlm", CONTINUED, seconds_per_step=1.0)
-# PPA: bench/ppa.sh's `m90` arm (queue 4,096, mean pooling, lr 1e-3, pairs under 10 tokens kept, 128 pairs per
+# PPA: the `m90` arm of bench/results/ppa.md (queue 4,096, mean pooling, lr 1e-3, pairs under 10 tokens kept, 128 pairs per
 # batch; momentum 0.9 with the batch's own keys as negatives too). Momentum scales PPA's 0.999 to our step count:
 # the key encoder follows the query encoder with time constant 1/(1-m) steps, so 250 steps are 25 of them at 0.9,
 # as PPA's ~20,000 steps (10 epochs of 250k pairs at batch 128) are 20 at 0.999; at 0.99 (2.5 time constants)
@@ -60,7 +60,7 @@ PPA_NO_MOCO = Arm(
     seconds_per_step=2.0,  # evidence run ppa-no-moco-s0: 250 steps in 497 s
 )
 DWA = Arm("dwa", "xlm-align", CONTINUED, seconds_per_step=2.5)
-# ERNIE-M Table 6 at bench/ernie-m.sh's scale (2,048 tokens, 40 steps in 0.3-0.7 min); exp4 adds BTMLM half way.
+# ERNIE-M Table 6 at bench/results/ernie-m.md's scale (2,048 tokens, 40 steps in 0.3-0.7 min); exp4 adds BTMLM half way.
 _ERNIE = ("trainer.lr=2e-4", "data.mono.max_tokens=2048", "data.parallel.max_tokens=2048")
 ERNIE_MLM_TLM = Arm("exp2-mlm-tlm", "ernie-m-exp2", _ERNIE, seconds_per_step=0.5)
 ERNIE_CAMLM = Arm("exp3-camlm", "ernie-m-exp3", _ERNIE, seconds_per_step=0.8)
@@ -69,7 +69,7 @@ ERNIE_BTMLM = Arm("exp4-camlm-btmlm", "ernie-m-exp4", (*_ERNIE, "objectives.2.st
 # bench/results/preset.md: 2 x 256, lr 1e-3), the same for both arms of a section. FLOPs per step and speed at
 # that size: the preset sweep's run for xlm (0.25e12 FLOPs and 1.13 s per step); xlm-e and veco scaled from the
 # runs of `git show 1e2ccae:bench/results/xlm-e.md` and `git show edb6cd0:bench/results/veco.json` (xlm-e 1.25x
-# the FLOPs and 1.9x the time of xlm per step, veco 1.44x and 1.33x). The probe of bench/evidence/run.py measures
+# the FLOPs and 1.9x the time of xlm per step, veco 1.44x and 1.33x). The FLOP probe of bench/run.py measures
 # the real FLOPs per step; these only size the sections.
 CPU_SMALL = "cpu-small"
 SCRATCH_XLM = Arm("xlm", "xlm", (), None, CPU_SMALL, seconds_per_step=1.13, flops_per_step=0.25e12)
@@ -120,7 +120,7 @@ _start_t14 = Check("start model Tatoeba-14 (last layer)", "start", "tatoeba14@la
 XLM_ALIGN_STEPS = Budget(steps=60)
 # DWA's premise is an aligned start (§3.3, §6: poor self-labels from a weak model). The section below measures
 # it on small-base (the self-labels' AER); `xlm-align-aligned` repeats the A/B from a sentence-aligned model of
-# the same tokenizer, stage 1 of bench/best.sh, stated as the start in its protocol.
+# the same tokenizer, stage 1 of the best recipe (bench/results/best.md), stated as the start in its protocol.
 ALIGNED_START = "bench/work/runs/best-sentences"
 _xa = dict(paper="XLM-Align", section="xlm-align", budget=XLM_ALIGN_STEPS, languages=ALIGN_LANGUAGES)
 _premise = Check(
@@ -293,7 +293,7 @@ def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
 _veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
 
 
-# polyalign's MRTD and transformers' ELECTRA from scratch on the same batches (bench/rtd_reference.py).
+# polyalign's MRTD and transformers' ELECTRA from scratch on the same batches (bench/probes/rtd_reference.py).
 RTD_REFERENCE = "bench/results/rtd_reference.json"
 
 
