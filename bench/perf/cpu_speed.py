@@ -3,8 +3,8 @@ and `prepare` (MB/s and peak memory at 1x and 10x corpus size).
 
 Every measurement is a whole command in its own process, start-up included, timed by wall clock:
 - aligner: `polyalign align` (ot, pair encoding, default layer, bf16) and eflomal (training on the same pairs
-  included, both directions, grow-diag-final-and; as bench/probes/eflomal_baseline.py runs it) on the same N tokenised en-de
-  pairs of ../shared/data/train/parallel, interleaved round by round so other load falls on both alike;
+  included, both directions, grow-diag-final-and; as bench/probes/eflomal_baseline.py runs it) on the same N
+  tokenised en-de pairs of ../shared/data/train/parallel, interleaved round by round so other load falls on both alike;
   median pairs/s over the rounds.
 - tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all`, seconds and peak memory.
 - prepare: `polyalign prepare` on three mono files and one parallel pair (1x), and on the same files repeated
@@ -68,7 +68,8 @@ def polyalign(*args: str) -> list[str]:
 
 
 def write_pairs(folder: Path, pairs: int) -> tuple[Path, Path]:
-    """The first `pairs` en-de training pairs, tokenised as bench/probes/eflomal_baseline.py tokenises bitext for eflomal."""
+    """The first `pairs` en-de training pairs, tokenised as bench/probes/eflomal_baseline.py tokenises bitext for
+    eflomal."""
     from polyalign.align.eflomal import tokenize_bitext
 
     paths = []

@@ -28,13 +28,14 @@ def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BA
     return Comparison(id, section, setup, rule=Rule(close, floor), why=why, **comparison)
 
 
-# The arms. Continued runs: 4,096 tokens per objective and step (the recipes' 8,192 halved for time, as in
-# the veco study, bench/results/veco.md); lr 2e-4 for every continued arm (ERNIE-M Table 10 BASE; XLM-Align Table 11), 10% warmup.
+# The arms. Continued runs: 4,096 tokens per objective and step (the recipes' 8,192 halved for time, as in the
+# veco study, bench/results/veco.md); lr 2e-4 for every continued arm (ERNIE-M Table 10 BASE; XLM-Align Table 11),
+# 10% warmup.
 CONTINUED = ("trainer.lr=2e-4", "data.mono.max_tokens=4096", "data.parallel.max_tokens=4096")
 START = Arm("start", None)
 # 60 steps in 1 min: `git show edb6cd0:bench/results/veco.json`
 MLM_TLM = Arm("mlm-tlm", "xlm", CONTINUED, seconds_per_step=1.0)
-# PPA: the `m90` arm of bench/results/ppa.md (queue 4,096, mean pooling, lr 1e-3, pairs under 10 tokens kept, 128 pairs per
+# PPA: ppa.md's `m90` arm (queue 4,096, mean pooling, lr 1e-3, pairs under 10 tokens kept, 128 pairs per
 # batch; momentum 0.9 with the batch's own keys as negatives too). Momentum scales PPA's 0.999 to our step count:
 # the key encoder follows the query encoder with time constant 1/(1-m) steps, so 250 steps are 25 of them at 0.9,
 # as PPA's ~20,000 steps (10 epochs of 250k pairs at batch 128) are 20 at 0.999; at 0.99 (2.5 time constants)
