@@ -364,26 +364,14 @@ def cpu_speed_section(path: Path) -> list[str]:
             "",
         ]
     if p := r.get("prepare"):
+        cells = "{copies}x|{workers}|{mb:.0f}|{seconds:.1f}|{mb_per_s:.2f}|{peak_rss_mb:.0f}"
+        rows = [cells.format(**{**row, "workers": row["workers"] or "all"}).split("|") for row in p]
         lines += [
             f"prepare: mono {', '.join(PREPARE_MONO)} and parallel {PREPARE_PAIR} from ../shared/data/train as plain "
             f"text (1x), and every file repeated 10 times (10x); vocabulary 8000 trained on "
             f"{r['prepare_sample_lines']:,} sampled lines. Peak memory = the largest single process.",
             "",
-            markdown_table(
-                ["corpus", "workers", "MB", "s", "MB/s", "peak memory (MB)"],
-                [
-                    [
-                        f"{row['copies']}x",
-                        f"{row['workers'] or 'all'}",
-                        f"{row['mb']:.0f}",
-                        f"{row['seconds']:.1f}",
-                        f"{row['mb_per_s']:.2f}",
-                        f"{row['peak_rss_mb']:.0f}",
-                    ]
-                    for row in p
-                ],
-                align="lrrrrr",
-            ),
+            markdown_table(["corpus", "workers", "MB", "s", "MB/s", "peak memory (MB)"], rows, align="lrrrrr"),
         ]
         lines.append("")
     return lines
