@@ -24,7 +24,8 @@ EFLOMAL = ROOT / "bench" / "results" / "alignment.json"
 
 
 def eflomal_aer() -> dict[str, float]:
-    """eflomal on the same bitext and gold sets (bench/results/alignment.json, measured by bench/alignment.py)."""
+    """eflomal on the same bitext and gold sets (bench/results/alignment.json, as
+    bench/probes/eflomal_baseline.py measures it)."""
     data = read_json(EFLOMAL)["eflomal"]
     return {name: round(data[name]["aer"], 2) for name in GOLD_SETS if name in data}
 

@@ -1,8 +1,10 @@
-"""Continued training of multilingual-e5-small on 2 cores: polyalign's step against transformers' on the same batches.
+"""Continued training of multilingual-e5-small on 2 cores: polyalign's step against transformers' on the same batches
+(bench/perf/speed.py's comparison at its `continued-250k` preset).
 
 The batches: TLM (PPA layout, 15% masked) on en-xx pairs of ../shared/data/train/parallel, 16 pairs of up to 64
-tokens a side. Every step is forward + backward + AdamW in bf16 autocast, timed after two warm-up steps:
-- transformers: BertForMaskedLM (the same config) + torch.optim.AdamW, `labels` given as HF computes them
+tokens a side. Every step is forward (bf16 autocast) + backward + clipping + fused AdamW, timed after two warm-up
+steps, the variants one step each per round:
+- transformers: BertForMaskedLM (the same config), `labels` given as HF computes them
   (logits over the 250k vocabulary at every position);
 - polyalign, the `xlm` recipe's step (TLM; MLM logits at masked positions only), embeddings trained and held;
 - polyalign, the `xlm-align` recipe's step (DWA: TLM + OT self-labels + the pointer loss, one forward pass);
@@ -21,10 +23,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.perf.speed import PRESETS, compare_on_same_batches, training_step
 from bench.reporting import median_seconds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-PAIRS, MAX_LENGTH, STEPS, WARMUP = 16, 64, 5, 2
+PRESET = PRESETS["continued-250k"]
+PAIRS, MAX_LENGTH, STEPS, WARMUP = PRESET.batch, PRESET.length, PRESET.steps, PRESET.warmup
 LANGUAGES = ("de", "fr", "ro", "zh", "ja", "hi")
 
 
@@ -47,28 +51,17 @@ def raw_batches(tokenizer, count: int):
 timed = partial(median_seconds, warmup=WARMUP)  # timed(step, batches): median seconds of step(batch)
 
 
-def training_step(loss_of, optimizer, autocast):
-    """step(batch): the loss under autocast, backward, the optimizer's update."""
-
-    def step(batch):
-        with autocast:
-            loss = loss_of(batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+def polyalign_arm(model, objective, name: str, autocast):
+    """The step of one polyalign objective on `model`, on that objective's layout of each batch's pairs."""
+    return lambda: training_step(
+        model, lambda batch: objective(model, batch[name]).loss, PRESET.learning_rate, autocast
+    )
 
 
-def polyalign_step(model, objective, params, autocast):
-    optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
-    return training_step(lambda batch: objective(model, batch).loss, optimizer, autocast)
-
-
-def transformers_step(hf_model, autocast):
+def transformers_arm(hf_model, autocast):
     inputs = ("input_ids", "attention_mask", "position_ids", "labels")
-    loss_of = lambda batch: hf_model(**{k: batch[k] for k in inputs}).loss  # noqa: E731
-    return training_step(loss_of, torch.optim.AdamW(hf_model.parameters(), lr=1e-5), autocast)
+    loss_of = lambda batch: hf_model(**{k: batch["xlm (TLM)"][k] for k in inputs}).loss  # noqa: E731
+    return lambda: training_step(hf_model, loss_of, PRESET.learning_rate, autocast)
 
 
 def hf_bert(config):
@@ -104,32 +97,29 @@ def measure(e5: Path, prepared: Path | None = None) -> dict:
         "xlm-align (DWA)": build_objective("dwa", {"style": "ppa"}, special, config),
         "self-align": build_objective("self_align", {}, special, config),
     }
-    batches = {name: [o.make_batch(r, rng) for r in raws] for name, o in objectives.items()}
-    tokens = statistics.mean(int(b["attention_mask"].sum()) for b in batches["xlm (TLM)"])
+    # The same pairs for every variant, each in its objective's layout: a batch is {objective: its batch}.
+    batches = [{name: o.make_batch(r, rng) for name, o in objectives.items()} for r in raws]
+    tokens = statistics.mean(int(b["xlm (TLM)"]["attention_mask"].sum()) for b in batches)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    seconds: dict[str, float] = {}
-
-    hf = hf_bert(config)
-    seconds["transformers BertForMaskedLM + AdamW (TLM)"] = timed(transformers_step(hf, autocast), batches["xlm (TLM)"])
-    del hf
     everything = list(model.parameters())
     layers = [p for n, p in model.named_parameters() if n.startswith("encoder.layers.")]
     tlm = objectives["xlm (TLM)"]
-    seconds["polyalign xlm (TLM)"] = timed(polyalign_step(model, tlm, everything, autocast), batches["xlm (TLM)"])
     held = copy.deepcopy(model)
     for name, p in held.named_parameters():
         p.requires_grad_(name.startswith("encoder.layers."))
-    held_layers = [p for p in held.parameters() if p.requires_grad]
-    seconds["polyalign xlm (TLM), embeddings held"] = timed(
-        polyalign_step(held, tlm, held_layers, autocast), batches["xlm (TLM)"]
-    )
-    seconds["polyalign xlm-align (DWA), embeddings held"] = timed(
-        polyalign_step(held, objectives["xlm-align (DWA)"], held_layers, autocast), batches["xlm-align (DWA)"]
-    )
-    seconds["polyalign self-align, embeddings held"] = timed(
-        polyalign_step(held, objectives["self-align"], held_layers, autocast), batches["self-align"]
-    )
-    parts = step_parts(model, tlm, batches["xlm (TLM)"], everything, layers, autocast)
+    arms = {
+        "transformers BertForMaskedLM + AdamW (TLM)": transformers_arm(hf_bert(config), autocast),
+        "polyalign xlm (TLM)": polyalign_arm(model, tlm, "xlm (TLM)", autocast),
+        "polyalign xlm (TLM), embeddings held": polyalign_arm(held, tlm, "xlm (TLM)", autocast),
+        "polyalign xlm-align (DWA), embeddings held": polyalign_arm(
+            held, objectives["xlm-align (DWA)"], "xlm-align (DWA)", autocast
+        ),
+        "polyalign self-align, embeddings held": polyalign_arm(held, objectives["self-align"], "self-align", autocast),
+    }
+    measured = compare_on_same_batches(arms, batches, WARMUP, STEPS)
+    seconds = {name: statistics.median(m["seconds"]) for name, m in measured.items()}
+    tlm_batches = [b["xlm (TLM)"] for b in batches]
+    parts = step_parts(model, tlm, tlm_batches, everything, layers, autocast)
     parts["OT self-labels of DWA (no grad)"] = ot_labelling_seconds(held, objectives["xlm-align (DWA)"], raws, rng)
     reference = seconds["transformers BertForMaskedLM + AdamW (TLM)"]
     return {

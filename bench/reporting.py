@@ -55,8 +55,11 @@ def fmt(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence], align: str = "") -> str:
+    """The one writer of Markdown tables in bench/: `align` a letter a column, `l` or `r` (numbers), left when
+    absent; cells through `fmt` (strings as they are)."""
+    rules = ["---:" if a == "r" else "---" for a in align.ljust(len(header), "l")]
+    lines = ["| " + " | ".join(header) + " |", "|" + "".join(f"{r}|" for r in rules)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 

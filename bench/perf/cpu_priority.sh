@@ -2,7 +2,7 @@
 # On a shared machine, give whatever runs under the benchmark lock (flock /tmp/polyalign-cpu.lock ...) the CPU:
 # its threads get nice -19 and so does its scheduler autogroup (with autogroups, a session competes as one
 # unit, so a thread's nice alone is not enough). Groups are put back to nice 0 once the lock is released.
-# Run in the background: nohup bench/cpu_priority.sh &
+# Run in the background: nohup bench/perf/cpu_priority.sh &
 descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
 declare -A boosted  # autogroup -> a pid of that group that outlives the job (the shell that called flock)
 while true; do

@@ -3,8 +3,8 @@ and `prepare` (MB/s and peak memory at 1x and 10x corpus size).
 
 Every measurement is a whole command in its own process, start-up included, timed by wall clock:
 - aligner: `polyalign align` (ot, pair encoding, default layer, bf16) and eflomal (training on the same pairs
-  included, both directions, grow-diag-final-and; as bench/alignment.py runs it) on the same N tokenised en-de
-  pairs of ../shared/data/train/parallel, interleaved round by round so other load falls on both alike;
+  included, both directions, grow-diag-final-and; as bench/probes/eflomal_baseline.py runs it) on the same N
+  tokenised en-de pairs of ../shared/data/train/parallel, interleaved round by round so other load falls on both alike;
   median pairs/s over the rounds.
 - tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all`, seconds and peak memory.
 - prepare: `polyalign prepare` on three mono files and one parallel pair (1x), and on the same files repeated
@@ -12,7 +12,7 @@ Every measurement is a whole command in its own process, start-up included, time
 - pretrain: `polyalign pretrain mlm` (6 x 384) for a few steps on a prepared folder, with the code of a
   `--before` commit and with this checkout, interleaved round by round; tokens/s and model GFLOP/s from the
   runs' metrics.jsonl, the first log window (start-up, warm-up) left out.
-Writes --out/cpu_speed.json; bench/throughput.py's report adds it as a section (`cpu_speed_section`).
+Writes --out/cpu_speed.json; bench/perf/throughput.py's report adds it as a section (`cpu_speed_section`).
 
 Usage (2 CPU cores, idle machine; about 15 minutes):
     flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.cpu_speed
@@ -35,6 +35,8 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from bench.reporting import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_RECORDED = "commit not recorded by that run"
@@ -66,7 +68,8 @@ def polyalign(*args: str) -> list[str]:
 
 
 def write_pairs(folder: Path, pairs: int) -> tuple[Path, Path]:
-    """The first `pairs` en-de training pairs, tokenised as bench/alignment.py tokenises bitext for eflomal."""
+    """The first `pairs` en-de training pairs, tokenised as bench/probes/eflomal_baseline.py tokenises bitext for
+    eflomal."""
     from polyalign.align.eflomal import tokenize_bitext
 
     paths = []
@@ -288,7 +291,7 @@ def measure_pretrain(before: str, prepared: Path, steps: int, rounds: int, scrat
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Report section (bench/throughput.py adds it to throughput.md)
+# Report section (bench/perf/throughput.py adds it to throughput.md)
 
 
 def cpu_speed_section(path: Path) -> list[str]:
@@ -318,11 +321,14 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"polyalign = `polyalign align` with `{Path(a['model']).name}` (ot, pair encoding, default layer, bf16); "
             "eflomal = training on the same pairs and aligning both directions, grow-diag-final-and.",
             "",
-            "| aligner | median s | pairs/s | goal |",
-            "|---|---:|---:|---:|",
-            f"| polyalign | {a['polyalign']['median_seconds']:.1f} | {a['polyalign']['pairs_per_s']:.0f} "
-            "| >= 500 and > eflomal |",
-            f"| eflomal | {a['eflomal']['median_seconds']:.1f} | {a['eflomal']['pairs_per_s']:.0f} | |",
+            markdown_table(
+                ["aligner", "median s", "pairs/s", "goal"],
+                [
+                    [name, f"{a[name]['median_seconds']:.1f}", f"{a[name]['pairs_per_s']:.0f}", goal]
+                    for name, goal in (("polyalign", ">= 500 and > eflomal"), ("eflomal", ""))
+                ],
+                align="lrrr",
+            ),
             "",
         ]
         if b := a.get("bound"):
@@ -350,24 +356,22 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"`{t['prepared']}`, {t['rounds']} interleaved rounds, median; rates over the log windows after the "
             "first.",
             "",
-            "| code | tokens/s | model GFLOP/s |",
-            "|---|---:|---:|",
-            *(f"| {n} | {t[n]['tokens_per_s']:.0f} | {t[n]['flops_per_s'] / 1e9:.0f} |" for n in names),
+            markdown_table(
+                ["code", "tokens/s", "model GFLOP/s"],
+                [[n, f"{t[n]['tokens_per_s']:.0f}", f"{t[n]['flops_per_s'] / 1e9:.0f}"] for n in names],
+                align="lrr",
+            ),
             "",
         ]
     if p := r.get("prepare"):
+        cells = "{copies}x|{workers}|{mb:.0f}|{seconds:.1f}|{mb_per_s:.2f}|{peak_rss_mb:.0f}"
+        rows = [cells.format(**{**row, "workers": row["workers"] or "all"}).split("|") for row in p]
         lines += [
             f"prepare: mono {', '.join(PREPARE_MONO)} and parallel {PREPARE_PAIR} from ../shared/data/train as plain "
             f"text (1x), and every file repeated 10 times (10x); vocabulary 8000 trained on "
             f"{r['prepare_sample_lines']:,} sampled lines. Peak memory = the largest single process.",
             "",
-            "| corpus | workers | MB | s | MB/s | peak memory (MB) |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        lines += [
-            f"| {row['copies']}x | {row['workers'] or 'all'} | {row['mb']:.0f} | {row['seconds']:.1f} "
-            f"| {row['mb_per_s']:.2f} | {row['peak_rss_mb']:.0f} |"
-            for row in p
+            markdown_table(["corpus", "workers", "MB", "s", "MB/s", "peak memory (MB)"], rows, align="lrrrrr"),
         ]
         lines.append("")
     return lines

@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.reporting import commit, cpu_name, read_json, records
+from bench.reporting import commit, cpu_name, markdown_table, read_json, records
 
 ROOT = Path(__file__).resolve().parents[2]
 W = ROOT / "bench" / "work" / "scale"
@@ -86,17 +86,23 @@ def write_page(result: dict) -> None:
         f"({sizes['1x']['gz_mb']} MB -> {sizes['10x']['gz_mb']} MB gzip, {sizes['1x']['tokens']:,} -> "
         f"{sizes['10x']['tokens']:,} tokens). `prepare`: SentencePiece vocabulary 8000 trained on 100,000 sampled "
         "lines, then every line tokenized into shards. Training: recipe `xlm` (MLM + TLM, 6 layers, hidden 384), "
-        "10 steps and one checkpoint. Peak RSS from `getrusage(RUSAGE_CHILDREN)` (bench/peak_rss.py).",
+        "10 steps and one checkpoint. Peak RSS from `getrusage(RUSAGE_CHILDREN)` (bench/perf/peak_rss.py).",
         "",
-        "| phase | peak RSS 1x (MB) | peak RSS 10x (MB) | ratio | goal | wall s (1x / 10x) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for phase, m in memory.items():
-        lines.append(
-            f"| {phase} | {m['1x_mb']:.0f} | {m['10x_mb']:.0f} | {m['ratio']:.3f} | < 1.2 | "
-            f"{m['seconds'][0]:.0f} / {m['seconds'][1]:.0f} |"
-        )
-    lines += [
+        markdown_table(
+            ["phase", "peak RSS 1x (MB)", "peak RSS 10x (MB)", "ratio", "goal", "wall s (1x / 10x)"],
+            [
+                [
+                    phase,
+                    f"{m['1x_mb']:.0f}",
+                    f"{m['10x_mb']:.0f}",
+                    f"{m['ratio']:.3f}",
+                    "< 1.2",
+                    f"{m['seconds'][0]:.0f} / {m['seconds'][1]:.0f}",
+                ]
+                for phase, m in memory.items()
+            ],
+            align="lrrrrr",
+        ),
         "",
         "## DDP (2 gloo processes) vs 1 process with 2 accumulation steps",
         "",
@@ -108,11 +114,12 @@ def write_page(result: dict) -> None:
         f"Tolerance: relative loss difference < 1e-3 per logged step (bf16 autocast; only the order of "
         f"floating-point reductions differs). Measured: max {worst:.2e}.",
         "",
-        "| step | DDP 2x1 loss | 1 process x 2 accumulation loss | relative difference |",
-        "|---:|---:|---:|---:|",
+        markdown_table(
+            ["step", "DDP 2x1 loss", "1 process x 2 accumulation loss", "relative difference"],
+            [[s["step"], f"{s['ddp']:.5f}", f"{s['single']:.5f}", f"{s['rel_diff']:.1e}"] for s in steps],
+            align="rrrr",
+        ),
     ]
-    for s in steps:
-        lines.append(f"| {s['step']} | {s['ddp']:.5f} | {s['single']:.5f} | {s['rel_diff']:.1e} |")
     (OUT / "scale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.reporting import median_seconds
+from bench.reporting import markdown_table, median_seconds
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.encoder import Dropout, attend, expand_attention_mask
 from polyalign.model.losses import cross_entropy
@@ -90,11 +90,15 @@ def main() -> None:
         "Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts` (2 threads, bf16 "
         f"tensors, forward + backward, median of 5 after a warm-up; 1-minute load average {load:.1f}).",
         "",
-        "| part | stock (ms) | polyalign (ms) | speed-up |",
-        "|---|---:|---:|---:|",
+        markdown_table(
+            ["part", "stock (ms)", "polyalign (ms)", "speed-up"],
+            [
+                [name, f"{r['stock_ms']:.1f}", f"{r['polyalign_ms']:.1f}", f"{r['speedup']:.2f}x"]
+                for name, r in rows.items()
+            ],
+            align="lrrr",
+        ),
     ]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['stock_ms']:.1f} | {r['polyalign_ms']:.1f} | {r['speedup']:.2f}x |")
     (out / "step_parts.md").write_text("\n".join(lines) + "\n")
 
 

@@ -8,7 +8,7 @@ Tatoeba-14 languages:
     only, against Tatoeba pairs of the same length range subsampled to the same number of pairs per language
     (so the candidate pools have the same size and the same length range). If the short dev pairs retrieve as
     badly as matched Tatoeba, length explains the gap; if far better, the kind of sentence does.
-Writes JSON for bench/best_report.py. Light: one encoding pass over 2 x 14 x 1,000 pairs.
+Writes its numbers as JSON to --out. Light: one encoding pass over 2 x 14 x 1,000 pairs.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.reporting import markdown_table, provenance, read_json, write_json
-from bench.studies.evidence import XNLI15  # xlm-e-3's languages
+from bench.studies.evidence.common import XNLI15  # xlm-e-3's languages
 from bench.verdict import (
     MAJORITY_MARGIN,
     first_step_beating_majority,

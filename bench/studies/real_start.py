@@ -9,8 +9,9 @@ is a note in bench/studies/notes/real-start.json.
 
 from __future__ import annotations
 
-from bench.studies import evidence
-from bench.studies.evidence import _DWA_CODE, _OT_CODE, _RTD_CODE, _detectors, _generators
+from bench.studies.evidence import common
+from bench.studies.evidence.common import DWA_CODE, OT_CODE, RTD_CODE
+from bench.studies.evidence.xlm_e import detectors, generators
 from bench.study import Arm, Budget, Check, Comparison, Study
 
 E5 = "models/multilingual-e5-small"
@@ -120,8 +121,8 @@ _start_t14 = Check("Tatoeba-14 of the start (dev-chosen layer)", "start", "tatoe
 
 def claim(id: str, section: str, paper: str, statement: str, number: str, baseline: Arm, method: Arm, metric: str,
           direction: int, code=(), **extra) -> Comparison:  # fmt: skip
-    """evidence.claim from this study's start, data and budget, the comparison's fields in table order."""
-    return evidence.claim(
+    """The evidence study's claim() from this study's start, data and budget, the comparison's fields in table order."""
+    return common.claim(
         id, section=section, budget=STEPS, start=E5, data=E5_DATA, paper=paper, statement=statement,
         paper_number=number, baseline=baseline, method=method, metric=metric, direction=direction, code_checks=code,
         **extra,
@@ -145,7 +146,7 @@ CLAIMS = (
             Check("DWA self-labels per pair", DWA_WARM.name, "log:dwa/labels_per_pair"),
             *(Check(f"MLM loss, {a.name}", a.name, "log:mlm/loss", floor="unigram") for a in (MLM_TLM_WARM, DWA_WARM)),
         ),
-        code=_DWA_CODE,
+        code=DWA_CODE,
     ),
     claim(
         "real-xlm-align-dwa",
@@ -160,7 +161,7 @@ CLAIMS = (
         -1,
         measures=("aer-argmax@default", "tatoeba14@dev"),
         checks=(_premise, Check("DWA self-labels per pair", DWA.name, "log:dwa/labels_per_pair"), _xnli_reference),
-        code=_DWA_CODE,
+        code=DWA_CODE,
     ),
     claim(
         "real-xlm-align-ot-vs-argmax",
@@ -182,7 +183,7 @@ CLAIMS = (
                 premise_max=39.0,
             ),
         ),
-        code=_OT_CODE,
+        code=OT_CODE,
         diagnostics=("real-xlm-align-ot-vs-argmax-continued",),
     ),
     claim(  # what the new MLM head does: the drift of MLM + TLM from the start with the head trained first
@@ -237,8 +238,8 @@ CLAIMS = (
         "aer-ot@default",
         -1,
         measures=("tatoeba14@dev",),
-        checks=(*_detectors(XLM_E.name), *_generators(XLM_E.name)),
-        code=_RTD_CODE,
+        checks=(*detectors(XLM_E.name), *generators(XLM_E.name)),
+        code=RTD_CODE,
     ),
     claim(
         "real-ppa-vs-start",

@@ -15,12 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.perf.gpu_pack import DEFAULT_PACK, SHARED, build_pack  # noqa: E402
-from bench.study import Budget, Section  # noqa: E402
+from bench.perf.gpu_pack import DEFAULT_PACK, SHARED, build_pack
+from bench.study import Budget, Section
 
 SECTION = "xlm-e-gpu"
 DRY_FLOPS = 3e10

@@ -1,0 +1,39 @@
+"""The papers' claims as one study (issue 19): PPA, XLM-Align, ERNIE-M, XLM-E and VECO as A/B at equal compute.
+
+Each claim is a comparison of bench/study.py: the method against the same start continued with the baseline
+objectives (MLM + TLM) for the same steps, or trained from scratch at the same training FLOPs. Ablations are
+claims too (the full method as baseline, the ablated one as method, expected to lose). What was concluded from
+each is a note in bench/studies/notes/evidence.json. The claims are declared by paper, a module each; what they
+share is in common.py; the GPU section in bench/studies/gpu_evidence.py.
+"""
+
+from __future__ import annotations
+
+from bench.studies.evidence import ernie_m, ppa, veco, xlm_align, xlm_e
+from bench.studies.evidence.common import (  # noqa: F401  (the names other studies and the tests read)
+    ALIGNED_START,
+    CLOSE,
+    CONTINUED,
+    MLM_TLM,
+    NOISE_FLOOR,
+    RTD_CODE,
+    SMALL_BASE,
+    XNLI15,
+    XNLI_SMOKE_FLOOR,
+    claim,
+)
+from bench.studies.evidence.ppa import PPA, PPA_NO_TLM  # noqa: F401
+from bench.studies.evidence.xlm_e import RTD_REFERENCE, XLM_E_DIAGNOSTIC, XLM_E_DIAGNOSTICS, detectors, generators  # noqa: F401
+from bench.studies.gpu_evidence import gpu_claims
+from bench.study import Comparison, Study
+
+CLAIMS: tuple[Comparison, ...] = (
+    *ppa.CLAIMS,
+    *xlm_align.CLAIMS,
+    *ernie_m.CLAIMS,
+    *xlm_e.CLAIMS,
+    *veco.CLAIMS,
+    *gpu_claims(claim, detectors, generators, RTD_CODE, RTD_REFERENCE),
+)
+
+STUDY = Study("evidence", "Evidence: each paper's claims as A/B at equal compute (issue 19)", CLAIMS)
