@@ -10,13 +10,14 @@ from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
-from polyalign.cli_options import (
+from polyalign.cli.options import (
     AlignEncoding,
     AlignmentMethod,
     AlignMethod,
     AlignPrecision,
     BatchTokens,
     Device,
+    Layer,
     ModelFolder,
     Precision,
     Progress,
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 MAX_NOTES = 20
 """Truncated pairs named one by one; any more are counted in one closing line."""
 
+app = typer.Typer()
 
+
+@app.command()
 def align(
     model: ModelFolder,
     src: Annotated[
@@ -67,9 +71,7 @@ def align(
             "uses 0.1)."
         ),
     ] = None,
-    layer: Annotated[
-        int | None, typer.Option(help="Hidden layer to align with (default: two thirds up, 8 of 12).")
-    ] = None,
+    layer: Layer = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
     encoding: AlignEncoding = None,

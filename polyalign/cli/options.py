@@ -1,8 +1,9 @@
-"""Command-line options that several commands share: their types and help texts, the choices as enumerations,
-and the helpers that read them."""
+"""Every option that more than one command takes, defined once with its one help text (typer's Annotated aliases),
+the choices as enumerations, where the evaluation data is found, and the helpers that read the options."""
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -11,15 +12,29 @@ import typer
 
 from polyalign.io import DataError, refuse_existing
 
+# ---------------------------------------------------------------------------------------------------------
+# Where evaluation data is found when --data is not given: never a path relative to the working directory.
+
+EVAL_DATA_ENV = "POLYALIGN_DATA"
+"""The environment variable naming the evaluation data pack (the folder of tatoeba/, bucc2018/, xnli/, ...)."""
+CHECKOUT_EVAL_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "eval"
+"""Without it: shared/data/eval beside the polyalign checkout, where the project keeps its data."""
+EVAL_DATA_HELP = f"${EVAL_DATA_ENV}, else shared/data/eval beside the polyalign checkout"
+
+
+def eval_data(data: Path | None, part: str = "") -> Path:
+    """`--data` when given; else `part` of the evaluation pack ($POLYALIGN_DATA, else CHECKOUT_EVAL_DATA)."""
+    if data is not None:
+        return data
+    pack = Path(os.environ[EVAL_DATA_ENV]) if os.environ.get(EVAL_DATA_ENV) else CHECKOUT_EVAL_DATA
+    if not pack.is_dir():
+        raise DataError(f"{pack}: no evaluation data pack there; pass --data, or set {EVAL_DATA_ENV} to the pack")
+    return pack / part
+
 
 def comma_list(value: str | None) -> list[str] | None:
     """`a, b,c` as [a, b, c]; None for no value."""
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
-
-
-# Options that several commands share.
-TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
-Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
 
 
 def check_new_folder(out: Path, overwrite: bool) -> None:
@@ -27,15 +42,103 @@ def check_new_folder(out: Path, overwrite: bool) -> None:
     refuse_existing(out, overwrite, "pass --overwrite to replace it, or choose another path")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
+# (StrEnum's functional form: each member's value is its name.)
+
+BadLines = StrEnum("BadLines", ["skip", "error"])
+AlignmentMethod = StrEnum("AlignmentMethod", ["ot", "argmax", "itermax", "softmax"])
+Encoding = StrEnum("Encoding", ["separate", "pair"])
+Precision = StrEnum("Precision", ["bf16", "fp32"])
+Pooling = StrEnum("Pooling", ["mean", "first"])
+Score = StrEnum("Score", ["cosine", "margin"])
+
+
+class Setting(StrEnum):
+    transfer = "transfer"
+    translate_train_all = "translate-train-all"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The shared options. A name means one thing wherever it appears; where one word means two things (a model to
+# read, a model folder to write), each meaning has its own alias.
+
 ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
+NewModelFolder = Annotated[Path, typer.Option("--out", help="Model folder to create.")]
+ResultsFolder = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", help="Folder for the results: JSON, and the Markdown table or layer sweep (CSV + plot) a command writes."
+    ),
+]
+EvalPack = Annotated[Path | None, typer.Option("--data", help=f"The evaluation data pack (default: {EVAL_DATA_HELP}).")]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a setting: a dotted key into the command's typed config, the value read as YAML "
+        "(repeatable): pretrain `trainer.lr=1e-4`; finetune `finetune.lr=1e-4`, `task.pooling=mean`; xtreme the "
+        "same for every task, or `xnli.finetune.lr=1e-4` for one.",
+    ),
+]
+Layer = Annotated[
+    int | None,
+    typer.Option(
+        help="Layer to read (0 = embeddings; default, scaled to the depth: XTREME's 7 of 12 for sentences, "
+        "SimAlign's 8 of 12 for words)."
+    ),
+]
+Layers = Annotated[str | None, typer.Option(help="`all`: also sweep every layer (CSV + PNG written to --out).")]
+TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
+Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
 BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
 Device = Annotated[
     str | None, typer.Option(help="Torch device, e.g. cpu, cuda, cuda:1 (default: CUDA when available); bf16 there.")
 ]
-SentenceLayer = Annotated[
-    int | None, typer.Option(help="Layer to report (0 = embeddings; default: XTREME's 7 of 12, scaled to the depth).")
+TextPrefix = Annotated[
+    str, typer.Option(help="Text put before every sentence (E5 models expect 'query: ' for bitext mining).")
 ]
+PoolingOption = Annotated[
+    Pooling, typer.Option("--pooling", help="Sentence vector: `mean` over real tokens (XTREME) or the `first` token.")
+]
+SettingOption = Annotated[
+    Setting,
+    typer.Option("--setting", help="`transfer` (train on English) or `translate-train-all` (tasks without it fail)."),
+]
+MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = all).")]
+MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
+MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
+
+# Word alignment (align, evaluate alignment)
+AlignMethod = Annotated[
+    AlignmentMethod,
+    typer.Option(
+        "--method",
+        help="`argmax` (SimAlign; the recommended, `align`'s default), `itermax` (SimAlign), `ot` (XLM-Align) or "
+        "`softmax` (awesome-align's thresholded softmaxes).",
+    ),
+]
+AlignEncoding = Annotated[
+    Encoding | None,
+    typer.Option(
+        "--encoding",
+        help="`separate` (each sentence alone; default for argmax, itermax, softmax, as SimAlign and awesome-align) "
+        "or `pair` (concatenated; default for ot, as XLM-Align).",
+    ),
+]
+AlignPrecision = Annotated[
+    Precision,
+    typer.Option(
+        "--precision",
+        help="Encoder precision: `bf16` (weights and activations in bf16; about twice as fast on CPUs with bf16 "
+        "instructions, a few links differ from fp32's) or `fp32`.",
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading the options
 
 
 def wants_sweep(layers: str | None, out: Path | None, num_layers: int) -> bool:
@@ -83,44 +186,3 @@ def load_on_device(model: Path, device: str | None, trust_pickle: bool):
     from polyalign.checkpoint import load_model
 
     return load_model(model, trust_pickle=trust_pickle, device=torch_device(device))
-
-
-# Choice options are enumerations, so that --help lists the choices and a typo is a one-line usage error.
-# (StrEnum's functional form: each member's value is its name.)
-BadLines = StrEnum("BadLines", ["skip", "error"])
-AlignmentMethod = StrEnum("AlignmentMethod", ["ot", "argmax", "itermax", "softmax"])
-Encoding = StrEnum("Encoding", ["separate", "pair"])
-Precision = StrEnum("Precision", ["bf16", "fp32"])
-Pooling = StrEnum("Pooling", ["mean", "first"])
-Score = StrEnum("Score", ["cosine", "margin"])
-
-TextPrefix = Annotated[
-    str, typer.Option(help="Text put before every sentence (E5 models expect 'query: ' for bitext mining).")
-]
-PoolingOption = Annotated[
-    Pooling, typer.Option(help="Sentence vector: `mean` over real tokens (XTREME) or the `first` token.")
-]
-
-
-# Word alignment (align, evaluate alignment)
-AlignMethod = Annotated[
-    AlignmentMethod,
-    typer.Option(
-        help="`argmax` (SimAlign; the recommended, `align`'s default), `itermax` (SimAlign), `ot` (XLM-Align) or "
-        "`softmax` (awesome-align's thresholded softmaxes)."
-    ),
-]
-AlignEncoding = Annotated[
-    Encoding | None,
-    typer.Option(
-        help="`separate` (each sentence alone; default for argmax, itermax, softmax, as SimAlign and awesome-align) "
-        "or `pair` (concatenated; default for ot, as XLM-Align)."
-    ),
-]
-AlignPrecision = Annotated[
-    Precision,
-    typer.Option(
-        help="Encoder precision: `bf16` (weights and activations in bf16; about twice as fast on CPUs with bf16 "
-        "instructions, a few links differ from fp32's) or `fp32`."
-    ),
-]
