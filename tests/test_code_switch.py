@@ -201,8 +201,8 @@ def test_cli_finetune_translate_train_all_with_code_switching(switch_pack, tiny_
 
     args = ["finetune", "pawsx", "--model", str(tiny_model), "--data", str(switch_pack), "--seeds", "1",
             "--setting", "translate-train-all", "--code-switch", "--max-train", "6", "--max-select", "2",
-            "--max-eval", "2", "--no-progress", "--set", "finetune.epochs=0.5",
-            "--set", "finetune.batch_size=4", "--set", "finetune.max_length=64", "--out", str(tmp_path / "ft")]  # fmt: skip
+            "--max-eval", "2", "--no-progress", "--set", "finetune.epochs=0.5", "--set", "finetune.batch_size=4",
+            "--set", "finetune.max_length=64", "--out", str(tmp_path / "ft")]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     result = json.loads((tmp_path / "ft" / "finetune.json").read_text())["results"][0]

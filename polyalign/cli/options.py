@@ -67,9 +67,7 @@ ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run f
 NewModelFolder = Annotated[Path, typer.Option("--out", help="Model folder to create.")]
 ResultsFolder = Annotated[
     Path | None,
-    typer.Option(
-        "--out", help="Folder for the results: JSON, and the Markdown table or layer sweep (CSV + plot) a command writes."
-    ),
+    typer.Option("--out", help="Folder for the results: JSON, and the Markdown table or the layer sweep (CSV + plot)."),
 ]
 EvalPack = Annotated[Path | None, typer.Option("--data", help=f"The evaluation data pack (default: {EVAL_DATA_HELP}).")]
 Sets = Annotated[
