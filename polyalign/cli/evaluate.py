@@ -81,9 +81,9 @@ def evaluate_tatoeba_command(
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
     data = eval_data(data, "tatoeba")
+    languages = resolve_languages(langs, data)  # before the model loads: a data error costs no loading time
     loaded = load_on_device(model, device, trust_pickle)
     sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
-    languages = resolve_languages(langs, data)
     result = evaluate_tatoeba(
         loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
     )
