@@ -112,6 +112,9 @@ def finetune(
     out: ResultsFolder = None,
     data: EvalPack = None,
     set_: Sets = None,
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
     code_switch: Annotated[
         bool,
         typer.Option(
@@ -127,9 +130,6 @@ def finetune(
             "input and its translation (VECO §3.1). Needs a model with cross-attention.",
         ),
     ] = False,
-    max_train: MaxTrain = 0,
-    max_select: MaxSelect = 0,
-    max_eval: MaxEval = 0,
     progress: Progress = True,
     device: Device = None,
     trust_pickle: TrustPickle = False,
@@ -168,11 +168,11 @@ def finetune(
 def xtreme(
     model: ModelFolder,
     tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
+    set_: Sets = None,
     setting: SettingOption = Setting.transfer,
     seeds: Annotated[str, typer.Option(help="Seeds for every task (`3`) or per task (`xnli=3,ner=3,qa=1`).")] = "3",
     out: ResultsFolder = None,
     data: EvalPack = None,
-    set_: Sets = None,
     max_train: MaxTrain = 0,
     max_select: MaxSelect = 0,
     max_eval: MaxEval = 0,
