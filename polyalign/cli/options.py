@@ -63,7 +63,9 @@ class Setting(StrEnum):
 # The shared options. A name means one thing wherever it appears; where one word means two things (a model to
 # read, a model folder to write), each meaning has its own alias.
 
-ModelFolder = Annotated[Path, typer.Option(help="Model folder, checkpoint, run folder, or local Hugging Face folder.")]
+ModelFolder = Annotated[
+    Path, typer.Option("--model", help="Model folder, checkpoint, run folder, or local Hugging Face folder.")
+]
 NewModelFolder = Annotated[Path, typer.Option("--out", help="Model folder to create.")]
 ResultsFolder = Annotated[
     Path | None,
