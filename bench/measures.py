@@ -34,9 +34,9 @@ RELEASED_FILTERING = "aer-ot/released-filtering"
 ONE_PAIR_LAYOUT = "aer/one-pair-layout"
 """True when the AER was measured in every model's one pair layout (polyalign/align/aligner.py PAIR_LAYOUT) or the
 model has no language embeddings (its layout never changed); missing in results from before: read as stale."""
-SMOKE = "--seeds 1 --max-train 2000 --max-select 100 --max-eval 100 --set epochs=1"
+SMOKE = "--seeds 1 --max-train 2000 --max-select 100 --max-eval 100 --set finetune.epochs=1"
 """Fine-tuning at smoke scale: 2,000 English pairs, one epoch, 100 test pairs per language."""
-TTA = "--setting translate-train-all --max-train 6000 --set batch_size=32"
+TTA = "--setting translate-train-all --max-train 6000 --set finetune.batch_size=32"
 """XNLI translate-train-all for CPU time: 6,000 of the ~28,000 translated dev pairs, the setting's 2 epochs (ERNIE-M
 Table 11), batch 32 rather than its 128 so that 6,000 pairs still make 375 updates."""
 
@@ -281,11 +281,16 @@ def read_bucc(t: Target) -> dict:
 
 TATOEBA = "evaluate tatoeba --model {model} --layers all --out {out}"
 XTREME = (  # (task, options: bench/results/xtreme.md's budgets, minutes per model)
-    ("xnli", "--seeds 3 --set epochs=2 --max-eval 400", 12.0),
-    ("ner", "--seeds 3 --set epochs=1 --max-train 3000 --max-select 1000 --max-eval 500", 10.0),
-    ("pos", "--seeds 1 --set epochs=2 --max-train 4000 --max-select 1000 --max-eval 400", 6.0),
-    ("pawsx", "--seeds 1 --set epochs=3", 4.0),
-    ("qa", "--seeds 1 --set max_length=128 --set doc_stride=64 --set max_query_length=32 --max-eval 200", 8.0),
+    ("xnli", "--seeds 3 --set finetune.epochs=2 --max-eval 400", 12.0),
+    ("ner", "--seeds 3 --set finetune.epochs=1 --max-train 3000 --max-select 1000 --max-eval 500", 10.0),
+    ("pos", "--seeds 1 --set finetune.epochs=2 --max-train 4000 --max-select 1000 --max-eval 400", 6.0),
+    ("pawsx", "--seeds 1 --set finetune.epochs=3", 4.0),
+    (
+        "qa",
+        "--seeds 1 --set finetune.max_length=128 --set task.doc_stride=64 --set task.max_query_length=32 "
+        "--max-eval 200",
+        8.0,
+    ),
 )
 MEASURES: dict[str, Measure] = {
     "retrieval": Measure(

@@ -179,7 +179,7 @@ def test_finetuning_trains_code_switched_partners_in_the_same_batch(name, switch
         return collate(features, special)
 
     task.collate = recording_collate
-    overrides = {"epochs": "1", "batch_size": "3", "max_length": "64", "code_switch": "true"}
+    overrides = ["finetune.epochs=1", "finetune.batch_size=3", "finetune.max_length=64", "task.code_switch=true"]
     sample = Subsample(max_train=24, max_select=3, max_eval=2)
     loaded = load_model(tiny_model)
     result = finetune_task(loaded, task, switch_pack, "translate-train-all", 1, overrides, sample, progress=False)
@@ -201,8 +201,8 @@ def test_cli_finetune_translate_train_all_with_code_switching(switch_pack, tiny_
 
     args = ["finetune", "pawsx", "--model", str(tiny_model), "--data", str(switch_pack), "--seeds", "1",
             "--setting", "translate-train-all", "--code-switch", "--max-train", "6", "--max-select", "2",
-            "--max-eval", "2", "--no-progress", "--set", "epochs=0.5", "--set", "batch_size=4",
-            "--set", "max_length=64", "--out", str(tmp_path / "ft")]  # fmt: skip
+            "--max-eval", "2", "--no-progress", "--set", "finetune.epochs=0.5", "--set", "finetune.batch_size=4",
+            "--set", "finetune.max_length=64", "--out", str(tmp_path / "ft")]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     result = json.loads((tmp_path / "ft" / "finetune.json").read_text())["results"][0]

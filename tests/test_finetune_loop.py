@@ -21,7 +21,7 @@ from polyalign.model import MaskedLanguageModel
 from polyalign.tokenizer import load_tokenizer
 from tests.conftest import tiny_config
 
-SMALL = {"epochs": "2", "batch_size": "4", "max_length": "64"}
+SMALL = ["finetune.epochs=2", "finetune.batch_size=4", "finetune.max_length=64"]
 
 # ---------------------------------------------------------------------------------------------------------
 # Tiny model and tiny data pack
@@ -134,7 +134,7 @@ def test_layerwise_learning_rate_decay(tiny_model):
 def test_loop_learns_a_learnable_pair_task(tiny_model, tmp_path):
     pack = write_pack(tmp_path, xnli_premises=40)  # 120 dev pairs: the hypothesis word gives the label
     loaded = load_model(tiny_model)
-    overrides = {"epochs": "12", "batch_size": "16", "lr": "5e-3", "layer_decay": "1.0"}
+    overrides = ["finetune.epochs=12", "finetune.batch_size=16", "finetune.lr=5e-3", "finetune.layer_decay=1.0"]
     result = finetune_task(loaded, "xnli", pack, "transfer", 1, overrides, progress=False)
     run = result["runs"][0]
     assert run["steps"] == 12 * math.ceil(96 / 16)
@@ -148,7 +148,7 @@ def test_loop_learns_a_learnable_pair_task(tiny_model, tmp_path):
 @pytest.mark.parametrize("name", ["xnli", "pawsx", "ner", "pos", "qa"])
 def test_two_step_smoke_per_task(name, tiny_model, tiny_pack):
     loaded = load_model(tiny_model)
-    overrides = dict(SMALL, epochs="1") if name == "qa" else SMALL
+    overrides = [*SMALL, "finetune.epochs=1"] if name == "qa" else SMALL
     result = finetune_task(loaded, name, tiny_pack, "transfer", 1, overrides, Subsample(max_train=4), progress=False)
     run = result["runs"][0]
     if name != "qa":  # QA trains on windows, more than one per question
@@ -178,8 +178,8 @@ def test_translate_train_all_uses_every_language_and_pos_refuses(tiny_model, tin
     loaded = load_model(tiny_model)
     with pytest.raises(DataError, match="no translate-train-all protocol"):
         finetune_task(loaded, "pos", tiny_pack, "translate-train-all", 1, SMALL, progress=False)
-    with pytest.raises(DataError, match="unknown setting"):
-        finetune_task(loaded, "ner", tiny_pack, "transfer", 1, {"learning_rate": "1"}, progress=False)
+    with pytest.raises(DataError, match="finetune.learning_rate: unknown key; known: lr, "):
+        finetune_task(loaded, "ner", tiny_pack, "transfer", 1, ["finetune.learning_rate=1"], progress=False)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_cli_finetune_and_xtreme_write_tables(tiny_model, tiny_pack, tmp_path):
     from polyalign.cli import app
 
     common = ["--model", str(tiny_model), "--data", str(tiny_pack), "--max-train", "4", "--no-progress"]
-    sets = ["--set", "epochs=1", "--set", "batch_size=4", "--set", "max_length=64"]
+    sets = ["--set", "finetune.epochs=1", "--set", "finetune.batch_size=4", "--set", "finetune.max_length=64"]
     runner = CliRunner()
     res = runner.invoke(app, ["finetune", "pos", "--seeds", "1", "--out", str(tmp_path / "ft"), *common, *sets])
     assert res.exit_code == 0, res.output
@@ -238,7 +238,7 @@ def test_cli_finetune_and_xtreme_write_tables(tiny_model, tiny_pack, tmp_path):
     res = runner.invoke(
         app,
         ["xtreme", "--tasks", "xnli,ner", "--seeds", "xnli=2,ner=1", "--out", str(tmp_path / "x"), *common, *sets,
-         "--set", "xnli.pooling=mean"],
+         "--set", "xnli.task.pooling=mean"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     table = json.loads((tmp_path / "x" / "xtreme.json").read_text())

@@ -47,3 +47,26 @@ def test_bad_input_is_one_line_before_anything_is_written(tiny_model, tmp_path):
     with pytest.raises(DataError, match="language code"):
         fit_aligner(tiny_model, Bitext(bad), tmp_path / "fit", FitSettings(src_lang="German", progress=False))
     assert not (tmp_path / "fit").exists()
+
+
+@pytest.mark.integration
+def test_the_cli_fits_and_aligns_two_files_and_refuses_bad_steps(tiny_model, tmp_path, capsys):  # noqa: F811
+    from polyalign.cli import main
+
+    args = [
+        "fit-aligner",
+        "--model",
+        str(tiny_model),
+        "--src",
+        str(SAMPLE / "src.txt"),
+        "--tgt",
+        str(SAMPLE / "tgt.txt"),
+    ]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--out", str(tmp_path / "bad"), "--steps", "0"])
+    assert exit_.value.code == 2 and not (tmp_path / "bad").exists()
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--out", str(tmp_path / "fit"), "--steps", "1", "--no-progress"])
+    assert exit_.value.code == 0
+    lines = (tmp_path / "fit" / "links.txt").read_text().splitlines()
+    assert len(lines) == len((SAMPLE / "src.txt").read_text().splitlines())

@@ -353,10 +353,15 @@ def test_every_command_with_progress_has_no_progress_and_choices_are_listed():
 
 def test_finetune_set_uses_the_recipe_value_checks():
     from polyalign.finetune.loop import FinetuneConfig, apply_overrides
+    from polyalign.finetune.pairs import PairOptions
 
-    (config,) = apply_overrides([FinetuneConfig()], {"lr": "1e-4", "epochs": "2", "max_length": "64"})
-    assert (config.lr, config.epochs, config.max_length) == (1e-4, 2.0, 64)
-    with pytest.raises(DataError, match=r"--set max_length=1\.5: max_length: 1\.5 is not an integer"):
-        apply_overrides([FinetuneConfig()], {"max_length": "1.5"})
-    with pytest.raises(DataError, match="lr: 'fast' is not a number"):
-        apply_overrides([FinetuneConfig()], {"lr": "fast"})
+    sets = ["finetune.lr=1e-4", "finetune.epochs=2", "finetune.max_length=64", "task.pooling=mean"]
+    config, options = apply_overrides(FinetuneConfig(), PairOptions(), sets)
+    assert (config.lr, config.epochs, config.max_length, options.pooling) == (1e-4, 2.0, 64, "mean")
+    bad = r"--set finetune.max_length=1\.5: finetune.max_length: 1\.5 is not an integer"
+    with pytest.raises(DataError, match=bad):
+        apply_overrides(FinetuneConfig(), PairOptions(), ["finetune.max_length=1.5"])
+    with pytest.raises(DataError, match="finetune.lr: 'fast' is not a number"):
+        apply_overrides(FinetuneConfig(), PairOptions(), ["finetune.lr=fast"])
+    with pytest.raises(DataError, match=r"--set lr=1: lr: unknown key; keys are finetune\.NAME or task\.NAME"):
+        apply_overrides(FinetuneConfig(), PairOptions(), ["lr=1"])  # the flat keys of before

@@ -93,7 +93,7 @@ def test_majority_baseline_is_the_training_majority_scored_on_each_test_set():
 def test_finetune_results_carry_baselines_provenance_and_what_was_scored(
     checkpoint, pack, tmp_path, monkeypatch, capsys
 ):
-    sets = [x for k, v in SMALL.items() for x in ("--set", f"{k}={v}")]
+    sets = [x for value in SMALL for x in ("--set", value)]
     args = ["finetune", "xnli", "--model", str(checkpoint), "--data", str(pack), "--seeds", "1", "--no-progress"]
     run_as_user([*args, "--max-train", "6", "--max-eval", "4", "--out", str(tmp_path / "ft"), *sets], monkeypatch)
     printed = capsys.readouterr().out
@@ -118,7 +118,7 @@ def _xnli_test(pack: Path, n: int) -> dict:
 def test_pawsx_protocol_counts_the_test_sets_it_names_and_max_steps_caps_training(checkpoint, pack):
     loaded = load_model(checkpoint)
     result = finetune_task(
-        loaded, "pawsx", pack, "transfer", 1, {**SMALL, "max_steps": "1"}, Subsample(max_eval=3), progress=False
+        loaded, "pawsx", pack, "transfer", 1, [*SMALL, "finetune.max_steps=1"], Subsample(max_eval=3), progress=False
     )
     assert result["runs"][0]["steps"] == 1
     assert "test-zh.tsv (6 and 6 pairs)" in result["protocol"]  # the pack's, not the real set's 2,000
@@ -134,11 +134,12 @@ def test_finetune_task_help_lists_every_set_key_with_its_default(monkeypatch, ca
         task = build_task(name)
         transfer = FinetuneConfig(**task.defaults["transfer"])
         for field in fields(FinetuneConfig):
-            assert f"  {field.name}={getattr(transfer, field.name)} " in text, (name, field.name)
+            assert f"  finetune.{field.name}={getattr(transfer, field.name)} " in text, (name, field.name)
         for field in fields(task.options):
-            assert f"  {field.name}={getattr(task.options, field.name)} " in text, (name, field.name)
+            assert f"  task.{field.name}={getattr(task.options, field.name)} " in text, (name, field.name)
     main_help = "finetune", "xnli", "--help"
     with pytest.raises(SystemExit):
         main(list(main_help))
     text = capsys.readouterr().out
-    assert "  max_steps=0 " in text and "  batch_size=32 " in text and "translate-train-all: 128." in text
+    assert "  finetune.max_steps=0 " in text and "  finetune.batch_size=32 " in text
+    assert "translate-train-all: 128." in text

@@ -496,7 +496,8 @@ def test_cli_finetune_plug_in_end_to_end_and_refuses_a_model_without_cross_atten
     veco = save_tiny(tmp_path / "veco", sample_prepared, cross_attention=True)
     pack = write_pack(tmp_path / "pack")
     common = ["--data", str(pack), "--seeds", "1", "--max-train", "4", "--max-select", "2", "--max-eval", "2"]
-    common += ["--set", "epochs=1", "--set", "batch_size=2", "--set", "max_length=64", "--no-progress"]
+    common += ["--set", "finetune.epochs=1", "--set", "finetune.batch_size=2", "--set", "finetune.max_length=64"]
+    common += ["--no-progress"]
     args = ["finetune", "xnli", "--plug-in", "--setting", "translate-train-all", *common]
     result = CliRunner().invoke(app, [*args, "--model", str(veco), "--out", str(tmp_path / "ft")])
     assert result.exit_code == 0, result.output

@@ -346,7 +346,8 @@ CLAIMS = (
         "real-veco-ca-mlm-adds",
         "veco",
         "VECO",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): CA-MLM pre-training of the cross-attention adds to plug-in fine-tuning (plug-in from the "
+        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): CA-MLM pre-training of the "
+        "cross-attention adds to plug-in fine-tuning (plug-in from the "
         "CA-MLM-continued e5-small vs plug-in from e5-small with its cross-attention as initialised)",
         "no number in the paper: its plug-in fine-tuning always starts from the CA-MLM-pre-trained cross-attention",
         VECO_UNTRAINED,

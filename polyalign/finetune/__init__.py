@@ -22,7 +22,6 @@ TASKS = {
     "pos": lambda: TokenClassification(POS),
     "qa": lambda: ExtractiveQA(),
 }
-DEFAULT_DATA = Path("../shared/data/eval")
 
 
 def build_task(name: str, **hooks) -> Task:
@@ -31,49 +30,50 @@ def build_task(name: str, **hooks) -> Task:
     return TASKS[name](**hooks)
 
 
-def finetune_task(
-    loaded,
-    task: Task | str,
-    data_dir: str | Path = DEFAULT_DATA,
-    setting: str = "transfer",
-    seeds: int = 3,
-    overrides: dict[str, str] | None = None,
-    sample: Subsample | None = None,
-    progress: bool = True,
-) -> dict:
-    """Fine-tune and score one task under its protocol: the papers' hyperparameters for the setting, then
-    `overrides` (`key=value` on the loop's or the task's settings)."""
-    task = build_task(task) if isinstance(task, str) else task
+def configure(task: Task, setting: str, overrides: list[str] | None = None) -> FinetuneConfig:
+    """The loop's settings for `setting`: the papers' hyperparameters, then `overrides` (`--set` values:
+    `finetune.KEY=VALUE` for the loop, `task.KEY=VALUE` for the task's options, which it sets on `task`)."""
     if setting not in SETTINGS:
         raise DataError(f"--setting {setting}: use one of {', '.join(SETTINGS)}")
-    if seeds < 1:
-        raise DataError(f"--seeds {seeds}: need at least 1")
     defaults = task.defaults.get(setting)
     if defaults is None:
         raise DataError(f"{task.name}: no {setting} protocol (the pack lacks the training data it needs)")
-    if "code_switch" in (overrides or {}) and not hasattr(task.options, "code_switch"):
-        raise DataError(f"--code-switch: {task.name} has no code-switching (PPA §2.3 covers xnli, pawsx and qa)")
-    config, task.options = apply_overrides(
-        [FinetuneConfig(**defaults), task.options], {k: str(v) for k, v in (overrides or {}).items()}
-    )
+    config, task.options = apply_overrides(FinetuneConfig(**defaults), task.options, overrides or [])
     if getattr(task.options, "code_switch", False) and setting != "translate-train-all":
         raise DataError(
             f"--code-switch: PPA §2.3 code-switches translated training data; use --setting translate-train-all "
             f"(not {setting})"
         )
+    return config
+
+
+def finetune_task(
+    loaded,
+    task: Task | str,
+    data_dir: str | Path,
+    setting: str = "transfer",
+    seeds: int = 3,
+    overrides: list[str] | None = None,
+    sample: Subsample | None = None,
+    progress: bool = True,
+) -> dict:
+    """Fine-tune and score one task under its protocol: the papers' hyperparameters for the setting, then
+    `overrides` (see `configure`)."""
+    task = build_task(task) if isinstance(task, str) else task
+    if seeds < 1:
+        raise DataError(f"--seeds {seeds}: need at least 1")
+    config = configure(task, setting, overrides)
     positions = loaded.model.config.max_positions
     if config.max_length > positions:
         raise DataError(
             f"{task.name}: max_length {config.max_length} exceeds the model's {positions} positions; "
-            f"pass --set max_length={positions} (or less)"
+            f"pass --set finetune.max_length={positions} (or less)"
         )
     sample = sample or Subsample()
     data = task.load(data_dir, setting, sample)
-    changed = (
-        f"Overrides of the paper defaults: {', '.join(f'{k}={v}' for k, v in overrides.items())}." if overrides else ""
-    )
+    changed = f"Overrides of the paper defaults: {', '.join(overrides)}." if overrides else ""
     describe = " ".join(p for p in (changed, sample.describe(data)) if p)
     return run_finetune(task, loaded, data, config, seeds, progress, describe, setting)
 
 
-__all__ = ["TASKS", "FinetuneConfig", "Subsample", "build_task", "finetune_task"]
+__all__ = ["TASKS", "FinetuneConfig", "Subsample", "build_task", "configure", "finetune_task"]

@@ -13,15 +13,14 @@ import copy
 import math
 import re
 import time
-import typing
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
-import yaml
 
 from polyalign.checkpoint import LoadedModel
+from polyalign.config import apply_override
 from polyalign.data.batching import length_batches
 from polyalign.device import model_device, to_device
 from polyalign.finetune.base import EncoderAdapter, Feature, Task, TaskData, TaskModel
@@ -74,26 +73,25 @@ class FinetuneConfig:
             raise DataError(f"max_length={self.max_length}: too short for an input with its special tokens")
 
 
-def apply_overrides(objects: list, overrides: dict[str, str]) -> list:
-    """Set `key=value` overrides on whichever dataclass has the field: the value is read as YAML and checked
-    against the field's type, exactly as `pretrain --set` does (schema.check_value)."""
-    out = [copy.copy(o) for o in objects]
-    for key, raw in overrides.items():
-        target = next((o for o in out if key in {f.name for f in fields(o)}), None)
-        if target is None:
-            known = sorted({f.name for o in out for f in fields(o)})
-            raise DataError(f"--set {key}={raw}: unknown setting; known: {', '.join(known)}")
+def apply_overrides(config: FinetuneConfig, options, overrides: list[str]) -> tuple[FinetuneConfig, object]:
+    """`--set` overrides in pretrain's grammar (config.apply_override: a dotted key, the value read as YAML) on the
+    tree {finetune: the loop's settings, task: the task's options}, each checked against its dataclass's types."""
+    sections = {"finetune": config, "task": options}
+    tree = {name: asdict(section) for name, section in sections.items()}
+    checked = dict(sections)
+    for override in overrides:
+        key = apply_override(tree, override)
         try:
-            value = check_value(typing.get_type_hints(type(target))[key], yaml.safe_load(raw), key)
-        except yaml.YAMLError:
-            raise DataError(f"--set {key}={raw}: the value is not valid YAML") from None
-        except RecipeError as err:
-            raise DataError(f"--set {key}={raw}: {err}") from None
-        setattr(target, key, value)
-    for o in out:  # re-validate
-        if hasattr(o, "__post_init__"):
-            o.__post_init__()
-    return out
+            if key.split(".")[0] not in sections or "." not in key:
+                raise RecipeError(key, f"unknown key; keys are finetune.NAME or task.NAME ({known_keys(sections)})")
+            checked = {name: check_value(type(section), tree[name], name) for name, section in sections.items()}
+        except DataError as err:  # RecipeError, and __post_init__'s range checks
+            raise DataError(f"--set {override}: {err}") from None
+    return checked["finetune"], checked["task"]
+
+
+def known_keys(sections: dict) -> str:
+    return ", ".join(f"{name}.{f.name}" for name, section in sections.items() for f in fields(section))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -69,7 +69,8 @@ class QAExample:
 
 @dataclass
 class QAOptions:
-    """Extractive QA's own options (set like the fine-tuning ones: `--set doc_stride=64`), kept in the results."""
+    """Extractive QA's own options (`--set task.doc_stride=64`, as the loop's are `--set finetune.lr=...`), kept in
+    the results."""
 
     doc_stride: int = 128
     """Tokens between the starts of consecutive context windows (BERT's doc_stride)."""

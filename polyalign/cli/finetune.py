@@ -1,25 +1,35 @@
-"""The fine-tuning commands, `finetune` and `xtreme` (polyalign/finetune): cli.py registers them."""
+"""`polyalign finetune` and `polyalign xtreme`: XTREME-style fine-tuning of one task or several (polyalign/finetune).
+
+Their `--set` is pretrain's grammar on a fine-tuning run's config: `finetune.KEY=VALUE` for the loop's settings,
+`task.KEY=VALUE` for the task's options; xtreme takes these for every task, or prefixed with a task's name
+(`xnli.finetune.lr=1e-4`) for that task alone.
+"""
 
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
-from dataclasses import dataclass
-from enum import StrEnum
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from typer.core import TyperCommand
 
-from polyalign.cli_options import (
+from polyalign.cli.options import (
     Device,
+    EvalPack,
+    MaxEval,
+    MaxSelect,
+    MaxTrain,
     ModelFolder,
     Progress,
+    ResultsFolder,
+    Sets,
+    Setting,
+    SettingOption,
     TrustPickle,
     comma_list,
+    eval_data,
     load_on_device,
     model_label,
     provenance,
@@ -27,73 +37,7 @@ from polyalign.cli_options import (
 from polyalign.io import DataError
 from polyalign.tables import console
 
-if TYPE_CHECKING:
-    from polyalign.finetune import Subsample  # imported when a command runs, so that --help stays fast
-
-MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = all).")]
-MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
-MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
-EvalPack = Annotated[Path, typer.Option(help="The evaluation data pack.")]
-
-
-class Setting(StrEnum):
-    transfer = "transfer"
-    translate_train_all = "translate-train-all"
-
-
-@dataclass
-class SharedOptions:
-    """The options `finetune` and `xtreme` share, gathered: how much of each split to use, where the model runs."""
-
-    sample: Subsample
-    progress: bool
-    device: str | None
-    trust_pickle: bool
-
-    def load(self, model: Path):
-        return load_on_device(model, self.device, self.trust_pickle)
-
-
-def shared_options(
-    max_train: MaxTrain = 0,
-    max_select: MaxSelect = 0,
-    max_eval: MaxEval = 0,
-    progress: Progress = True,
-    device: Device = None,
-    trust_pickle: TrustPickle = False,
-) -> SharedOptions:
-    """The one declaration of the options `finetune` and `xtreme` share (see `with_shared_options`)."""
-    from polyalign.finetune import Subsample
-
-    return SharedOptions(Subsample(max_train, max_select, max_eval), progress, device, trust_pickle)
-
-
-def with_shared_options(command):
-    """`command` as typer reads it: its parameter `shared` stands for the parameters of `shared_options`, which
-    --help lists in its place and which reach the command gathered into one `SharedOptions`."""
-    own = inspect.signature(command, eval_str=True).parameters
-    added = inspect.signature(shared_options, eval_str=True).parameters
-    at = list(own).index("shared")
-
-    @functools.wraps(command)
-    def typer_command(**options):
-        shared = shared_options(**{name: options.pop(name) for name in added})
-        return command(**options, shared=shared)
-
-    params = [*list(own.values())[:at], *added.values(), *list(own.values())[at + 1 :]]
-    typer_command.__signature__ = inspect.Signature(params, return_annotation=None)
-    typer_command.__annotations__ = {p.name: p.annotation for p in params}
-    return typer_command
-
-
-def parse_sets(values: list[str] | None) -> dict[str, str]:
-    out = {}
-    for v in values or []:
-        if "=" not in v:
-            raise DataError(f"--set {v}: expected key=value (e.g. --set epochs=2, or --set xnli.lr=1e-4 for xtreme)")
-        key, value = v.split("=", 1)
-        out[key.strip()] = value.strip()
-    return out
+app = typer.Typer()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -120,11 +64,12 @@ def task_settings(name: str) -> list[tuple[str, str]]:
     task = build_task(name)
     first, *others = [(s, asdict(FinetuneConfig(**values))) for s, values in task.defaults.items()]
     rows = []
-    for cls, defaults, other in ((FinetuneConfig, first[1], others), (type(task.options), asdict(task.options), [])):
+    sections = (("finetune", FinetuneConfig, first[1], others), ("task", type(task.options), asdict(task.options), []))
+    for section, cls, defaults, other in sections:
         docs = field_docs(cls)
         for key, value in defaults.items():
             differs = [f"{setting}: {v[key]}." for setting, v in other if v[key] != value]
-            rows.append((f"{key}={value}", " ".join([*differs, docs.get(key, "")])))
+            rows.append((f"{section}.{key}={value}", " ".join([*differs, docs.get(key, "")])))
     return rows
 
 
@@ -154,26 +99,27 @@ def print_finetune(result: dict, label: str) -> None:
     Console().print(task_markdown(result, f"{result['task']} ({result['setting']}), {label}"), markup=False)
 
 
-@with_shared_options
+# ---------------------------------------------------------------------------------------------------------
+# The commands
+
+
+@app.command(cls=TaskHelp)
 def finetune(
     task: Annotated[str, typer.Argument(help="xnli, pawsx, ner, pos or qa.")],
     model: ModelFolder,
-    setting: Annotated[
-        Setting, typer.Option(help="`transfer` (train on English) or `translate-train-all`.")
-    ] = Setting.transfer,
+    setting: SettingOption = Setting.transfer,
     seeds: Annotated[int, typer.Option(help="Fine-tuning runs (seeds 0..N-1); mean ± standard deviation.")] = 3,
-    out: Annotated[Path | None, typer.Option(help="Folder for finetune.md and finetune.json.")] = None,
-    data: EvalPack = Path("../shared/data/eval"),
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a hyperparameter or task option, e.g. epochs=2.")
-    ] = None,
-    *,
-    shared: SharedOptions,
+    out: ResultsFolder = None,
+    data: EvalPack = None,
+    set_: Sets = None,
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
     code_switch: Annotated[
         bool,
         typer.Option(
             help="PPA §2.3: train each translated pair as (a_xx, b_en) + (a_en, b_xx) in one batch "
-            "(xnli, pawsx, qa; translate-train-all; the same as --set code_switch=true)."
+            "(xnli, pawsx, qa; translate-train-all; the same as --set task.code_switch=true)."
         ),
     ] = False,
     plug_in: Annotated[
@@ -184,25 +130,33 @@ def finetune(
             "input and its translation (VECO §3.1). Needs a model with cross-attention.",
         ),
     ] = False,
+    progress: Progress = True,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune on one task and score every language: per-language mean ± std, average, transfer gap, protocol."""
-    from polyalign.finetune import finetune_task
+    from polyalign.finetune import Subsample, build_task, configure, finetune_task
     from polyalign.finetune.results import write_results
 
     setting = setting.value
-    overrides = parse_sets(set_)
+    overrides = list(set_ or [])
     if plug_in:
         if task not in ("xnli", "pawsx"):
             raise DataError(f"--plug-in: VECO plug-in fine-tuning is for the pair tasks xnli and pawsx, not {task}")
         if setting != Setting.translate_train_all:
             raise DataError("--plug-in pairs every input with its translation: use --setting translate-train-all")
-        overrides["plug_in"] = "true"
-    loaded = shared.load(model)
+        overrides.append("task.plug_in=true")
+    if code_switch:
+        if not hasattr(build_task(task).options, "code_switch"):
+            raise DataError(f"--code-switch: {task} has no code-switching (PPA §2.3 covers xnli, pawsx and qa)")
+        overrides.append("task.code_switch=true")
+    configure(build_task(task), setting, overrides)  # a bad --set fails here, before the model loads
+    data = eval_data(data)
+    loaded = load_on_device(model, device, trust_pickle)
     if plug_in and not loaded.model.config.cross_attention:
         raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
-    if code_switch:
-        overrides["code_switch"] = "true"
-    result = finetune_task(loaded, task, data, setting, seeds, overrides, shared.sample, shared.progress)
+    sample = Subsample(max_train, max_select, max_eval)
+    result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
     print_finetune(result, model_label(model, loaded))
     if out is not None:
         title = f"Fine-tuning: {task} ({setting})"
@@ -210,26 +164,24 @@ def finetune(
         console.print(f"results: {md} (+ .json)")
 
 
-@with_shared_options
+@app.command()
 def xtreme(
     model: ModelFolder,
     tasks: Annotated[str, typer.Option(help="Comma list of tasks.")] = "xnli,pawsx,ner,pos,qa",
-    setting: Annotated[
-        Setting, typer.Option(help="`transfer` or `translate-train-all` (tasks without it fail).")
-    ] = Setting.transfer,
+    set_: Sets = None,
+    setting: SettingOption = Setting.transfer,
     seeds: Annotated[str, typer.Option(help="Seeds for every task (`3`) or per task (`xnli=3,ner=3,qa=1`).")] = "3",
-    out: Annotated[
-        Path | None, typer.Option(help="Folder for xtreme.md and xtreme.json (rewritten after each task).")
-    ] = None,
-    data: EvalPack = Path("../shared/data/eval"),
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="key=value for every task, or task.key=value for one.")
-    ] = None,
-    *,
-    shared: SharedOptions,
+    out: ResultsFolder = None,
+    data: EvalPack = None,
+    max_train: MaxTrain = 0,
+    max_select: MaxSelect = 0,
+    max_eval: MaxEval = 0,
+    progress: Progress = True,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
 ) -> None:
     """Fine-tune and score several tasks in a row; one results table with each task's averages, gap, protocol."""
-    from polyalign.finetune import TASKS, finetune_task
+    from polyalign.finetune import TASKS, Subsample, build_task, configure, finetune_task
     from polyalign.finetune.results import summary_markdown, write_results
 
     setting = setting.value
@@ -243,17 +195,38 @@ def xtreme(
         if not n.isdigit() or (name and name not in names):
             raise DataError(f"--seeds {seeds}: use a number or task=number for the chosen tasks")
         per_task_seeds[name] = int(n)
-    sets = parse_sets(set_)
-    loaded = shared.load(model)
+    overrides = {name: overrides_for(name, names, set_ or []) for name in names}
+    for name in names:  # every task's --set checked before the first one trains
+        configure(build_task(name), setting, overrides[name])
+    data = eval_data(data)
+    loaded = load_on_device(model, device, trust_pickle)
+    sample = Subsample(max_train, max_select, max_eval)
     results = []
     for name in names:
-        overrides = {k: v for k, v in sets.items() if "." not in k}
-        overrides |= {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith(f"{name}.")}
         n = per_task_seeds.get(name, per_task_seeds.get("", 3))
         console.rule(f"{name} ({setting}, {n} seed(s))")
-        results.append(finetune_task(loaded, name, data, setting, n, overrides, shared.sample, shared.progress))
+        results.append(finetune_task(loaded, name, data, setting, n, overrides[name], sample, progress))
         print_finetune(results[-1], model_label(model, loaded))
         if out is not None:
             title = f"XTREME-style evaluation ({setting})"
             write_results(out, "xtreme", results, title, **provenance(model, loaded))
     Console().print(summary_markdown(results, f"Summary: {model_label(model, loaded)}"), markup=False)
+
+
+def overrides_for(task: str, names: list[str], sets: list[str]) -> list[str]:
+    """xtreme's `--set` values that reach `task`, in finetune's keys: the unprefixed ones (every task's) first, then
+    those prefixed with the task's name, so that a task's own value wins."""
+    shared, own = [], []
+    for value in sets:
+        head, dot, rest = value.strip().partition(".")
+        if head in names and dot:
+            if head == task:
+                own.append(rest)
+        elif head in ("finetune", "task"):
+            shared.append(value)
+        else:
+            raise DataError(
+                f"--set {value}: {head}: unknown key; known: finetune, task, {', '.join(names)} "
+                f"(a task's name before finetune.KEY or task.KEY sets it for that task alone)"
+            )
+    return shared + own

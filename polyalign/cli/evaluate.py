@@ -1,0 +1,178 @@
+"""`polyalign evaluate tatoeba|bucc|alignment`: measure a model (polyalign/evaluate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from polyalign.cli.options import (
+    EVAL_DATA_HELP,
+    AlignEncoding,
+    AlignmentMethod,
+    AlignMethod,
+    AlignPrecision,
+    BatchTokens,
+    Device,
+    Layer,
+    Layers,
+    ModelFolder,
+    Pooling,
+    PoolingOption,
+    Precision,
+    Progress,
+    ResultsFolder,
+    Score,
+    TextPrefix,
+    TrustPickle,
+    eval_data,
+    load_on_device,
+    model_label,
+    provenance,
+    wants_sweep,
+)
+from polyalign.io import write_json
+from polyalign.tables import console, print_tatoeba
+
+app = typer.Typer(
+    name="evaluate",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="tatoeba, bucc, alignment: measure retrieval, bitext mining, word alignment.",
+)
+
+
+def write_result(out: Path | None, name: str, result, about: dict, sweep_title: str | None = None) -> None:
+    """An evaluation's result as --out/NAME.json, led by `about` (model, step, command: `provenance`), and, with a
+    layer sweep (`sweep_title`), its CSV and plot."""
+    if out is None:
+        return
+    write_json(out / f"{name}.json", about | result.to_dict())
+    if sweep_title is not None:
+        csv_path, png = result.write_sweep(out, title=sweep_title)
+        console.print(f"sweep: {csv_path}, {png}")
+
+
+@app.command("tatoeba")
+def evaluate_tatoeba_command(
+    model: ModelFolder,
+    data: Annotated[
+        Path | None,
+        typer.Option(help=f"Folder of tatoeba.xxx-eng.{{xxx,eng}} files (default: tatoeba/ of {EVAL_DATA_HELP})."),
+    ] = None,
+    langs: Annotated[str, typer.Option(help="`tatoeba14`, `all`, or a comma list of codes.")] = "tatoeba14",
+    layer: Layer = None,
+    layers: Layers = None,
+    out: ResultsFolder = None,
+    score: Annotated[
+        Score, typer.Option(help="`cosine` or `margin` (ratio margin, k = 4: discounts hub sentences).")
+    ] = Score.cosine,
+    pooling: PoolingOption = Pooling.mean,
+    prefix: TextPrefix = "",
+    batch_tokens: BatchTokens = 16384,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
+    progress: Progress = True,
+) -> None:
+    """Tatoeba retrieval acc@1 (xx->en, en->xx) per language and averaged, at a layer or across layers."""
+    from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
+
+    data = eval_data(data, "tatoeba")
+    languages = resolve_languages(langs, data)  # before the model loads: a data error costs no loading time
+    loaded = load_on_device(model, device, trust_pickle)
+    sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
+    result = evaluate_tatoeba(
+        loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
+    )
+    label = model_label(model, loaded)
+    print_tatoeba(result, label)
+    write_result(out, "tatoeba", result, provenance(model, loaded), f"Tatoeba, {label}" if sweep else None)
+
+
+@app.command("bucc")
+def evaluate_bucc_command(
+    model: ModelFolder,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"Folder of {{pair}}.{{split}}.{{xx,en,gold}}[.gz] files, XTREME's format (default: bucc2018/ of "
+            f"{EVAL_DATA_HELP})."
+        ),
+    ] = None,
+    pair: Annotated[str, typer.Option(help="Language pair, xx-en.")] = "zh-en",
+    split: Annotated[str, typer.Option(help="`dev` (gold known) or `test`.")] = "dev",
+    layer: Layer = None,
+    pooling: PoolingOption = Pooling.mean,
+    prefix: TextPrefix = "",
+    out: ResultsFolder = None,
+    batch_tokens: BatchTokens = 16384,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
+    progress: Progress = True,
+) -> None:
+    """BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 against the gold pairs."""
+    from polyalign.evaluate.bucc import evaluate_bucc
+
+    data = eval_data(data, "bucc2018")
+    loaded = load_on_device(model, device, trust_pickle)
+    result = evaluate_bucc(
+        loaded,
+        data,
+        pair,
+        split,
+        layer,
+        pooling.value,
+        batch_tokens=batch_tokens,
+        progress=progress,
+        prefix=prefix,
+    )
+    Console().print(
+        f"BUCC {pair} {split}, {model_label(model, loaded)}: F1 {result.f1:.2f} (precision {result.precision:.2f}, "
+        f"recall {result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
+    )
+    console.print(result.protocol())
+    write_result(out, "bucc", result, provenance(model, loaded))
+
+
+@app.command("alignment")
+def evaluate_alignment_command(
+    model: ModelFolder,
+    gold: Annotated[Path, typer.Option(help="Gold folder with src.txt, tgt.txt, gold.txt (e.g. .../de-en).")],
+    method: AlignMethod = AlignmentMethod.ot,
+    layer: Layer = None,
+    layers: Layers = None,
+    out: ResultsFolder = None,
+    encoding: AlignEncoding = None,
+    precision: AlignPrecision = Precision.bf16,
+    batch_tokens: BatchTokens = 8192,
+    device: Device = None,
+    trust_pickle: TrustPickle = False,
+    progress: Progress = True,
+) -> None:
+    """Alignment error rate (sure/possible links), precision and recall on a gold set, at a layer or all."""
+    from polyalign.evaluate.alignment import evaluate_alignment
+
+    loaded = load_on_device(model, device, trust_pickle)
+    result = evaluate_alignment(
+        loaded,
+        gold,
+        method.value,
+        layer,
+        wants_sweep(layers, out, loaded.model.config.num_layers),
+        encoding.value if encoding else None,
+        batch_tokens,
+        progress=progress,
+        precision=precision.value,
+    )
+    label = model_label(model, loaded)
+    table = Table(title=f"word alignment, {label}, {result.pair}, {method.value}, {result.encoding} encoding")
+    for col in ("layer", "AER", "precision", "recall"):
+        table.add_column(col, justify="right")
+    for row in result.sweep or [result.to_dict()]:
+        table.add_row(str(row["layer"]), f"{row['aer']:.2f}", f"{row['precision']:.2f}", f"{row['recall']:.2f}")
+    Console().print(table)
+    console.print(result.to_dict()["protocol"] + f"; reported layer {result.layer}: AER {result.aer:.2f}")
+    write_result(out, "alignment", result, provenance(model, loaded), label if result.sweep is not None else None)
