@@ -74,7 +74,8 @@ def test_the_dry_run_trains_both_evidence_arms_and_judges_them_by_the_evidence_r
     for arm in ("xlm-gpu", "xlm-e-gpu"):
         assert evidence[f"train {arm}"]["training_flops"] >= 0.5 * 3e10  # the dry budget in whole probe-sized steps
     for claim in ("xlm-e-gpu-tatoeba14", "xlm-e-gpu-aer-ot"):
-        assert evidence[claim]["verdict"] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+        # 16 tiny steps may end short of the budget: "inconclusive: unequal compute (...)" is the rule's reading too
+        assert evidence[claim]["verdict"].split(":")[0] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
     assert "premise_held" in evidence["MRTD generator loss (xlm-e-gpu)"]
 
 
