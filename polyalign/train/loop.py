@@ -175,7 +175,7 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
         from polyalign.progress import tqdm
 
         bar = tqdm(
-            total=run.cfg.max_steps,
+            total=run.cfg.stop_at or run.cfg.max_steps,  # a run paused at `stop_at` ends there, not at max_steps
             initial=run.step,
             desc=recipe.name,
             unit="step",
