@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from polyalign.cli import options
+import polyalign.cli.options as options
 from polyalign.io import DataError, atomic_text_file
 from polyalign.tables import console
 
