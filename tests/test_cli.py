@@ -65,7 +65,10 @@ def test_pretrain_finetune_and_xtreme_read_a_dotted_set_into_their_typed_config(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["pretrain", "mlm", "--set", "trainer.rate=1"], "trainer.rate: unknown key; known: max_steps, "),
+        (
+            ["pretrain", "mlm", "--run-dir", "unmade", "--set", "trainer.rate=1"],
+            "trainer.rate: unknown key; known: max_steps, ",
+        ),
         (["finetune", "ner", "--model", "m", "--set", "finetune.rate=1"], "finetune.rate: unknown key; known: lr, "),
         (["finetune", "ner", "--model", "m", "--set", "lr=1"], "keys are finetune.NAME or task.NAME (finetune.lr, "),
         (["xtreme", "--model", "m", "--tasks", "ner", "--set", "ner.finetune.rate=1"], "known: lr, batch_size, "),
@@ -120,8 +123,11 @@ def test_no_default_of_any_command_depends_on_the_working_directory(tmp_path, mo
     for name, command in all_commands().items():
         for param in command.params:
             default = param.default
-            if isinstance(default, Path) and param.name not in ("run_dir", "out"):  # outputs are the user's choice
+            if isinstance(default, Path):
                 pytest.fail(f"{name} --{param.name} defaults to {default}, a path relative to the working directory")
+    # The folders a command writes are the user's to name: without one, one line says which option is missing.
+    assert "Missing option '--run-dir'" in fails(["pretrain", "mlm"], capsys)
+    assert "Missing option '--out'" in fails(["quickstart"], capsys)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -61,11 +61,11 @@ def test_saved_run_recipe_holds_the_preset_values(presets, tmp_path):
     assert again.model["hidden_size"] == 64 and again.trainer.lr == 3e-3 and again.data.mono.max_tokens == 1024
 
 
-def test_unknown_preset_is_one_line_and_exit_code_2(capsys):
+def test_unknown_preset_is_one_line_and_exit_code_2(tmp_path, capsys):
     from polyalign.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
-        main(["pretrain", "xlm", "--preset", "nope", "--no-progress"])
+        main(["pretrain", "xlm", "--run-dir", str(tmp_path / "run"), "--preset", "nope", "--no-progress"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.strip()]

@@ -16,12 +16,12 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from polyalign.config import TrainerConfig
+from polyalign.config import TrainerConfig, load_recipe
 from polyalign.data.layout import sentence_layout
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.model import EncoderConfig, MaskedLanguageModel
@@ -38,48 +38,50 @@ class SpeedPreset:
     model: dict | None  # EncoderConfig sizes; None: a pretrained checkpoint's own (continued training)
     batch: int  # rows a batch (sentence pairs for the pair objectives)
     length: int  # tokens a row (a side, for pairs)
-    warmup: int  # untimed steps first (a compiled arm compiles in them)
-    steps: int  # timed steps (rounds)
+    warmup: int = 2  # untimed steps first (a compiled arm compiles in them); 2 for the CPU presets
+    steps: int = 5  # timed steps (rounds); 5 for the CPU presets, whose steps take seconds
     dropout: float = 0.1
     attention_dropout: float = 0.0
     learning_rate: float = 1e-4
 
 
+def recipe_sizes(recipe: str, vocab_size: int) -> dict:
+    """A built-in recipe's model sizes (not its dropout: the preset's), with the vocabulary it is prepared with."""
+    return {"vocab_size": vocab_size} | {k: v for k, v in load_recipe(recipe).model.items() if "dropout" not in k}
+
+
+GPU_XLMR_BASE = SpeedPreset(
+    "an XLM-R-base-sized encoder (12 x 768, 12 heads, FFN 3072, vocabulary 250,002), bf16 autocast, one GPU",
+    model=dict(vocab_size=250_002, hidden_size=768, num_layers=12, num_heads=12, ffn_size=3072, max_positions=512),
+    batch=16,
+    length=512,
+    warmup=5,  # the compiled arm compiles in its first two (the MLM head's masked count turns dynamic)
+    steps=30,
+    attention_dropout=0.1,
+)
 PRESETS = {
     "cpu-mlm": SpeedPreset(
         "the `mlm` recipe's model (polyalign/recipes/mlm.yaml), MLM on synthetic full-length rows, 2 CPU cores",
-        model=dict(vocab_size=32000, hidden_size=384, num_layers=6, num_heads=6, ffn_size=1536, max_positions=256),
+        model=recipe_sizes("mlm", vocab_size=32000),  # `polyalign prepare`'s default vocabulary
         batch=64,
         length=128,
-        warmup=2,
-        steps=5,
     ),
     "continued-250k": SpeedPreset(
         "multilingual-e5-small (12 x 384, 250k vocabulary) continued on en-xx pairs of ../shared/data/train, 2 cores",
         model=None,
         batch=16,
         length=64,
-        warmup=2,
-        steps=5,
         learning_rate=1e-5,
     ),
-    "gpu-xlmr-base": SpeedPreset(
-        "an XLM-R-base-sized encoder (12 x 768, 12 heads, FFN 3072, vocabulary 250,002), bf16 autocast, one GPU",
-        model=dict(vocab_size=250_002, hidden_size=768, num_layers=12, num_heads=12, ffn_size=3072, max_positions=512),
-        batch=16,
-        length=512,
-        warmup=5,  # the compiled arm compiles in its first two (the MLM head's masked count turns dynamic)
-        steps=30,
-        attention_dropout=0.1,
-    ),
-    "gpu-dry": SpeedPreset(
-        "the GPU preset at tiny sizes, to check the GPU check on a CPU (not a measurement)",
+    "gpu-xlmr-base": GPU_XLMR_BASE,
+    "gpu-dry": replace(
+        GPU_XLMR_BASE,
+        description="the GPU preset at tiny sizes, to check the GPU check on a CPU (not a measurement)",
         model=dict(vocab_size=1000, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=64),
         batch=4,
         length=64,
         warmup=1,
         steps=1,
-        attention_dropout=0.1,
     ),
 }
 

@@ -1,5 +1,6 @@
-"""The evidence study's one claim sized for a GPU (issue 46): XLM-E's MRTD + TRTD against MLM + TLM from scratch at
-3e16 training FLOPs per arm, ~400x the largest CPU budget (8e13), an XLM-R-base-sized encoder (12 x 768).
+"""The arms and sizes of the evidence study's one claim sized for a GPU (issue 46): XLM-E's MRTD + TRTD against
+MLM + TLM from scratch at 3e16 training FLOPs per arm, ~400x the largest CPU budget (8e13), an XLM-R-base-sized
+encoder (12 x 768). The claim is built by the CPU rows' builder (bench/studies/evidence/xlm_e.py, `GPU_CLAIMS`).
 
 The CPU rows of the same claim (sections xlm-e-1..3) read "not reproduced: scale": at 8e13 FLOPs the discriminators
 never beat the majority class and the generators stay above the unigram floor. This section asks whether the claim
@@ -9,7 +10,7 @@ data pack of bench/perf/gpu_pack.py. Same measures, checks and rule as the CPU r
 
 from __future__ import annotations
 
-from bench.study import Arm, Budget, Check
+from bench.study import Arm
 from polyalign.languages import XNLI_LANGUAGES
 
 GPU_FLOPS = 3e16
@@ -34,35 +35,3 @@ GPU_TRAINING = (
 GPU_XLM = Arm("xlm-gpu", "xlm", (*GPU_MODEL, *GPU_TRAINING), None, seconds_per_step=0.11, flops_per_step=3.6e13)
 GPU_XLM_E = Arm("xlm-e-gpu", "xlm-e", (*GPU_MODEL, *GPU_TRAINING), None, seconds_per_step=0.14, flops_per_step=4.8e13)
 GPU_LANGUAGES = XNLI_LANGUAGES
-
-
-def gpu_claims(claim, detectors, generators, code_checks, independent) -> tuple:
-    """The two rows (Tatoeba-14 at the dev-chosen layer, OT AER at the default layer), written with the evidence
-    study's own `claim` and checks so that the rule and the page are the CPU rows'."""
-    checks = (*detectors(GPU_XLM_E.name), *generators(GPU_XLM_E.name))
-    checks += (Check("MLM loss", GPU_XLM.name, "log:mlm/loss", floor="unigram"),)
-    rows = (
-        ("tatoeba14", "tatoeba14@dev", 1, "Fig. 1: 130x speedup over XLM-R + TLM; Table 3 Tatoeba-14 XLM-E 74.4/72.3"),
-        ("aer-ot", "aer-ot@default", -1, "Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)"),
-    )
-    return tuple(
-        claim(
-            f"xlm-e-gpu-{name}",
-            paper="XLM-E",
-            section="xlm-e-gpu",
-            statement=f"MRTD + TRTD beats MLM + TLM at equal training FLOPs (GPU, {GPU_FLOPS:.0e} FLOPs, 12 x 768)",
-            paper_number=number,
-            baseline=GPU_XLM,
-            method=GPU_XLM_E,
-            budget=Budget(max_flops=GPU_FLOPS),
-            metric=metric,
-            direction=direction,
-            start=None,
-            languages=GPU_LANGUAGES,
-            device="cuda",
-            checks=checks,
-            code_checks=code_checks,
-            independent=independent,
-        )
-        for name, metric, direction, number in rows
-    )

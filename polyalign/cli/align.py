@@ -11,38 +11,19 @@ from typing import Annotated
 
 import typer
 
-from polyalign.cli.options import (
-    AlignEncoding,
-    AlignmentMethod,
-    AlignMethod,
-    AlignPrecision,
-    BatchTokens,
-    Device,
-    Layer,
-    ModelFolder,
-    Precision,
-    Progress,
-    TrustPickle,
-    load_on_device,
-)
+import polyalign.cli.options as options
 from polyalign.io import DataError, atomic_text_file
 from polyalign.tables import console
-
-SRC_HELP = "Source sentences, one per line, words separated by spaces (alone: `source ||| target`)."
-PAIRS_HELP = "One file of `source ||| target` lines (fast_align's, eflomal's, awesome-align's format)."
 
 app = typer.Typer()
 
 
 @app.command()
 def align(
-    model: ModelFolder,
-    src: Annotated[
-        Path | None,
-        typer.Option(help=SRC_HELP),
-    ] = None,
-    tgt: Annotated[Path | None, typer.Option(help="Target sentences, line-aligned with --src.")] = None,
-    pairs: Annotated[Path | None, typer.Option(help=PAIRS_HELP)] = None,
+    model: options.ModelFolder,
+    src: options.SourceFile = None,
+    tgt: options.TargetFile = None,
+    pairs: options.PairsFile = None,
     out: Annotated[Path | None, typer.Option(help="Write the links to this new file (default: stdout).")] = None,
     output_prob: Annotated[
         Path | None,
@@ -58,7 +39,7 @@ def align(
             "(awesome-align's --output_word_file)."
         ),
     ] = None,
-    method: AlignMethod = AlignmentMethod.argmax,
+    method: options.AlignMethod = options.AlignmentMethod.argmax,
     softmax_threshold: Annotated[
         float | None,
         typer.Option(
@@ -66,16 +47,16 @@ def align(
             "uses 0.1)."
         ),
     ] = None,
-    layer: Layer = None,
+    layer: options.Layer = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
-    encoding: AlignEncoding = None,
-    precision: AlignPrecision = Precision.bf16,
-    batch_tokens: BatchTokens = 8192,
+    encoding: options.AlignEncoding = None,
+    precision: options.AlignPrecision = options.Precision.bf16,
+    batch_tokens: options.BatchTokens = 8192,
     chunk: Annotated[int, typer.Option(help="Sentence pairs read, length-sorted and aligned at a time.")] = 20000,
-    device: Device = None,
-    trust_pickle: TrustPickle = False,
-    progress: Progress = True,
+    device: options.Device = None,
+    trust_pickle: options.TrustPickle = False,
+    progress: options.Progress = True,
 ) -> None:
     """Word-align a bitext; writes Pharaoh links (`i-j`, 0-based, source first), one line per pair. The defaults
     are the recommended setting: argmax on separately encoded sentences at two thirds of the depth."""
@@ -92,7 +73,7 @@ def align(
     check_new_files(outputs, bitext.paths())
     total = check_bitext(bitext)  # every input line, before the model loads and before anything is written
     encoding = encoding.value if encoding else default_encoding(method.value)
-    loaded = load_on_device(model, device, trust_pickle)
+    loaded = options.load_on_device(model, device, trust_pickle)
     aligner = Aligner(
         loaded, encoding, batch_tokens=batch_tokens, precision=precision.value, softmax_threshold=softmax_threshold
     )
@@ -123,18 +104,18 @@ def check_new_files(outputs: dict[str, Path | None], inputs: list[Path]) -> None
 
 @app.command("fit-aligner")
 def fit_aligner(
-    model: ModelFolder,
+    model: options.ModelFolder,
     out: Annotated[Path, typer.Option(help="Folder to create: links.txt, aligner/ (the model), run/, fit.json.")],
-    src: Annotated[Path | None, typer.Option(help=SRC_HELP)] = None,
-    tgt: Annotated[Path | None, typer.Option(help="Target sentences, line-aligned with --src.")] = None,
-    pairs: Annotated[Path | None, typer.Option(help=PAIRS_HELP)] = None,
+    src: options.SourceFile = None,
+    tgt: options.TargetFile = None,
+    pairs: options.PairsFile = None,
     steps: Annotated[
         int | None, typer.Option(help="Self-training steps of 16 pairs (default: one pass, at most 1,000).")
     ] = None,
     src_lang: Annotated[str, typer.Option(help="Source language code (2-3 letters).")] = "src",
     tgt_lang: Annotated[str, typer.Option(help="Target language code (2-3 letters).")] = "tgt",
-    layer: Layer = None,
-    progress: Progress = True,
+    layer: options.Layer = None,
+    progress: options.Progress = True,
 ) -> None:
     """Fit a word aligner to your bitext and write its links: self-train the start model on the bitext
     (awesome-align's objective, recipe self-align), pull it halfway back to the start, align with argmax."""

@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from polyalign.cli.options import (
-    EVAL_DATA_HELP,
     AlignEncoding,
     AlignmentMethod,
     AlignMethod,
@@ -28,7 +27,7 @@ from polyalign.cli.options import (
     Score,
     TextPrefix,
     TrustPickle,
-    eval_data,
+    eval_data_option,
     load_on_device,
     model_label,
     provenance,
@@ -45,6 +44,10 @@ app = typer.Typer(
 )
 
 
+TatoebaData = eval_data_option("tatoeba", "Folder of tatoeba.xxx-eng.{xxx,eng} files")
+BuccData = eval_data_option("bucc2018", "Folder of {pair}.{split}.{xx,en,gold}[.gz] files, XTREME's format")
+
+
 def write_result(out: Path | None, name: str, result, about: dict, sweep_title: str | None = None) -> None:
     """An evaluation's result as --out/NAME.json, led by `about` (model, step, command: `provenance`), and, with a
     layer sweep (`sweep_title`), its CSV and plot."""
@@ -59,10 +62,7 @@ def write_result(out: Path | None, name: str, result, about: dict, sweep_title: 
 @app.command("tatoeba")
 def evaluate_tatoeba_command(
     model: ModelFolder,
-    data: Annotated[
-        Path | None,
-        typer.Option(help=f"Folder of tatoeba.xxx-eng.{{xxx,eng}} files (default: tatoeba/ of {EVAL_DATA_HELP})."),
-    ] = None,
+    data: TatoebaData = None,
     langs: Annotated[str, typer.Option(help="`tatoeba14`, `all`, or a comma list of codes.")] = "tatoeba14",
     layer: Layer = None,
     layers: Layers = None,
@@ -80,7 +80,6 @@ def evaluate_tatoeba_command(
     """Tatoeba retrieval acc@1 (xx->en, en->xx) per language and averaged, at a layer or across layers."""
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
-    data = eval_data(data, "tatoeba")
     languages = resolve_languages(langs, data)  # before the model loads: a data error costs no loading time
     loaded = load_on_device(model, device, trust_pickle)
     sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
@@ -95,13 +94,7 @@ def evaluate_tatoeba_command(
 @app.command("bucc")
 def evaluate_bucc_command(
     model: ModelFolder,
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            help=f"Folder of {{pair}}.{{split}}.{{xx,en,gold}}[.gz] files, XTREME's format (default: bucc2018/ of "
-            f"{EVAL_DATA_HELP})."
-        ),
-    ] = None,
+    data: BuccData = None,
     pair: Annotated[str, typer.Option(help="Language pair, xx-en.")] = "zh-en",
     split: Annotated[str, typer.Option(help="`dev` (gold known) or `test`.")] = "dev",
     layer: Layer = None,
@@ -116,7 +109,6 @@ def evaluate_bucc_command(
     """BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 against the gold pairs."""
     from polyalign.evaluate.bucc import evaluate_bucc
 
-    data = eval_data(data, "bucc2018")
     loaded = load_on_device(model, device, trust_pickle)
     result = evaluate_bucc(
         loaded,

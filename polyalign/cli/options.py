@@ -71,7 +71,17 @@ ResultsFolder = Annotated[
     Path | None,
     typer.Option("--out", help="Folder for the results: JSON, and the Markdown table or the layer sweep (CSV + plot)."),
 ]
-EvalPack = Annotated[Path | None, typer.Option("--data", help=f"The evaluation data pack (default: {EVAL_DATA_HELP}).")]
+
+
+def eval_data_option(part: str, what: str):
+    """A `--data` option for `what` whose default is `part` of the evaluation pack: the command receives the folder,
+    resolved by `eval_data` as the option is read."""
+    default = f"{part}/ of {EVAL_DATA_HELP}" if part else EVAL_DATA_HELP
+    option = typer.Option("--data", help=f"{what} (default: {default}).", callback=lambda data: eval_data(data, part))
+    return Annotated[Path | None, option]
+
+
+EvalPack = eval_data_option("", "The evaluation data pack")
 Sets = Annotated[
     list[str] | None,
     typer.Option(
@@ -110,7 +120,20 @@ MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = al
 MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
 MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
 
-# Word alignment (align, evaluate alignment)
+# Word alignment (align, fit-aligner, evaluate alignment)
+SourceFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--src", help="Source sentences, one per line, words separated by spaces (alone: `source ||| target`)."
+    ),
+]
+TargetFile = Annotated[Path | None, typer.Option("--tgt", help="Target sentences, line-aligned with --src.")]
+PairsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--pairs", help="One file of `source ||| target` lines (fast_align's, eflomal's, awesome-align's format)."
+    ),
+]
 AlignMethod = Annotated[
     AlignmentMethod,
     typer.Option(

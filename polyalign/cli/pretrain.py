@@ -16,12 +16,10 @@ app = typer.Typer()
 
 @app.command()
 def pretrain(
+    run_dir: Annotated[Path, typer.Option(help="Run folder: recipe, metrics, TensorBoard logs, checkpoints.")],
     recipe: Annotated[
         str | None, typer.Argument(help="Built-in recipe name (mlm, xlm, quickstart, ...) or a YAML path.")
     ] = None,
-    run_dir: Annotated[Path, typer.Option(help="Run folder: recipe, metrics, TensorBoard logs, checkpoints.")] = Path(
-        "runs/run"
-    ),
     data: Annotated[Path | None, typer.Option(help="Prepared data folder (sets data.prepared).")] = None,
     init_from: Annotated[
         Path | None, typer.Option(help="Continue from this model folder (polyalign or Hugging Face).")

@@ -14,9 +14,7 @@ app = typer.Typer()
 
 @app.command()
 def quickstart(
-    out: Annotated[Path, typer.Option(help="Folder for the prepared sample, the run and the report.")] = Path(
-        "runs/quickstart"
-    ),
+    out: Annotated[Path, typer.Option(help="Folder for the prepared sample, the run and the report.")],
     steps: Annotated[int, typer.Option(help="Training steps.")] = 600,
     progress: Progress = True,
 ) -> None:

@@ -4,7 +4,7 @@ Each claim is a comparison of bench/study.py: the method against the same start 
 objectives (MLM + TLM) for the same steps, or trained from scratch at the same training FLOPs. Ablations are
 claims too (the full method as baseline, the ablated one as method, expected to lose). What was concluded from
 each is a note in bench/studies/notes/evidence.json. The claims are declared by paper, a module each; what they
-share is in common.py; the GPU section in bench/studies/gpu_evidence.py.
+share is in common.py; the GPU section's arms in bench/studies/gpu_evidence.py, its claims in xlm_e.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from bench.studies.evidence.common import (  # noqa: F401  (the names other stud
 )
 from bench.studies.evidence.ppa import PPA, PPA_NO_TLM  # noqa: F401
 from bench.studies.evidence.xlm_e import RTD_REFERENCE, XLM_E_DIAGNOSTIC, XLM_E_DIAGNOSTICS, detectors, generators  # noqa: F401
-from bench.studies.gpu_evidence import gpu_claims
 from bench.study import Comparison, Study
 
 CLAIMS: tuple[Comparison, ...] = (
@@ -33,7 +32,7 @@ CLAIMS: tuple[Comparison, ...] = (
     *ernie_m.CLAIMS,
     *xlm_e.CLAIMS,
     *veco.CLAIMS,
-    *gpu_claims(claim, detectors, generators, RTD_CODE, RTD_REFERENCE),
+    *xlm_e.GPU_CLAIMS,
 )
 
 STUDY = Study("evidence", "Evidence: each paper's claims as A/B at equal compute (issue 19)", CLAIMS)

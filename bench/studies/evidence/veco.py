@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from bench.studies.evidence.common import CPU_SMALL, SEQ2SEQ_CODE, XNLI15, claim
 from bench.studies.evidence.xlm_e import SCRATCH_XLM
 from bench.study import Arm, Budget, Check, Comparison
@@ -38,53 +40,58 @@ def _mt_checks(init: str, arm: str, measure: str) -> tuple[Check, ...]:
     return (_bleu_veco, other[0], _mt_veco_loss, other[1], *_veco_floor)
 
 
-_veco = dict(paper="VECO", section="veco", budget=VECO_FLOPS, start=None)
-
-# VECO's translation claims: translation loss after equal fine-tuning steps (lower is the paper's way).
-_mt = dict(
-    metric="mt-veco-loss",
-    direction=-1,
-    code_checks=SEQ2SEQ_CODE,
-    languages=XNLI15,
-    close=0.1,
-    floor=0.0,
-    **_veco,
+# What VECO's claims share: from scratch at equal FLOPs on XNLI's languages, VECO as the method.
+_veco_claim = partial(
+    claim, paper="VECO", section="veco", budget=VECO_FLOPS, start=None, languages=XNLI15, method=SCRATCH_VECO
+)
+_TRANSLATION_INITS = (  # (claim id, statement, the paper's number, the compared init's arm, its name, its measure)
+    (
+        "veco-mt-vs-random",
+        "an encoder-decoder from VECO learns translation faster than from random",
+        "Table 3 (left): VECO init +2.3 BLEU over random init; Table 5 IWSLT 36.0 vs 33.9",
+        SCRATCH_VECO,
+        "random init",
+        "mt-random",
+    ),
+    (
+        "veco-mt-vs-encoder",
+        "VECO init learns translation faster than encoder-only (XLM) init",
+        "Table 3 (left): VECO leads XLM-R init (decoder attention new) by 1.1 BLEU",
+        SCRATCH_XLM,
+        "encoder-only init",
+        "mt-encoder",
+    ),
 )
 
 
 CLAIMS: tuple[Comparison, ...] = (
     # VECO Table 5 (small models: XNLI, IWSLT de-en) and Table 3 (right: translation learning curves).
-    claim(
+    _veco_claim(
         "veco-ca-mlm",
         statement="CA-MLM + TLM improves cross-lingual representations over MLM + TLM",
         paper_number="Table 5 (small, bilingual): XNLI 64.5 (MLM+TLM) -> 67.7 (CA-MLM+TLM)",
         baseline=SCRATCH_XLM,
-        method=SCRATCH_VECO,
         metric="tatoeba14@dev",
         direction=1,
         measures=("aer-ot@default",),
-        languages=XNLI15,
         checks=_veco_floor,
-        **_veco,
     ),
-    claim(
-        "veco-mt-vs-random",
-        statement="an encoder-decoder from VECO learns translation faster than from random",
-        paper_number="Table 3 (left): VECO init +2.3 BLEU over random init; Table 5 IWSLT 36.0 vs 33.9",
-        baseline=SCRATCH_VECO,
-        method=SCRATCH_VECO,
-        baseline_metric="mt-random-loss",
-        checks=_mt_checks("random init", "veco", "mt-random"),
-        **_mt,
-    ),
-    claim(
-        "veco-mt-vs-encoder",
-        statement="VECO init learns translation faster than encoder-only (XLM) init",
-        paper_number="Table 3 (left): VECO leads XLM-R init (decoder attention new) by 1.1 BLEU",
-        baseline=SCRATCH_XLM,
-        method=SCRATCH_VECO,
-        baseline_metric="mt-encoder-loss",
-        checks=_mt_checks("encoder-only init", "xlm", "mt-encoder"),
-        **_mt,
+    # The translation claims: translation loss after equal fine-tuning steps (lower is the paper's way), VECO's
+    # init against another.
+    *(
+        _veco_claim(
+            name,
+            statement=statement,
+            paper_number=number,
+            baseline=baseline,
+            baseline_metric=f"{measure}-loss",
+            metric="mt-veco-loss",
+            direction=-1,
+            checks=_mt_checks(init, baseline.name, measure),
+            code_checks=SEQ2SEQ_CODE,
+            close=0.1,
+            floor=0.0,
+        )
+        for name, statement, number, baseline, init, measure in _TRANSLATION_INITS
     ),
 )

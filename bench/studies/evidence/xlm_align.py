@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 from bench.studies.evidence.common import ALIGN_LANGUAGES, ALIGNED_START, CONTINUED, DWA_CODE, MLM_TLM, OT_CODE, claim
 from bench.study import Arm, Budget, Check, Comparison
@@ -13,7 +14,16 @@ XLM_ALIGN_STEPS = Budget(steps=60)
 # DWA's premise is an aligned start (§3.3, §6: poor self-labels from a weak model). The section below measures
 # it on small-base (the self-labels' AER); `xlm-align-aligned` repeats the A/B from a sentence-aligned model of
 # the same tokenizer, stage 1 of the best recipe (bench/results/best.md), stated as the start in its protocol.
-_xa = dict(paper="XLM-Align", section="xlm-align", budget=XLM_ALIGN_STEPS, languages=ALIGN_LANGUAGES)
+# What XLM-Align's claims share: DWA as the method, AER (lower is better) on the gold sets' languages.
+_xa_claim = partial(
+    claim,
+    paper="XLM-Align",
+    section="xlm-align",
+    budget=XLM_ALIGN_STEPS,
+    languages=ALIGN_LANGUAGES,
+    method=DWA,
+    direction=-1,
+)
 _premise = Check(
     "AER of DWA's self-labels (OT at its label layer, start model)",
     "start",
@@ -27,14 +37,12 @@ _labels = Check("DWA self-labels per pair (first -> last 10 steps)", "dwa", "log
 
 CLAIMS: tuple[Comparison, ...] = (
     # XLM-Align: DWA against MLM + TLM continued; the OT aligner against SimAlign on the same hidden states.
-    claim(
+    _xa_claim(
         "xlm-align-dwa",
         statement="DWA lowers AER vs the same model continued with MLM + TLM",
         paper_number="Table 2 OT AER avg: XLM-R 22.64 -> XLM-Align 21.05",
         baseline=MLM_TLM,
-        method=DWA,
         metric="aer-ot@default",
-        direction=-1,
         measures=("aer-ot@best", "tatoeba14@dev"),
         checks=(
             _premise,
@@ -43,32 +51,29 @@ CLAIMS: tuple[Comparison, ...] = (
             Check("DWA pointer accuracy", "dwa", "log:dwa/dwa_accuracy"),
         ),
         code_checks=DWA_CODE,
-        **_xa,
     ),
-    claim(
+    _xa_claim(
         "xlm-align-dwa-aligned",
         statement="DWA lowers AER vs MLM + TLM, both from a sentence-aligned start (DWA's premise)",
         paper_number="Table 2 OT AER avg: XLM-R 22.64 -> XLM-Align 21.05",
+        section="xlm-align-aligned",
+        budget=Budget(steps=150),
+        start=ALIGNED_START,
         baseline=dataclasses.replace(MLM_TLM, init_from=ALIGNED_START),
         method=dataclasses.replace(DWA, init_from=ALIGNED_START),
         metric="aer-ot@default",
-        direction=-1,
         measures=("aer-ot@best",),
         checks=(_premise, Check("DWA loss", "dwa", "log:dwa/dwa_loss"), _labels),
         code_checks=DWA_CODE,
-        start=ALIGNED_START,
-        **{**_xa, "section": "xlm-align-aligned", "budget": Budget(steps=150)},
     ),
     *(
-        claim(
+        _xa_claim(
             f"xlm-align-ot-vs-{other}-{layer}",
             statement=f"OT beats {other} on the same states ({layer} layer)",
             paper_number="Table 2 AER avg on XLM-Align: SimAlign itermax 22.55 vs OT 21.05",
             baseline=DWA,
-            method=DWA,
             baseline_metric=f"aer-{other}@{layer}",
             metric=f"aer-ot@{layer}",
-            direction=-1,
             # The paper compares the aligners on states that align (XLM-R's, XLM-Align's): the premise.
             checks=(
                 Check(
@@ -80,7 +85,6 @@ CLAIMS: tuple[Comparison, ...] = (
                 ),
             ),
             code_checks=OT_CODE,
-            **_xa,
         )
         for other in ("argmax", "itermax")
         for layer in ("default", "best")

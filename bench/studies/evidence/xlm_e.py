@@ -15,6 +15,7 @@ from bench.studies.evidence.common import (
     XNLI_SMOKE_FLOOR,
     claim,
 )
+from bench.studies.gpu_evidence import GPU_FLOPS, GPU_LANGUAGES, GPU_XLM, GPU_XLM_E
 from bench.study import Arm, Budget, Check, Comparison
 
 SCRATCH_XLM = Arm("xlm", "xlm", (), None, CPU_SMALL, seconds_per_step=1.13, flops_per_step=0.25e12)
@@ -155,6 +156,50 @@ XLM_E_MECHANISM = (*(d[0] for d in XLM_E_DIAGNOSTICS), "xlm-e-small-batch-aer")
 RTD_REFERENCE = "bench/results/rtd_reference.json"
 
 
+AER_PAPER_NUMBER = "Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)"
+EQUAL_FLOPS = "MRTD + TRTD beats MLM + TLM at equal training FLOPs ({})"
+"""The from-scratch claims' statement; {}: the budget, and the setting where there is one."""
+_FROM_SCRATCH_MEASURES = (  # (metric, direction, the paper's number): XLM-E Fig. 1 / Tables 3-4
+    ("tatoeba14@dev", 1, "Fig. 1: 130x speedup over XLM-R + TLM; Table 3 Tatoeba-14 XLM-E 74.4/72.3"),
+    ("aer-ot@default", -1, AER_PAPER_NUMBER),
+)
+
+
+def rtd_checks(baseline: Arm, method: Arm) -> tuple[Check, ...]:
+    """XLM-E's premises in the method's arm (its discriminators detect, its generators beat the unigram floor) and
+    what the baseline's MLM learned."""
+    mlm = Check("MLM loss", baseline.name, "log:mlm/loss", floor="unigram")
+    return (*detectors(method.name), *generators(method.name), mlm)
+
+
+def xlm_e_from_scratch(
+    ids: str, section: str, setting: str, baseline: Arm, method: Arm, flops: float, aer_diagnostics=(), **where
+) -> tuple[Comparison, ...]:
+    """XLM-E's headline claim from scratch at equal FLOPs: a Tatoeba-14 and an OT AER row. `ids`: the claim ids, {}
+    the metric's name; `setting`: the budget as the statement names it; `where`: languages, device."""
+    return tuple(
+        claim(
+            ids.format(metric.split("@")[0]),
+            paper="XLM-E",
+            section=section,
+            statement=EQUAL_FLOPS.format(setting),
+            paper_number=number,
+            baseline=baseline,
+            method=method,
+            budget=Budget(max_flops=flops),
+            metric=metric,
+            direction=direction,
+            start=None,
+            checks=rtd_checks(baseline, method),
+            code_checks=RTD_CODE,
+            independent=RTD_REFERENCE,
+            diagnostics=aer_diagnostics if metric.startswith("aer") else (),
+            **where,
+        )
+        for metric, direction, number in _FROM_SCRATCH_MEASURES
+    )
+
+
 def _xlm_e_diagnostic(
     name: str, section: str, statement: str, baseline: Arm, method: Arm, budget: Budget, **where
 ) -> Comparison:
@@ -165,18 +210,14 @@ def _xlm_e_diagnostic(
         paper="XLM-E",
         section=section,
         statement=f"diagnostic: {statement}",
-        paper_number="Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
+        paper_number=AER_PAPER_NUMBER,
         baseline=baseline,
         method=method,
         budget=budget,
         metric="aer-ot@default",
         direction=-1,
         measures=("aer-ot@best",),
-        checks=(
-            *detectors(method.name),
-            *generators(method.name),
-            Check("MLM loss", baseline.name, "log:mlm/loss", floor="unigram"),
-        ),
+        checks=rtd_checks(baseline, method),
         code_checks=RTD_CODE,
         **where,
     )
@@ -185,11 +226,10 @@ def _xlm_e_diagnostic(
 def _xlm_e_scratch(section: str, setting: str, baseline: Arm, method: Arm, localises=()) -> Comparison:
     """From scratch at the largest budget, on xlm-e-3's languages."""
     flops = XLM_E_BUDGETS[-1]
-    statement = f"MRTD + TRTD beats MLM + TLM at equal training FLOPs ({flops:.2g}), {setting}"
     return _xlm_e_diagnostic(
         f"{section}-aer",
         section,
-        statement,
+        EQUAL_FLOPS.format(f"{flops:.2g}") + f", {setting}",
         baseline,
         method,
         Budget(max_flops=flops),
@@ -220,32 +260,17 @@ def _xlm_e_continued(
 CLAIMS: tuple[Comparison, ...] = (
     # XLM-E Fig. 1 / Tables 3-4: MRTD + TRTD vs MLM + TLM from scratch at equal FLOPs, three budgets.
     *(
-        claim(
-            f"xlm-e-{metric.split('@')[0]}-{i + 1}",
-            paper="XLM-E",
-            section=f"xlm-e-{i + 1}",
-            statement=f"MRTD + TRTD beats MLM + TLM at equal training FLOPs ({flops:.2g})",
-            paper_number=number,
-            baseline=SCRATCH_XLM,
-            method=SCRATCH_XLM_E,
-            budget=Budget(max_flops=flops),
-            metric=metric,
-            direction=direction,
-            start=None,
-            languages=XNLI15,
-            checks=(
-                *detectors("xlm-e"),
-                *generators("xlm-e"),
-                Check("MLM loss", "xlm", "log:mlm/loss", floor="unigram"),
-            ),
-            code_checks=RTD_CODE,
-            independent=RTD_REFERENCE,
-            diagnostics=(*XLM_E_MECHANISM, *XLM_E_LOCATING) if metric.startswith("aer") else (),
-        )
+        row
         for i, flops in enumerate(XLM_E_BUDGETS)
-        for metric, direction, number in (
-            ("tatoeba14@dev", 1, "Fig. 1: 130x speedup over XLM-R + TLM; Table 3 Tatoeba-14 XLM-E 74.4/72.3"),
-            ("aer-ot@default", -1, "Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)"),
+        for row in xlm_e_from_scratch(
+            f"xlm-e-{{}}-{i + 1}",
+            f"xlm-e-{i + 1}",
+            f"{flops:.2g}",
+            SCRATCH_XLM,
+            SCRATCH_XLM_E,
+            flops,
+            aer_diagnostics=(*XLM_E_MECHANISM, *XLM_E_LOCATING),
+            languages=XNLI15,
         )
     ),
     # XLM-E Tables 3-4, -TRTD: MRTD alone against MRTD + TRTD, from scratch at xlm-e-1's budget (its xlm-e runs
@@ -367,4 +392,17 @@ CLAIMS: tuple[Comparison, ...] = (
         checks=(*detectors("xlm-e-mono-continued", ("mrtd",)), *detectors("xlm-e-continued")),
         code_checks=RTD_CODE,
     ),
+)
+
+# The same claim sized for a GPU (issue 46; the arms and sizes in bench/studies/gpu_evidence.py): the same measures,
+# checks and rule as the CPU rows.
+GPU_CLAIMS = xlm_e_from_scratch(
+    "xlm-e-gpu-{}",
+    "xlm-e-gpu",
+    f"GPU, {GPU_FLOPS:.0e} FLOPs, 12 x 768",
+    GPU_XLM,
+    GPU_XLM_E,
+    GPU_FLOPS,
+    languages=GPU_LANGUAGES,
+    device="cuda",
 )
