@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled sample corpus prepared once per session, and tiny model configs."""
+"""Shared fixtures: the bundled sample corpus prepared once per session, and tiny model configs; the hooks that
+fail a test which trains or starts Python without the `integration` mark (integration_mark.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import pytest
 import torch
 
 from polyalign.model import EncoderConfig
+from tests.integration_mark import (  # noqa: F401  (hooks: pytest finds them here)
+    pytest_fixture_setup,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+)
 
 SAMPLE = Path(__file__).resolve().parents[1] / "polyalign" / "sample_data"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

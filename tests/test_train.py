@@ -163,6 +163,7 @@ def test_ddp_two_gloo_processes_match_one_process_with_accumulation(sample_prepa
         assert x == pytest.approx(y, rel=1e-4)  # same data per slot; only float reduction order differs
 
 
+@pytest.mark.integration
 def test_cli_reports_bad_input_in_one_line(tmp_path):
     (tmp_path / "par").mkdir()
     (tmp_path / "par" / "en-de.en").write_text("a\nb\n")
