@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from polyalign.model import EncoderConfig
+from polyalign.tokenizer import SpecialTokens
 from tests.integration_mark import (  # noqa: F401  (hooks: pytest finds them here)
     pytest_fixture_setup,
     pytest_runtest_call,
@@ -35,6 +36,11 @@ def tiny_config(**overrides) -> EncoderConfig:
         attention_dropout=0.0,
     )
     return EncoderConfig(**{**base, **overrides})
+
+
+def special_tokens() -> SpecialTokens:
+    """The special tokens of tiny_config's 99-piece vocabulary, for objectives built without a tokenizer."""
+    return SpecialTokens(pad=1, cls=0, sep=2, mask=3, unk=4, vocab_size=99, first_normal=5)
 
 
 @pytest.fixture(scope="session")
