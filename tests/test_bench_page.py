@@ -84,9 +84,14 @@ def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flag
     seeds["mlm-tlm-dwa"] = {"0": {"aer-ot@default": 33.5, **CURRENT_AER, RELEASED_FILTERING: True}}
     (sections / "xlm-align.json").write_text(json.dumps({"results": seeds, "code": "abc1234", "floors": {}}))
     text = page.write(REAL, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path).read_text()
-    row = next(line for line in text.splitlines() if "`real-xlm-align-dwa`" in line)
-    assert "41" in row and "at most 37.8: not met" in row and "17.7 / 7.5 / 37.8 / 27.5" in row
-    assert "from models/multilingual-e5-small" in row and "+2.50" in row
+    c = REAL.comparison("real-xlm-align-dwa")
+    section = json.loads((sections / "xlm-align.json").read_text())
+    held = [V.premise(ch, section, {}) for ch in c.why.checks if ch.premise_max is not None]
+    assert held == [(41.0, "at most", 37.8, False)]  # the start's self-labeling AER, above the paper's premise
+    row = next(line for line in text.splitlines() if f"`{c.id}`" in line).split(" | ")
+    premises = row[-1]  # the page's last column: each premise's value beside the papers' references
+    assert "41" in premises and "37.8" in premises and "17.7 / 7.5 / 37.8 / 27.5" in premises
+    assert "models/multilingual-e5-small" in " ".join(row) and "+2.50 (1 seed)" in row
 
     xnli = {
         "start": {"0": {"xnli-full": 33.3, ONE_CLASS: True}},
