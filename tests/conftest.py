@@ -98,3 +98,24 @@ def shared_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not available")
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(sample_prepared, tmp_path_factory):
+    """A random tiny model (2 layers, language embeddings) with the sample corpus' tokenizer, saved as a folder."""
+    from polyalign.checkpoint import save_model_folder
+    from polyalign.data.prepared import PreparedData
+    from polyalign.model import MaskedLanguageModel
+
+    prepared = PreparedData(sample_prepared)
+    tok = prepared.tokenizer()
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=tok.special.vocab_size,
+        pad_token_id=tok.special.pad,
+        num_languages=len(prepared.languages),
+        max_positions=128,
+    )
+    return save_model_folder(
+        tmp_path_factory.mktemp("align") / "model", MaskedLanguageModel(config), tok, prepared.languages
+    )
