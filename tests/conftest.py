@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled sample corpus prepared once per session, and tiny model configs."""
+"""Shared fixtures: the bundled sample corpus prepared once per session, and tiny model configs; the hooks that
+fail a test which trains or starts Python without the `integration` mark (integration_mark.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ import pytest
 import torch
 
 from polyalign.model import EncoderConfig
+from polyalign.tokenizer import SpecialTokens
+from tests.integration_mark import (  # noqa: F401  (hooks: pytest finds them here)
+    pytest_fixture_setup,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+)
 
 SAMPLE = Path(__file__).resolve().parents[1] / "polyalign" / "sample_data"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -29,6 +36,11 @@ def tiny_config(**overrides) -> EncoderConfig:
         attention_dropout=0.0,
     )
     return EncoderConfig(**{**base, **overrides})
+
+
+def special_tokens() -> SpecialTokens:
+    """The special tokens of tiny_config's 99-piece vocabulary, for objectives built without a tokenizer."""
+    return SpecialTokens(pad=1, cls=0, sep=2, mask=3, unk=4, vocab_size=99, first_normal=5)
 
 
 @pytest.fixture(scope="session")
@@ -86,3 +98,24 @@ def shared_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not available")
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(sample_prepared, tmp_path_factory):
+    """A random tiny model (2 layers, language embeddings) with the sample corpus' tokenizer, saved as a folder."""
+    from polyalign.checkpoint import save_model_folder
+    from polyalign.data.prepared import PreparedData
+    from polyalign.model import MaskedLanguageModel
+
+    prepared = PreparedData(sample_prepared)
+    tok = prepared.tokenizer()
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=tok.special.vocab_size,
+        pad_token_id=tok.special.pad,
+        num_languages=len(prepared.languages),
+        max_positions=128,
+    )
+    return save_model_folder(
+        tmp_path_factory.mktemp("align") / "model", MaskedLanguageModel(config), tok, prepared.languages
+    )

@@ -9,7 +9,6 @@ import typer
 from polyalign.align.aligner import Aligner
 from polyalign.checkpoint import load_model
 from polyalign.cli import app, main
-from tests.test_alignment_eval import tiny_model  # noqa: F401  (the random tiny model folder, a fixture)
 
 SOURCE = ["Der Hund schläft .", "Ja", "", "Das ist ein ☃ Test .", "Ein zweiter Satz , bitte ."]
 TARGET = ["The dog sleeps .", "Yes", "Empty source", "This is a test .", "A second sentence , please ."]
@@ -50,7 +49,7 @@ def expected_links(model, with_probabilities=False):
     return Aligner(load_model(model)).align(pairs, with_probabilities=with_probabilities)
 
 
-def test_one_pairs_file_gives_the_links_of_two_files(tiny_model, bitext, capsys):  # noqa: F811
+def test_one_pairs_file_gives_the_links_of_two_files(tiny_model, bitext, capsys):
     src, tgt, pairs = bitext
     model = ["--model", str(tiny_model)]
     two_files, _ = run_align([*model, "--src", str(src), "--tgt", str(tgt)], capsys)
@@ -61,7 +60,7 @@ def test_one_pairs_file_gives_the_links_of_two_files(tiny_model, bitext, capsys)
     assert sum(map(len, expected_links(tiny_model))) > 0
 
 
-def test_out_probabilities_and_word_pairs_line_up_with_the_links(tiny_model, bitext, tmp_path, capsys):  # noqa: F811
+def test_out_probabilities_and_word_pairs_line_up_with_the_links(tiny_model, bitext, tmp_path, capsys):
     _, _, pairs = bitext
     out, prob, words = tmp_path / "links.txt", tmp_path / "links.prob", tmp_path / "links.words"
     args = ["--model", str(tiny_model), "--pairs", str(pairs), "--out", str(out)]
@@ -93,7 +92,7 @@ def test_the_recommended_setting_is_the_default_of_the_cli_the_python_aligner_an
     assert "argmax" in section and "separate" in section and "layer 8" in section
 
 
-def test_the_python_aligner_uses_each_methods_own_encoding_unless_told(tiny_model):  # noqa: F811
+def test_the_python_aligner_uses_each_methods_own_encoding_unless_told(tiny_model):
     loaded = load_model(tiny_model)
     aligner = Aligner(loaded)
     pairs = [(s.split(), t.split()) for s, t in zip(SOURCE, TARGET, strict=True)]
@@ -112,12 +111,12 @@ def test_the_python_aligner_uses_each_methods_own_encoding_unless_told(tiny_mode
         ["Der Hund ||| The dog"],  # a `|||` line, not a pair
     ],
 )
-def test_strings_where_word_lists_belong_are_refused(tiny_model, pairs):  # noqa: F811
+def test_strings_where_word_lists_belong_are_refused(tiny_model, pairs):
     with pytest.raises(TypeError, match=r"pair 0: .*(words|source words, target words)"):
         Aligner(load_model(tiny_model)).align(pairs)
 
 
-def test_a_pair_past_the_positions_is_named_with_its_unaligned_words(tiny_model, tmp_path, capsys):  # noqa: F811
+def test_a_pair_past_the_positions_is_named_with_its_unaligned_words(tiny_model, tmp_path, capsys):
     # The tiny model has 128 positions: <s> x </s> leaves 126 tokens; "a" is one piece, so of 200 words the
     # last 74 cannot be linked, and the note says so for line 2.
     loaded = load_model(tiny_model)
@@ -179,7 +178,7 @@ def short(path):
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model, bitext, tmp_path, capsys, monkeypatch):  # noqa: F811
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model, bitext, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make_args, expected = BAD_INPUTS[case]
     src, tgt, pairs = bitext

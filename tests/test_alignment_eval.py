@@ -11,34 +11,14 @@ from typer.testing import CliRunner
 from polyalign.align.aer import alignment_error_rate, read_gold
 from polyalign.align.aligner import Aligner, default_encoding
 from polyalign.align.extract import subword_links
-from polyalign.checkpoint import load_model, save_model_folder
+from polyalign.checkpoint import load_model
 from polyalign.cli import app
 from polyalign.data.layout import sentence_layout
 from polyalign.io import DataError
-from polyalign.model import MaskedLanguageModel
-from tests.conftest import SAMPLE, tiny_config
+from tests.conftest import SAMPLE
 
 runner = CliRunner()
 PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
-
-
-@pytest.fixture(scope="module")
-def tiny_model(sample_prepared, tmp_path_factory):
-    """A random tiny model (2 layers, language embeddings) with the sample corpus' tokenizer, saved as a folder."""
-    from polyalign.data.prepared import PreparedData
-
-    prepared = PreparedData(sample_prepared)
-    tok = prepared.tokenizer()
-    torch.manual_seed(0)
-    config = tiny_config(
-        vocab_size=tok.special.vocab_size,
-        pad_token_id=tok.special.pad,
-        num_languages=len(prepared.languages),
-        max_positions=128,
-    )
-    return save_model_folder(
-        tmp_path_factory.mktemp("align") / "model", MaskedLanguageModel(config), tok, prepared.languages
-    )
 
 
 @torch.no_grad()

@@ -100,8 +100,9 @@ def test_tatoeba_options_reach_the_result_and_its_protocol(sample_prepared):
     langs = resolve_languages("deu", SAMPLE / "tatoeba")
     mean = evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, layer=2)
     first = evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, layer=2, pooling="first", score="margin")
-    assert "mean-pooled hidden states of layer 2" in mean.to_dict()["protocol"]
-    assert "first-pooled" in first.to_dict()["protocol"] and "ratio-margin (k = 4" in first.to_dict()["protocol"]
+    assert (mean.pooling, mean.score, mean.layer) == ("mean", "cosine", 2)
+    assert (first.pooling, first.score, first.layer) == ("first", "margin", 2)
+    assert mean.to_dict()["protocol"] == mean.protocol() != first.to_dict()["protocol"]  # written with the result
     assert not np.array_equal(mean.xx_to_en, first.xx_to_en)
     with pytest.raises(DataError, match="--pooling max: use one of mean, first"):
         evaluate_tatoeba(loaded, SAMPLE / "tatoeba", langs, pooling="max")

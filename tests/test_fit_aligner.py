@@ -10,7 +10,6 @@ import pytest
 from polyalign.align.bitext import Bitext
 from polyalign.fit_aligner import FitSettings, default_steps, fit_aligner, self_align_overrides
 from polyalign.io import DataError
-from tests.test_alignment_eval import tiny_model  # noqa: F401  (fixture)
 
 SAMPLE = Path(__file__).resolve().parents[1] / "polyalign" / "sample_data" / "word_alignment" / "de-en"
 
@@ -26,7 +25,7 @@ def test_the_schedule_keeps_the_recipes_shape_for_any_number_of_steps():
 
 
 @pytest.mark.integration
-def test_fit_aligner_writes_links_for_every_pair_of_a_pairs_file(tiny_model, tmp_path):  # noqa: F811
+def test_fit_aligner_writes_links_for_every_pair_of_a_pairs_file(tiny_model, tmp_path):
     pairs = tmp_path / "de-en.txt"
     source, target = (SAMPLE / "src.txt").read_text().splitlines(), (SAMPLE / "tgt.txt").read_text().splitlines()
     pairs.write_text("".join(f"{s} ||| {t}\n" for s, t in zip(source, target, strict=True)))
@@ -39,7 +38,7 @@ def test_fit_aligner_writes_links_for_every_pair_of_a_pairs_file(tiny_model, tmp
     assert not (tmp_path / "fit" / "bitext").exists()  # the temporary copy of the user's text is gone
 
 
-def test_bad_input_is_one_line_before_anything_is_written(tiny_model, tmp_path):  # noqa: F811
+def test_bad_input_is_one_line_before_anything_is_written(tiny_model, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("ein Haus ||| a house\nkein Trenner hier\n")
     with pytest.raises(DataError, match=r"bad.txt:2"):
@@ -50,7 +49,7 @@ def test_bad_input_is_one_line_before_anything_is_written(tiny_model, tmp_path):
 
 
 @pytest.mark.integration
-def test_the_cli_fits_and_aligns_two_files_and_refuses_bad_steps(tiny_model, tmp_path, capsys):  # noqa: F811
+def test_the_cli_fits_and_aligns_two_files_and_refuses_bad_steps(tiny_model, tmp_path, capsys):
     from polyalign.cli import main
 
     args = [

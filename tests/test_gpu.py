@@ -17,6 +17,7 @@ from tests.conftest import SAMPLE, losses, tiny_recipe_overrides
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.integration,  # every test here trains or runs on a trained model
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 

@@ -106,6 +106,7 @@ def test_two_calls_combine_into_one_page(tmp_path):
     assert combined["seconds"] == 20.0 and combined["command"] == "call 0 ; call 1"
 
 
+@pytest.mark.integration  # the step runs, and is stopped, in a Python process of its own
 def test_a_step_past_its_budget_is_recorded_as_failed(tmp_path):
     record = gpu_check().run_step("throughput", tmp_path, tmp_path / "logs", dry_run=True, budget=1.0)
     assert record["status"].startswith("failed: timed out after"), record

@@ -15,8 +15,7 @@ from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives import build_objective
 from polyalign.train import load_run_recipe, pretrain
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, has_trained_mlm_head, heads_to_warm
-from tests.conftest import metrics, tiny_config, tiny_recipe_overrides
-from tests.test_veco import special_tokens
+from tests.conftest import metrics, special_tokens, tiny_config, tiny_recipe_overrides
 
 
 @pytest.fixture(scope="module")

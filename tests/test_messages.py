@@ -84,6 +84,7 @@ def test_prepare_onto_an_existing_folder_names_overwrite(tmp_path, capsys):
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.integration
 def test_data_that_is_a_model_folder_says_run_prepare(tiny_run, tmp_path, capsys):
     model = checkpoint_dirs(tiny_run)[-1]
     args = ["pretrain", "mlm", "--data", str(model), "--run-dir", str(tmp_path / "new-run"), "--no-progress"]
@@ -92,6 +93,7 @@ def test_data_that_is_a_model_folder_says_run_prepare(tiny_run, tmp_path, capsys
     assert not (tmp_path / "new-run").exists()
 
 
+@pytest.mark.integration
 def test_model_that_is_a_checkpoints_folder_points_at_its_step_folders(tiny_run, tmp_path, capsys):
     checkpoints = tiny_run / "checkpoints"
     err = fails(["export", "--model", str(checkpoints), "--out", str(tmp_path / "out")], capsys)

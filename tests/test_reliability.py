@@ -148,6 +148,7 @@ def _snapshot(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(case, sample_prepared, tiny_run, tmp_path, capsys):
     make_args, expected = CASES[case]
@@ -312,6 +313,7 @@ def test_progress_off_a_terminal_is_one_line_per_phase_when_it_ends(capsys):
     assert lines[1].startswith("tokenize de.txt: 3 lines [")
 
 
+@pytest.mark.integration
 def test_prepare_takes_a_model_folder_as_tokenizer_and_shows_tokenizer_training(tiny_run, tmp_path, capsys):
     from polyalign.data.prepare import PrepareConfig, discover_corpus, prepare
     from polyalign.data.prepared import PreparedData

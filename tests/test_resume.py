@@ -27,12 +27,14 @@ def two_step_run(sample_prepared, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.integration
 def test_a_resume_naming_another_recipe_is_refused(two_step_run):
     with pytest.raises(DataError, match=r"is a run of recipe 'mlm', not 'xlm'; drop the recipe name"):
         load_run_recipe(two_step_run, named="xlm")
     assert load_run_recipe(two_step_run, named="mlm").name == "mlm"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("setting", ["trainer.max_steps=2", "trainer.max_steps=1", "trainer.stop_at=2"])
 def test_a_resume_with_no_step_left_is_refused_before_any_work(two_step_run, setting):
     before = sorted(p.name for p in two_step_run.rglob("*"))

@@ -1,0 +1,151 @@
+"""Measures (bench/measures.py): a registry entry each, its commands, what it reads from an evaluation's JSON."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.measures import (
+    MEASURES,
+    METRICS,
+    ONE_CLASS,
+    ONE_PAIR_LAYOUT,
+    Measure,
+    Target,
+    aer_metrics,
+    retrieval_metrics,
+    xnli_reader,
+)
+from bench.run import Context, run_section
+from bench.studies import evidence as E
+from bench.study import Section
+from polyalign.align.aligner import PAIR_LAYOUT
+from polyalign.align.extract import OT_FILTERING
+from tests.bench_sections import STUDY
+
+
+def test_a_new_measure_is_one_registry_entry(tmp_path, monkeypatch, capsys):
+    def read(t):
+        return json.loads(path.read_text()) if (path := t.evals / "toy" / "toy.json").is_file() else {}
+
+    toy = Measure(0.5, {"toy@x": "a toy"}, (("toy/toy.json", "evaluate toy --model {model} --out {out}"),), read)
+    monkeypatch.setitem(MEASURES, "toy", toy)
+    monkeypatch.setitem(METRICS, "toy@x", ("toy", "a toy"))
+    c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), metric="toy@x", id="toy")
+    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=True)
+    run_section(ctx, "toy")
+    assert (
+        f"-m polyalign.cli evaluate toy --model {E.SMALL_BASE} --out {tmp_path}/runs/start-" in capsys.readouterr().out
+    )
+    with pytest.raises(KeyError, match="unknown@x"):
+        dataclasses.replace(c, metric="unknown@x")
+
+
+def test_each_measure_s_wall_minutes_are_kept_with_its_run_and_listed_once_per_run(tmp_path, monkeypatch):
+    from bench.page import minutes_table
+    from bench.run import run_seed
+
+    def read(t):
+        return json.loads(path.read_text()) if (path := t.evals / "toy" / "toy.json").is_file() else {}
+
+    def fake_sh(ctx, command):  # the toy measure's job: write its JSON
+        ran.append(command)
+        out = Path(command[command.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "toy.json").write_text('{"toy@x": 1.0}')
+
+    ran: list = []
+    toy = Measure(0.5, {"toy@x": "a toy"}, (("toy/toy.json", "evaluate toy --model {model} --out {out}"),), read)
+    monkeypatch.setitem(MEASURES, "toy", toy)
+    monkeypatch.setitem(METRICS, "toy@x", ("toy", "a toy"))
+    monkeypatch.setattr("bench.run.sh", fake_sh)
+    c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), metric="toy@x", id="toy", measures=())
+    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    first = run_seed(ctx, c.baseline, 0)
+    again = run_seed(ctx, c.baseline, 0)  # cached: nothing runs, the minutes are read back
+    assert len(ran) == 1 and first["toy@x"] == 1.0
+    assert set(first["minutes"]) == {"toy"} and again["minutes"] == first["minutes"]
+    shared = {"results": {"start": {"0": again}, "ppa": {"0": {"train": {"seconds": 600.0}}}}}
+    table = "\n".join(minutes_table({"a": shared, "b": shared}))
+    assert table.count("`start`") == 1 and table.count("`ppa`") == 1  # a run two sections share: one row
+    assert "| a: `ppa` | 0 | 10.0 | - | 10.0 |" in table
+    assert minutes_table({"a": {"results": {"start": {"0": {"toy@x": 1.0}}}}}) == []  # nothing timed: no table
+
+
+def test_a_measure_repeats_its_command_for_every_gold_set_of_the_trained_languages(tmp_path):
+    t = Target("a", "m", tmp_path, tmp_path, tmp_path / "eval", ("en", "de", "fr"), "py")
+    jobs = MEASURES["aer-ot"].jobs(t)
+    assert [done.parent.name for done, _ in jobs] == ["de-en", "en-fr"]
+    assert (
+        jobs[0][1][:4] == ["py", "-m", "polyalign.cli", "evaluate"]
+        and f"{tmp_path}/eval/word_alignment/de-en" in jobs[0][1]
+    )
+    assert MEASURES["aer-ot"].minutes_for(("en", "de", "fr")) == pytest.approx(3.0 * 2 / 7)
+    mt = MEASURES["mt-veco"].jobs(t)[0][1]
+    assert mt[:3] == ["py", "-m", "bench.probes.veco_translation"] and mt[-1] == f"{tmp_path}/eval/mt-veco.json"
+
+
+def sweep(values):
+    return [{"layer": i, "average": {"both": v}} for i, v in enumerate(values)]
+
+
+def test_the_tatoeba_layer_is_chosen_on_the_dev_split_not_the_test_set():
+    dev = {"sweep": sweep([10.0, 50.0, 30.0, 20.0])}  # dev's best: layer 1
+    test = {"sweep": sweep([1.0, 2.0, 3.0, 9.0]), "reported": {"layer": 2}}  # test's best: layer 3
+    m = retrieval_metrics(dev, test)
+    assert (m["tatoeba14@dev"], m["layer@dev"], m["tatoeba14@last"], m["tatoeba14@default"], m["dev@best"]) == (
+        2.0,
+        1,
+        9.0,
+        3.0,
+        50.0,
+    )
+
+
+def test_aer_means_over_gold_sets_and_the_self_labeling_layer():
+    gold = lambda aers, reported: {"aer": reported, "sweep": [{"aer": a} for a in aers], "ot_filtering": OT_FILTERING}  # noqa: E731
+    m = aer_metrics("ot", {"de-en": gold([80, 60, 70, 75, 90], 70), "en-fr": gold([60, 40, 50, 55, 70], 50)})
+    assert (m["aer-ot@default"], m["aer-ot@best"], m["aer-ot@label"]) == (60, 50, 65)  # depth 4: layer round(10*4/12)=3
+    assert (
+        m[ONE_PAIR_LAYOUT] is True
+        and aer_metrics("ot", {"x": gold([1], 1)}, language_embeddings=True)[ONE_PAIR_LAYOUT] is False
+    )
+
+
+def target(tmp_path, embeddings=False) -> Target:
+    return Target("a", "model", tmp_path, tmp_path, tmp_path, None, "py", embeddings)
+
+
+def test_aer_from_before_the_itermax_filtering_or_the_one_pair_layout_is_measured_again(tmp_path):
+    ot, argmax = MEASURES["aer-ot"].current, MEASURES["aer-argmax"].current
+    plain, t = {"aer": 80.0}, target(tmp_path)
+    assert not ot(t, plain) and argmax(t, plain) and ot(t, {"ot_filtering": OT_FILTERING})
+    with_embeddings = target(tmp_path, embeddings=True)  # positions restarting at the second sentence: stale
+    assert not argmax(with_embeddings, plain) and argmax(with_embeddings, {"pair_layout": PAIR_LAYOUT})
+
+
+def test_the_runner_flags_an_xnli_classifier_that_scores_the_same_in_every_language(tmp_path):
+    t = target(tmp_path)
+    (t.evals / "xnli").mkdir(parents=True)
+
+    def write(per_language):
+        result = {"average": {"mean": 40.0}, "per_language": {k: {"mean": v} for k, v in per_language.items()}}
+        (t.evals / "xnli" / "finetune.json").write_text(json.dumps({"results": [result]}))
+        return xnli_reader("xnli")(t)[ONE_CLASS]
+
+    assert write({"en": 33.3, "de": 33.3}) and not write({"en": 40.0, "de": 35.0})
+
+
+def test_the_full_xnli_measure_reads_english_and_the_transfer_gap(tmp_path):
+    t = target(tmp_path)
+    (t.evals / "xnli-full").mkdir(parents=True)
+    result = {
+        "average": {"mean": 60.0},
+        "gap": {"mean": 4.0},
+        "per_language": {"en": {"mean": 63.7}, "de": {"mean": 59.7}},
+    }
+    (t.evals / "xnli-full" / "finetune.json").write_text(json.dumps({"results": [result]}))
+    read = MEASURES["xnli-full"].read(t)
+    assert (read["xnli-full"], read["xnli-full/en"], read["xnli-full/gap"], read[ONE_CLASS]) == (60.0, 63.7, 4.0, False)
+    assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair, as issue 36 asks
