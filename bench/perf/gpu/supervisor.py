@@ -124,6 +124,7 @@ def combine(files: list[Path]) -> dict:
     result = dict(calls[-1], seconds=sum(c["seconds"] for c in calls))
     result["command"] = " ; ".join(c["command"] for c in calls)
     result["date"] = " ; ".join(c["date"] for c in calls)
+    result["code"] = " ; ".join(dict.fromkeys(c["code"] for c in calls))
     steps = {s["name"]: s for s in calls[0]["steps"]}
     for call in calls[1:]:
         steps |= {s["name"]: s for s in call["steps"] if s["status"] != NOT_SELECTED}
