@@ -9,6 +9,7 @@ command for every gold set of the trained languages. The runner skips a command 
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ class Target:
     def fill(self, template: str, out: Path, gold: str = "") -> list[str]:
         dev_langs = "all" if self.languages is None else ",".join(x for x in self.languages if x != "en")
         fields = dict(model=self.model, run=self.run, out=out, data=self.data, eval=self.eval_root, arm=self.arm)
-        args = template.format(**fields, dev_langs=dev_langs, gold=gold).split()
+        args = shlex.split(template.format(**fields, dev_langs=dev_langs, gold=gold))  # a quoted prefix keeps its space
         return [self.python, *args] if args[0] == "-m" else [self.python, "-m", "polyalign.cli", *args, "--no-progress"]
 
 
@@ -277,6 +278,14 @@ def read_bucc(t: Target) -> dict:
     return {"bucc-f1": 100 * data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}
 
 
+def read_e5_retrieval(t: Target) -> dict:
+    tatoeba, bucc = load(t.evals / "tatoeba-query" / "tatoeba.json"), load(t.evals / "bucc-query" / "bucc.json")
+    if not (tatoeba and bucc):
+        return {}
+    by_layer = {r["layer"]: r["average"]["both"] for r in tatoeba["sweep"]}
+    return {"tatoeba14-query@last": by_layer[max(by_layer)], "bucc-query-f1": 100 * bucc["f1"]}
+
+
 # --------------------------------------------------------------------------------------------------------
 
 TATOEBA = "evaluate tatoeba --model {model} --layers all --out {out}"
@@ -379,6 +388,27 @@ MEASURES: dict[str, Measure] = {
             ),
         ),
         read_bucc,
+    ),
+    # issue 47: PPA's sentence-alignment claim on retrieval as an E5 model is read (its model card): `query: ` before
+    # every sentence, the mean of the last layer (12 of e5-small, the real-start study's start)
+    "retrieval-e5": Measure(
+        3.5,
+        {
+            "tatoeba14-query@last": "Tatoeba-14 acc@1 (both directions), `query: ` prefix, mean-pooled last layer",
+            "bucc-query-f1": "BUCC 2018 zh-en (dev) F1, `query: ` prefix, last layer (12), oracle threshold",
+        },
+        (
+            (
+                "tatoeba-query/tatoeba.json",
+                f"{TATOEBA} --data {{eval}}/tatoeba --langs tatoeba14 --prefix 'query: '",
+            ),
+            (
+                "bucc-query/bucc.json",
+                "evaluate bucc --model {model} --data {eval}/bucc2018 --pair zh-en --split dev --layer 12 "
+                "--prefix 'query: ' --out {out}",
+            ),
+        ),
+        read_e5_retrieval,
     ),
     "training-loss": Measure(
         0.0,
