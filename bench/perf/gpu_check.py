@@ -3,18 +3,26 @@ CPU scale, in two commands that fit one 15-minute loan of the GPU machine.
 
 THE PLAN (device seconds; the loan's 900 include the machine's start and every wait). Measured on the first loan
 (one H200, 2026-11-26, bench/results/gpu/gpu_check.md): start and transfers ~30; call 1 179; call 2 489 with the
-XLM-E arm cut at 1.9e16 FLOPs by a 3-minute guard (it ran at 105 model TFLOP/s, MLM + TLM at 225).
+XLM-E arm cut at 1.9e16 FLOPs by a 3-minute guard (it ran at 105 model TFLOP/s, MLM + TLM at 225). The second loan
+(one H200, 2026-11-27, bench/results/gpu/loan2.md) ran the evidence step alone: XLM-E finished its 641 steps in 4.8
+minutes, but the step needs ~10.1 minutes (probes 0.4, MLM + TLM 2.4 + measures 1.2, XLM-E 4.9 + measures 1.2) and
+the call's limit cut it after one gold set. So call 2 now keeps its runs in a fixed `--work` folder and is made
+twice on the warm machine (call 2b finds the trainings and the measures already done and finishes the rest).
   start of the machine and transfers                                     ~30-120
   call 1 (timeout_s 260): environment, gpu tests, throughput             budgets 15 + 100 + 120 = 235
   call 2 (timeout_s 600, at once while warm): the evidence step          budget 590: probes ~40, MLM + TLM ~135,
                                                                          XLM-E ~290 (5-minute guard), measures ~110
+  call 2b (if call 2 was cut): the rest of the evidence step             ~80
   the 30 s idle before give_back                                         ~30
-  total                                                                  ~890 of 900: call 1 is the one to cut
+  total                                                                  ~970: over 900 with call 1, so a loan
+                                                                         after the first two runs calls 2 and 2b
+                                                                         only (call 1's steps passed on loan 1)
 The commands (here first: `python bench/perf/gpu_pack.py`, then carry the pack and the wheels the image lacks):
   call 1: pip install --target /tmp/site .whl/*.whl; PYTHONPATH=/tmp/site POLYALIGN_COMMIT=<hash>
           timeout 250 python3 bench/perf/gpu_check.py --steps environment,gpu_tests,throughput --out /tmp/gc;
           tar czf $OUT/gpu_check.tgz -C /tmp/gc .; cp /tmp/gc/gpu_check.json $OUT/call1.json
-  call 2: the same with --steps evidence, timeout 595, $OUT/call2.json (the image's typer needs the carried one)
+  call 2: the same with --steps evidence --work /tmp/gcw, timeout 595, $OUT/call2.json (the image's typer needs the
+          carried one); call 2b: the same command again at once if call 2 was cut (~80 s more)
   here:   python bench/perf/gpu_check.py --combine call1.json call2.json --out bench/results/gpu
           (then copy evidence/xlm-e-gpu.json to bench/results/evidence/sections/ and `python -m bench.page evidence`)
 Steps 4 and 5 (alignment, Tatoeba speed) run when a loan has time left: `--steps alignment,tatoeba`.
@@ -76,7 +84,8 @@ def main() -> None:
     ap.add_argument("--steps", help=f"comma list of steps to run (default all: {','.join(STEPS)})")
     ap.add_argument("--combine", nargs="+", type=Path, help="gpu_check.json files of several calls -> one page")
     ap.add_argument("--step", choices=list(STEPS), help=argparse.SUPPRESS)  # a step's own process
-    ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--work", type=Path, help="keep models and runs here (default: a temporary folder); a second "
+                    "call with the same folder skips finished trainings and measures")
     ap.add_argument("--logs", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--ddp-probe", type=Path, help=argparse.SUPPRESS)  # a torchrun worker of the probe
@@ -98,7 +107,7 @@ def main() -> None:
         if unknown := [s for s in steps if s not in STEPS]:
             ap.error(f"--steps: unknown {', '.join(unknown)}; the steps are {', '.join(STEPS)}")
         args.out.mkdir(parents=True, exist_ok=True)
-        run_check(args.out, args.dry_run, steps)
+        run_check(args.out, args.dry_run, steps, args.work)
         print(f"wrote {args.out / 'gpu_check.md'} and gpu_check.json")
 
 

@@ -78,10 +78,14 @@ def step_status(parts: dict) -> str:
     return "ok" if statuses else "failed: recorded nothing"
 
 
-def run_check(out: Path, dry_run: bool, steps: list[str] | None = None) -> dict:
-    # Models, runs and data stay out of --out (the device tool brings back all of it); logs come back.
-    with tempfile.TemporaryDirectory(prefix="gpu_check") as work:
-        return check_in(Path(work), out, dry_run, steps or list(STEPS))
+def run_check(out: Path, dry_run: bool, steps: list[str] | None = None, work: Path | None = None) -> dict:
+    # Models, runs and data stay out of --out (the device tool brings back all of it); logs come back. A given
+    # `work` folder is kept: a second call on the warm machine finds the first one's trainings and measures.
+    if work is not None:
+        work.mkdir(parents=True, exist_ok=True)
+        return check_in(work, out, dry_run, steps or list(STEPS))
+    with tempfile.TemporaryDirectory(prefix="gpu_check") as scratch:
+        return check_in(Path(scratch), out, dry_run, steps or list(STEPS))
 
 
 NOT_SELECTED = "skipped: not in --steps"
