@@ -75,6 +75,46 @@ def note(notes: dict, key: str) -> list[str]:
 # --------------------------------------------------------------------------------------------------------
 # What stands in the way of a comparison that is not reproduced: the data, the rule's reading, the note
 
+SCALE, CODE, NOT_SEPARATED = "scale", "code suspect", "code or scale not separated"
+"""What a reading may conclude: the model (scale) stands in the way, the code is suspect, or neither is shown."""
+WORDS = {
+    V.R.DEPARTURE_EXPLAINS: "the departure, not the code",
+    V.R.DEPARTURE_DOES_NOT: "the departure does not explain it",
+    V.R.PREMISE_NOT_MET: "premise not met: {parts}",
+    V.R.AT_FLOOR: f"every model at its unigram floor: {SCALE}",
+    V.R.AT_FLOOR_GAP_GROWS: f"every model at its unigram floor, gap grows with compute: {NOT_SEPARATED}",
+    V.R.LOSS_FALLS: f"the method's loss falls: {NOT_SEPARATED}",
+    V.R.LOSS_FLAT: f"a loss of the method does not fall: {CODE}",
+    V.R.REPRODUCED_ELSEWHERE: "no logged loss; the same code reproduces it on other states ({ids}): not the code",
+    V.R.NO_LOSS: "no logged loss: not measured",
+    V.R.DIAGNOSTICS_DISAGREE: f"diagnostics disagree: {NOT_SEPARATED}",
+    V.R.DIAGNOSTIC_REPRODUCED: "{met}, reproduced: " + SCALE,
+    V.R.DIAGNOSTIC_GAP_CLOSES: f"trails, gap closes with compute: {NOT_SEPARATED}, trend to {SCALE}",
+    V.R.DIAGNOSTIC_TRAILS: CODE,
+    V.R.DIAGNOSTIC_OTHER: "{met}, {1}",
+    V.R.GAP_IN: "gap in the {0}",
+    V.R.GAP_NOT_IN: "gap not in the {0}",
+    V.R.GAP_NOT_ONLY_IN: "gap not only in the {0}",
+    V.R.NO_GAP_TO_PLACE: "no gap without to place ({0})",
+    V.R.INDEPENDENT_ALIKE: "independent implementation ends alike: not the code",
+    V.R.INDEPENDENT_OTHERWISE: f"independent implementation ends otherwise: {CODE}",
+    V.R.READ: "read",
+    V.R.NOT_MEASURED: "not measured",
+    V.R.STALE_NOT_READ: "stale: not read",
+    V.R.DEPARTS_NOT_READ: "departs from the paper: not read",
+    V.R.UNMET_NOT_READ: "premise not met, not reproduced: not read",
+}
+"""A reading's code in words: {0}, {1} its parameters, {met} whether a diagnostic's premise held, {ids} the
+diagnostics it names, {parts} the readings it rests on."""
+
+
+def words(reading: V.Reading) -> str:
+    """A reading as the page says it: its code's words, then the reading read beside it."""
+    met = "premise met" if reading.args[:1] == (True,) else "premise not met either"
+    parts = "; ".join(map(words, reading.parts)) or SCALE
+    said = WORDS[reading.code].format(*reading.args, met=met, ids=", ".join(map(str, reading.args)), parts=parts)
+    return said + (f"; {words(reading.also)}" if reading.also else "")
+
 
 def premise_text(c: Comparison, section: dict | None) -> str:
     """The comparison's premises and reference values, seed 0, as a table cell: value, what it is held against."""
@@ -163,7 +203,7 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
                     difference_text(drow) if drow else "-",
                     drow["verdict"] if drow else V.NOT_RUN,
                     premises or "-",
-                    d["read"],
+                    words(d["read"]),
                 ]
             )
         lines += [
@@ -194,7 +234,7 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
             ),
             "",
         ]
-    lines.append(f"- Reading (rule, bench/verdict.py): {V.reading(study, c, rows, loaded, independent)}.")
+    lines.append(f"- Reading (rule, bench/verdict.py): {words(V.reading(study, c, rows, loaded, independent))}.")
     return [*lines, *note(notes, c.id), ""]
 
 

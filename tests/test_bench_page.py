@@ -101,3 +101,11 @@ def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flag
     page.write(REAL, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path)
     rows = {r["claim"]: r for r in json.loads((tmp_path / "real-start" / "verdicts.json").read_text())["rows"]}
     assert rows["real-ppa-vs-start"]["verdict"] == V.ONE_CLASS_VERDICT
+
+
+def test_every_reading_code_has_words_and_a_reading_says_what_it_rests_on_after_it():
+    assert set(page.WORDS) == set(V.R)
+    part, beside = V.Reading(V.R.GAP_IN, ("token embeddings",)), V.Reading(V.R.INDEPENDENT_ALIKE)
+    said = page.words(V.Reading(V.R.PREMISE_NOT_MET, parts=(part, V.Reading(V.R.DIAGNOSTIC_TRAILS)), also=beside))
+    assert f"{page.words(part)}; {page.CODE}; {page.words(beside)}" in said and "token embeddings" in said
+    assert page.words(V.Reading(V.R.PREMISE_NOT_MET)).endswith(page.SCALE)  # no diagnostic read: scale
