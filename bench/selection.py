@@ -224,10 +224,11 @@ def selection_blocks(selection: Selection, saved: dict, s: dict, root: Path, fig
     notes = [arm_line(selection, name, arms.get(name, {})) for name in arm_names(selection, saved)]
     blocks = [
         Block(selection.heading, (selection.about,), header, tuple(rows)),
-        Block(text=("\n".join(notes), *chosen_lines(selection, s, refs), f"![AER by step]({figure})")),
+        Block(text=("\n".join(notes), *chosen_lines(selection, s, refs))),
     ]
     if not pick:
         return blocks
+    blocks.append(Block(text=(f"![AER by step]({figure})",)))
     chosen_scores = arms[s["arm"]]["checkpoints"][str(s["step"])]
     blocks += [
         *compare_blocks(saved.get("compare"), s),

@@ -63,9 +63,14 @@ class SelectionRun:
         self.results["protocol"] = {"layer": p.layer, "encoding": p.encoding, "method": p.method}
         self.results_path.write_text(json.dumps(self.results, indent=1, ensure_ascii=False) + "\n")
 
+    def chosen(self, trained_only: bool = False) -> tuple[str, str]:
+        """The candidate the rule picks on the dev halves (bench/selection.py)."""
+        if pick := S.chosen(self.selection, self.results, trained_only):
+            return pick
+        raise SystemExit(f"{self.study.name}: no candidate is measured yet (run the steps start and arms first)")
+
     def chosen_folder(self) -> Path:
-        arm, step = S.chosen(self.selection, self.results)
-        return self.path(S.model_path(self.selection, self.results, arm, step))
+        return self.path(S.model_path(self.selection, self.results, *self.chosen()))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -183,7 +188,7 @@ def derive(run: SelectionRun, only=None) -> None:
         if derived.base:
             base, step = derived.base, S.last_step(saved[derived.base])
         else:
-            base, step = S.chosen(selection, run.results, trained_only=True)
+            base, step = run.chosen(trained_only=True)
         tuned, key = S.model_path(selection, run.results, base, step), S.DERIVED_KEYS[derived.kind]
         if any(r.get(key) == S.derived_source(derived, selection.start, tuned) for r in saved.values()):
             continue
@@ -208,7 +213,7 @@ def compare(run: SelectionRun, only=None) -> None:
     if run.dry_run:
         return
     selection, p = run.selection, run.selection.protocol
-    arm, step = S.chosen(selection, run.results)
+    arm, step = run.chosen()
     models = (run.path(selection.start), run.chosen_folder())
     aligners = [Aligner(load_model(m), encoding=p.encoding) for m in models]
     out = {}
