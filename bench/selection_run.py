@@ -92,7 +92,7 @@ def alignment_scores(run: SelectionRun, folder: Path, encodings: tuple[str, ...]
         for name in run.selection.gold_sets:
             gold = read_gold(run.path(run.selection.gold) / name)
             encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
-            links = aligner.align_encoded(encoded, p.methods, list(layers), gold.languages)
+            links = aligner.align_encoded(encoded, p.methods or (p.method,), list(layers), gold.languages)
             for (method, layer), found in links.items():
                 for half, rows in S.halves(len(found)).items():
                     key = f"{encoding}/{method}" + ("" if half == "all" else f"/{half}")
@@ -105,6 +105,10 @@ def subset(gold, rows: list[int]):
     pick = lambda items: [items[i] for i in rows]  # noqa: E731
     return replace(gold, source=pick(gold.source), target=pick(gold.target), sure=pick(gold.sure),
                    possible=pick(gold.possible))  # fmt: skip
+
+
+def every_encoding(p) -> tuple[str, ...]:
+    return p.encodings or (p.encoding,)
 
 
 def protocol_layers(run: SelectionRun) -> tuple[int, ...]:
@@ -122,7 +126,7 @@ def start(run: SelectionRun, only=None) -> None:
     if run.dry_run:
         return
     if "start" not in run.results:
-        run.results["start"] = {"scores": alignment_scores(run, folder, p.encodings, protocol_layers(run))}
+        run.results["start"] = {"scores": alignment_scores(run, folder, every_encoding(p), protocol_layers(run))}
         run.save()
     if "start_layers" not in run.results:  # the best layer, chosen on the gold sets: shown, never used
         from polyalign.checkpoint import load_model
@@ -167,7 +171,7 @@ def arms(run: SelectionRun, only: list[str] | None = None) -> None:
             step = str(int(checkpoint.name.split("-")[1]))
             record.setdefault("minutes_at", {})[step] = round(minutes_logged(logged, int(step)), 1)
             if step not in record.setdefault("checkpoints", {}):
-                encodings = selection.protocol.encodings if int(step) == last else (selection.protocol.encoding,)
+                encodings = every_encoding(selection.protocol) if int(step) == last else (selection.protocol.encoding,)
                 record["checkpoints"][step] = alignment_scores(run, checkpoint, encodings, protocol_layers(run))
                 run.save()
         record["model"] = S.checkpoint_folder(selection, arm.name, last)
