@@ -66,7 +66,7 @@ def test_the_rule_decides_on_the_dev_halves_and_never_reads_the_test_halves():
 
 
 def test_without_a_candidate_below_the_start_everywhere_the_lowest_mean_is_chosen():
-    dev = {("a", "1"): {"de-en": 30.0, "en-fr": 5.0}, ("b", "1"): {"de-en": 21.0, "en-fr": 11.0}}
+    dev = {("a", "1"): {"de-en": 30.0, "en-fr": 1.0}, ("b", "1"): {"de-en": 21.0, "en-fr": 11.0}}  # means 15.5, 16
     assert S.choose(dev, {"de-en": 20.0, "en-fr": 10.0}, GOLD) == ("a", "1")
     assert S.choose({}, {"de-en": 20.0}, GOLD) is None
 
