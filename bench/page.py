@@ -20,6 +20,7 @@ from bench import verdict as V
 from bench.figures import checkpoint_curves, current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
 from bench.reporting import block_lines, fmt, markdown_table, provenance, read_json, write_json
+from bench.selection_page import selection_blocks
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
 
@@ -369,7 +370,7 @@ def write_selection(study: Study, results: Path, command: str, notes_dir: Path =
         return [*(line for block in step.blocks(saved) for line in block_lines(block)), *said, *([""] if said else [])]
 
     lines += [line for step in selection.before for line in step_lines(step)]
-    lines += [line for b in S.selection_blocks(selection, saved, summary, root, str(figure)) for line in block_lines(b)]
+    lines += [line for b in selection_blocks(selection, saved, summary, root, str(figure)) for line in block_lines(b)]
     lines += [line for step in selection.after for line in step_lines(step)]
     page = results / f"{study.name}.md"
     page.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
@@ -377,19 +378,20 @@ def write_selection(study: Study, results: Path, command: str, notes_dir: Path =
 
 
 def draw_selection_curve(study: Study, saved: dict, out: Path, root: Path) -> None:
-    """The protocol's AER at every checkpoint of the best trained arm (from the start, at step 0), per gold set, with
-    the baseline reference dotted."""
-    selection = study.selection
-    if not (pick := S.chosen(selection, saved, trained_only=True)):
+    """The protocol's AER at every checkpoint of the best trained arm, at the layer it was chosen at (from the start,
+    at step 0), per gold set, with the baseline reference dotted."""
+    selection, p = study.selection, study.selection.protocol
+    if not (pick := S.chosen_at(selection, saved, trained_only=True)):
         return
-    record, start = saved["arms"][pick[0]], S.at(selection.protocol, saved["start"]["scores"])
-    aer = {int(step): S.at(selection.protocol, scores) for step, scores in record["checkpoints"].items()}
+    record, layer = saved["arms"][pick[0]], pick[2]
+    start = S.at(p, saved["start"]["scores"], layer=layer) or saved.get("start_layers", {}).get(layer)
+    aer = {int(step): S.at(p, scores, layer=layer) for step, scores in record["checkpoints"].items()}
     steps = sorted(step for step, a in aer.items() if a and all(g in a for g in selection.gold_sets))
     series = {g: ([0, *steps], [start[g], *(aer[step][g] for step in steps)]) for g in selection.gold_sets}
-    baseline, p = S.baseline_of(selection), selection.protocol
+    baseline = S.baseline_of(selection)
     dotted = S.reference_values(baseline, selection.gold_sets, root) if baseline else {}
     title = f"{pick[0]} from {Path(selection.start).name}; dotted: {S.short_name(baseline) if baseline else 'none'}"
-    checkpoint_curves(series, dotted, f"{title} ({p.encoding}, {p.method}, layer {p.layer})", out)
+    checkpoint_curves(series, dotted, f"{title} ({p.encoding}, {p.method}, layer {layer})", out)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,10 @@ JSON, bench/results/STUDY.json, written by bench/selection_run.py:
                  a derived arm also has `interpolated` or `plugged_out` (what it was made from)
     start       {scores: the same as a checkpoint's, for the start model}
     start_layers  the protocol's AER of the start at every layer (chosen on the gold sets: shown, never used)
-    compare     the chosen candidate against the start: the AER difference and its paired bootstrap interval
+    start_layers_dev  the same on the dev halves at the layer rule's layers (`Selection.rule_layers`), where it has one
+    compare     the chosen candidate against the start: the AER difference and its paired bootstrap interval, its
+                layer and method (the protocol's where absent)
+    fit         bench/studies/e5_aligner.py: `polyalign fit-aligner` on each gold set's own sentences
 
 plus what the study's own steps save. Missing parts are read as not run.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.reporting import Block, read_json
+from bench.reporting import read_json
 from bench.study import Derived, Protocol, Reference, Selection
 
 DEV, TEST = "dev", "test"
@@ -63,35 +66,117 @@ def minutes_at(record: dict, step: str) -> float | None:
 # The rule
 
 
-def candidates(selection: Selection, saved: dict, half: str, trained_only: bool = False) -> dict[tuple, dict]:
-    """(arm, step) -> the protocol's AER on `half` of every gold set, for every candidate measured on all of them;
-    `trained_only` leaves the derived arms out."""
+def candidates(selection: Selection, saved: dict, half: str, trained_only: bool = False, layer=None) -> dict:
+    """(arm, step) -> the protocol's AER on `half` of every gold set (at `layer`, the protocol's by default), for every
+    candidate measured on all of them; `trained_only` leaves the derived arms out."""
     out = {}
     for name, record in saved.get("arms", {}).items():
         if trained_only and is_derived(record):
             continue
         for step, scores in record.get("checkpoints", {}).items():
-            aer = at(selection.protocol, scores, half)
+            aer = at(selection.protocol, scores, half, layer)
             if aer and all(g in aer for g in selection.gold_sets):
                 out[(name, step)] = aer
     return out
 
 
-def choose(scored: dict[tuple, dict], start: dict[str, float], gold_sets, below_start_everywhere: bool = True):
+def mean(aer: dict[str, float], gold_sets) -> float:
+    return sum(aer[g] for g in gold_sets) / len(gold_sets)
+
+
+def choose(scored: dict[tuple, dict], start: dict, gold_sets, below_start_everywhere: bool = True):
     """The candidate the rule picks: among those below the start on every gold set, the lowest mean AER; the lowest
-    mean of all when none is (or without that condition). None without candidates."""
-    improving = [c for c, aer in scored.items() if all(aer[g] < start[g] for g in gold_sets)]
+    mean of all when none is (or without that condition). None without candidates. `start`: the start's AER per gold
+    set; or per layer ({layer: {gold set: AER}}) where a candidate is (arm, step, layer), each against its own."""
+    start_of = lambda c: start[c[2]] if len(c) == 3 else start  # noqa: E731
+    improving = [c for c, aer in scored.items() if all(aer[g] < start_of(c)[g] for g in gold_sets)]
     pool = (improving if below_start_everywhere else []) or list(scored)
-    return min(pool, key=lambda c: sum(scored[c][g] for g in gold_sets) / len(gold_sets), default=None)
+    return min(pool, key=lambda c: mean(scored[c], gold_sets), default=None)
+
+
+def rule_layer(selection: Selection, saved: dict) -> str | None:
+    """Issue 44's layer rule: among `selection.rule_layers`, the start's layer with the lowest mean AER under the
+    protocol over the dev halves (`start_layers_dev`); None without the rule or those scores."""
+    sweep = saved.get("start_layers_dev", {})
+    layers = [k for k in sweep if int(k) in selection.rule_layers and all(g in sweep[k] for g in selection.gold_sets)]
+    return min(layers, key=lambda k: (mean(sweep[k], selection.gold_sets), int(k)), default=None)
+
+
+def candidate_layers(selection: Selection, saved: dict) -> list[str]:
+    """The layers a candidate is chosen at: the protocol's, and the layer rule's where the selection has one."""
+    return list(dict.fromkeys((str(selection.protocol.layer), *filter(None, [rule_layer(selection, saved)]))))
+
+
+def start_dev(selection: Selection, saved: dict) -> dict[str, dict[str, float]]:
+    """The start's dev-half AER under the protocol per layer: its layer rule's sweep, and its own scores (which win
+    where both have a layer)."""
+    own = saved.get("start", {}).get("scores", {}).get(selection.protocol.key(DEV), {})
+    return {**saved.get("start_layers_dev", {}), **own}
+
+
+def chosen_at(selection: Selection, saved: dict, trained_only: bool = False) -> tuple[str, str, str] | None:
+    """The (arm, step, layer) the rule picks on the dev halves (the test halves play no part): every candidate at
+    each of `candidate_layers`, each against the start at its own layer."""
+    start = start_dev(selection, saved)
+    scored = {
+        (*c, layer): aer
+        for layer in candidate_layers(selection, saved)
+        if all(g in start.get(layer, {}) for g in selection.gold_sets)
+        for c, aer in candidates(selection, saved, DEV, trained_only, layer).items()
+    }
+    return choose(scored, start, selection.gold_sets, selection.below_start_everywhere)
 
 
 def chosen(selection: Selection, saved: dict, trained_only: bool = False) -> tuple[str, str] | None:
-    """The (arm, step) the rule picks on the dev halves (the test halves play no part)."""
-    start = at(selection.protocol, saved.get("start", {}).get("scores", {}), DEV)
-    if start is None:
+    """The (arm, step) the rule picks on the dev halves (`chosen_at` without the layer)."""
+    pick = chosen_at(selection, saved, trained_only)
+    return pick[:2] if pick else None
+
+
+def methods_at(selection: Selection, scores: dict, layer: str, half: str = DEV) -> dict[str, dict[str, float]]:
+    """Extraction method -> AER per gold set on `half` at `layer`, the protocol's encoding, for every method a
+    checkpoint's scores hold on all gold sets."""
+    out = {}
+    for key, by_layer in scores.items():
+        encoding, method, *rest = key.split("/")
+        aer = by_layer.get(layer, {})
+        if encoding == selection.protocol.encoding and rest == ([half] if half else []):
+            out |= {method: aer} if all(g in aer for g in selection.gold_sets) else {}
+    return out
+
+
+def chosen_method(selection: Selection, saved: dict, pick: tuple[str, str, str]) -> str:
+    """Issue 44's extraction rule: on the chosen model and layer, the method with the lowest mean dev-half AER among
+    those measured (ties: the protocol's); the protocol's method without the rule."""
+    p = selection.protocol
+    if not selection.rule_layers:
+        return p.method
+    dev = methods_at(selection, saved["arms"][pick[0]]["checkpoints"][pick[1]], pick[2])
+    return min(dev, key=lambda m: (mean(dev[m], selection.gold_sets), m != p.method), default=p.method)
+
+
+def offered(selection: Selection, saved: dict) -> dict | None:
+    """The offered aligner: the chosen model, its layer and its extraction method."""
+    if not (pick := chosen_at(selection, saved)):
         return None
-    scored = candidates(selection, saved, DEV, trained_only)
-    return choose(scored, start, selection.gold_sets, selection.below_start_everywhere)
+    return dict(zip(("arm", "step", "layer"), pick, strict=True)) | {"method": chosen_method(selection, saved, pick)}
+
+
+def extraction(method: str) -> tuple[str, float | None]:
+    """A scored method's name as the aligner's method and softmax threshold: `softmax-0.1` is softmax at 0.1; None:
+    the aligner's default threshold."""
+    if method.startswith("softmax-"):
+        return "softmax", float(method.split("-", 1)[1])
+    return method, None
+
+
+def compared(selection: Selection, compare: dict | None) -> tuple | None:
+    """What a saved comparison compared: (arm, step, layer, method); a record without a layer or method was made
+    under the protocol."""
+    if not compare:
+        return None
+    p = selection.protocol
+    return compare["arm"], str(compare["step"]), str(compare.get("layer", p.layer)), compare.get("method", p.method)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -156,174 +241,26 @@ def short_name(reference: Reference) -> str:
 
 
 def summary(selection: Selection, saved: dict, root: Path) -> dict:
-    """The fields a script reads: the chosen candidate's AER under the protocol (all of each gold set, and the test
-    halves apart), the start's, every reference row that names a field, and the study's own steps' fields."""
+    """The fields a script reads: the offered aligner's AER (all of each gold set, and the test halves apart) at its
+    layer and method, the start's there, every reference row that names a field, and the study's own steps' fields."""
     p, start = selection.protocol, saved.get("start", {}).get("scores", {})
-    out: dict = {}
-    if pick := chosen(selection, saved):
-        arm, step = pick
+    pick, out = offered(selection, saved), {}
+    key, layer = (f"{p.encoding}/{pick['method']}", pick["layer"]) if pick else (p.key(), str(p.layer))
+    if pick:
+        arm, step = pick["arm"], pick["step"]
         record = saved["arms"][arm]
-        scores = record["checkpoints"][step]
         out |= {"model": model_path(selection, saved, arm, step), "arm": arm, "step": int(step)}
         out |= {"training_minutes": minutes_at(record, step)}
-    out |= {"layer": p.layer, "protocol": f"{p.encoding} encoding, {p.method}, layer {p.layer}"}
+    out |= {"layer": int(layer)} | ({"method": pick["method"]} if pick else {})
+    out |= {"protocol": f"{p.encoding} encoding, {p.method}, layer {p.layer}"}
     if pick:
-        out |= {"aer": at(p, scores), "aer_test_halves": at(p, scores, TEST)}
-    out |= {"start_test_halves": at(p, start, TEST), "start": {"aer": at(p, start)}}
+        scores = saved["arms"][pick["arm"]]["checkpoints"][pick["step"]]
+        out |= {"aer": scores[key][layer], "aer_test_halves": scores[f"{key}/{TEST}"][layer]}
+    out |= {"start_test_halves": start.get(f"{key}/{TEST}", {}).get(layer)}
+    out |= {"start": {"aer": start.get(key, {}).get(layer)}}
     for ref in (r for r in selection.references if r.summary):  # a published row names where it is printed
         out[ref.summary] = {"aer": reference_values(ref, selection.gold_sets, root)}
         out[ref.summary] |= {} if ref.path else {"source": ref.source}
     for step in (*selection.before, *selection.after):
         out |= step.summary(saved)
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# What the page shows (bench/page.py draws the blocks)
-
-
-def arm_names(selection: Selection, saved: dict) -> list[str]:
-    """Every arm: the declared ones, then every other the results hold (the derived ones among them)."""
-    declared = [a.name for a in selection.arms]
-    return declared + [name for name in saved.get("arms", {}) if name not in declared]
-
-
-def arm_line(selection: Selection, name: str, record: dict) -> str:
-    arm = next((a for a in selection.arms if a.name == name), None)
-    note = record.get("note") or (arm.note if arm else "")
-    sets = record.get("sets", list(arm.overrides) if arm else [])
-    recipe = record.get("recipe") or (arm.recipe if arm else None)
-    line = f"- `{name}`" + (f" (recipe `{recipe}`)" if recipe and not is_derived(record) else "") + f": {note}"
-    line += f" (`{' '.join(sets)}`)" if sets else ""
-    return line + ("" if record.get("checkpoints") else " (not run)")
-
-
-def aer_row(label: str, aer: dict | None, gold_sets) -> tuple:
-    return (label, *((aer or {}).get(g, MISSING) for g in gold_sets))
-
-
-def selection_blocks(selection: Selection, saved: dict, s: dict, root: Path, figure: str) -> list[Block]:
-    """The selection's part of the page: every arm's last checkpoint, the chosen candidate and the references; the
-    arms' notes; the chosen one's counts, curve, bootstrap, test halves; the arms at one step; the gains against a
-    published pair; every extraction method; the start's best layers."""
-    p, gold, arms = selection.protocol, selection.gold_sets, saved.get("arms", {})
-    start = saved.get("start", {}).get("scores", {})
-    refs = {r.name: reference_values(r, gold, root) for r in selection.references}
-    header = ("model", *gold)
-    rows = [aer_row(f"start: {Path(selection.start).name}", at(p, start), gold)]
-    for name in arm_names(selection, saved):
-        record, step = arms.get(name, {}), last_step(arms.get(name, {}))
-        label = f"{name} ({step} steps, {record.get('minutes')} min)" if step else f"{name}: not run"
-        rows.append(aer_row(label, step and at(p, record["checkpoints"][step]), gold))
-    pick = chosen(selection, saved)
-    label = f"chosen: {s['arm']} at step {s['step']} ({s['training_minutes']} min)" if pick else "chosen: none yet"
-    rows += [aer_row(label, s.get("aer"), gold)]
-    for ref in selection.references:  # published numbers as printed, measured ones as ours
-        values = refs[ref.name] if ref.path else {g: f"{v:.{ref.digits}f}" for g, v in refs[ref.name].items()}
-        rows.append(aer_row(ref.name, values, gold))
-    notes = [arm_line(selection, name, arms.get(name, {})) for name in arm_names(selection, saved)]
-    blocks = [
-        Block(selection.heading, (selection.about,), header, tuple(rows)),
-        Block(text=("\n".join(notes), *chosen_lines(selection, s, refs))),
-    ]
-    if not pick:
-        return blocks
-    blocks.append(Block(text=(f"![AER by step]({figure})",)))
-    chosen_scores = arms[s["arm"]]["checkpoints"][str(s["step"])]
-    blocks += [
-        *compare_blocks(saved.get("compare"), s),
-        Block(text=("Test halves only (odd sentences; untouched by the choice):",), header=header,
-              rows=(aer_row("start", s["start_test_halves"], gold), aer_row(label, s["aer_test_halves"], gold))),
-        *same_step_blocks(selection, saved),
-        *gain_blocks(selection, refs, s),
-        *method_blocks(start, chosen_scores, label, gold),
-        *best_layer_blocks(saved.get("start_layers"), gold),
-    ]  # fmt: skip
-    return blocks
-
-
-def chosen_lines(selection: Selection, s: dict, refs: dict) -> list[str]:
-    """On how many gold sets the chosen candidate is below the start and below the baseline reference."""
-    if "aer" not in s:
-        return ["No candidate is measured yet."]
-    against = [("the start", s["start"]["aer"])]
-    against += [(short_name(b), refs[b.name]) for b in [baseline_of(selection)] if b]
-    counts = []
-    for what, aer in against:
-        below = [g for g in selection.gold_sets if g in aer and s["aer"][g] < aer[g]]
-        counts.append(f"below {what} on {len(below)} of {len(selection.gold_sets)} ({', '.join(below) or 'none'})")
-    return [f"The chosen candidate ({s['model']}): {', '.join(counts)}."]
-
-
-def compare_blocks(compare: dict | None, s: dict) -> list[Block]:
-    if not compare:
-        return []
-    cells = [f"{v['difference']:+.1f} [{v['low']:+.1f}, {v['high']:+.1f}]" for v in compare["sets"].values()]
-    stale = (compare["arm"], compare["step"]) != (s["arm"], s["step"])
-    which = f"{compare['arm']} at step {compare['step']}" + (" (no longer the chosen one: run `compare`)" * stale)
-    text = (
-        f"{which} minus the start, AER points, with the 95% paired bootstrap interval over each set's sentences "
-        "(an interval that straddles 0 is a difference the set cannot tell from sampling):"
-    )
-    return [Block(text=(text,), header=("", *compare["sets"]), rows=(("difference [95%]", *cells),))]
-
-
-def same_step_blocks(selection: Selection, saved: dict) -> list[Block]:
-    step = str(selection.same_step)
-    rows = tuple(
-        aer_row(f"{name} at step {step}", at(selection.protocol, record["checkpoints"][step]), selection.gold_sets)
-        for name, record in saved.get("arms", {}).items()
-        if step in record.get("checkpoints", {})
-    )
-    text = f"The arms at the same step of the same schedule (step {step}):"
-    return [Block(text=(text,), header=("model", *selection.gold_sets), rows=rows)] if selection.same_step else []
-
-
-def gain_blocks(selection: Selection, refs: dict, s: dict) -> list[Block]:
-    """The start's gap to a published start, and the training gains, ours and theirs, on the sets both report."""
-    if not selection.gains:
-        return []
-    (theirs, tuned), start, aer = selection.gains, s["start"]["aer"], s["aer"]
-    before, after = refs[theirs], refs[tuned]
-    rows = tuple(
-        (g, start[g] - before[g], aer[g] - start[g], after[g] - before[g], aer[g] - after[g])
-        for g in before
-        if g in after and g in aer
-    )
-    text = (
-        f"What stands between the chosen candidate and `{tuned}` (AER points, on the gold sets both report): the "
-        f"start's gap to `{theirs}`, plus the difference of the two trainings' gains, is the remaining gap:"
-    )
-    header = ("gold set", "our start - theirs", "our training", "their training", "remaining gap")
-    return [Block(text=(text,), header=header, rows=rows)]
-
-
-def method_blocks(start: dict, chosen_scores: dict, label: str, gold_sets) -> list[Block]:
-    """Every encoding/method measured on both, start -> chosen, one table per layer both have."""
-    keys = [k for k in sorted(start) if k in chosen_scores and k.count("/") == 1]
-    layers = sorted({int(layer) for k in keys for layer in start[k] if layer in chosen_scores[k]})
-    blocks = []
-    for layer in map(str, layers):
-        rows = tuple(
-            (k, *(cell(start[k][layer], chosen_scores[k][layer], g) for g in gold_sets))
-            for k in keys
-            if layer in start[k] and layer in chosen_scores[k]
-        )
-        heading = f"Every extraction method at layer {layer} (start → {label})"
-        blocks.append(Block(heading, header=("encoding / method", *gold_sets), rows=rows, level=3))
-    return blocks
-
-
-def cell(before: dict, after: dict, gold: str) -> str:
-    return f"{before[gold]:.1f} → {after[gold]:.1f}" if gold in before and gold in after else MISSING
-
-
-def best_layer_blocks(layers: dict | None, gold_sets) -> list[Block]:
-    """The start's best layer per gold set: chosen on the gold sets, so shown for scale and never used."""
-    if not layers:
-        return []
-    best = {g: min(layers, key=lambda k: (layers[k][g], int(k))) for g in gold_sets}
-    parts = ", ".join(f"{g} {layers[best[g]][g]:.1f} (layer {best[g]})" for g in gold_sets)
-    return [
-        Block(text=(f"Best layer of the start, **chosen on the gold sets** (shown for scale, not used): {parts}.",))
-    ]

@@ -47,6 +47,8 @@ class Arm:
     """What the arm is, in words (a selection's page lists it)."""
     stop_at: int = 0
     """A selection's arm: stop at this step without changing the schedule (0: at the selection's `steps`)."""
+    minutes: float = 0.0  # a selection's arm: stop after these training minutes instead (trainer.max_minutes)
+    rule_layer: bool = False  # a selection's arm: self-trains and is measured at the layer rule's layer too
 
     @property
     def trained(self) -> bool:
@@ -385,6 +387,9 @@ class Selection:
     references: tuple[Reference, ...] = ()
     baseline: str = ""
     """The reference the chosen candidate is counted against beside the start (the page's dotted lines)."""
+    rule_layers: tuple[int, ...] = ()
+    """Issue 44's rules (bench/selection_rules.py): the layer among these with the start's lowest mean dev-half AER is
+    a candidate layer beside the protocol's, and the offered method is chosen on the dev halves; (): neither."""
     below_start_everywhere: bool = True
     """The rule: among the candidates below the start on every dev half the lowest mean AER (one aligner serves
     every language); the lowest mean of all when none is, or when this is False."""

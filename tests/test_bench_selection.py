@@ -11,7 +11,7 @@ import pytest
 from bench import page
 from bench import selection as S
 from bench.selection_run import run_steps, steps_of
-from bench.studies import STUDIES
+from bench.studies import STUDIES, e5_aligner
 from bench.studies import e5 as E5
 from bench.study import Derived, Reference
 from polyalign.config import load_recipe
@@ -110,7 +110,9 @@ def test_derive_makes_only_what_no_arm_was_made_from(tmp_path, capsys):
 
 
 def test_the_steps_run_in_order_and_an_unknown_one_names_them(tmp_path):
-    assert list(steps_of(STUDY)) == ["convert", "sentences", "start", "arms", "derive", "compare", "speed"]
+    assert list(steps_of(STUDY)) == [
+        "convert", "sentences", "start", "arms", "derive", "compare", "speed", "fit", "aligner-speed",
+    ]  # fmt: skip
     with pytest.raises(SystemExit, match="convert, sentences, start"):
         run_steps(STUDY, ["interpolate"], root=tmp_path)
     with pytest.raises(SystemExit, match="argmax-labels"):
@@ -130,7 +132,9 @@ def test_a_dry_run_prints_each_arms_training_with_its_schedule_and_stop(tmp_path
 @pytest.mark.parametrize("arm", E5.ARMS, ids=lambda a: a.name)
 def test_every_selection_arm_loads_with_its_overrides(arm):
     sets = [f"trainer.max_steps={SELECTION.steps}", f"trainer.save_every={SELECTION.save_every}", *arm.overrides]
-    recipe = load_recipe(arm.recipe, sets + ([f"trainer.stop_at={arm.stop_at}"] if arm.stop_at else []))
+    sets += [f"trainer.stop_at={arm.stop_at}"] if arm.stop_at else []
+    sets += [f"trainer.max_minutes={arm.minutes:g}", "trainer.stop_at=0"] if arm.minutes else []
+    recipe = load_recipe(arm.recipe, sets + (["objectives.0.config.layer=7"] if arm.rule_layer else []))
     assert recipe.trainer.max_steps == SELECTION.steps and arm.init_from == SELECTION.start
 
 
@@ -207,3 +211,142 @@ def test_the_e5_study_is_one_of_the_harness_and_declares_its_published_rows():
     assert summary_fields == {"eflomal", "xlm_align_base", "awesome_align"}
     names = {r.name for r in E5.SELECTION.references}
     assert E5.SELECTION.baseline in names and set(E5.SELECTION.gains) <= names
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 44's rule: the layer rule, the offered model at either layer, the offered extraction
+
+
+def layered() -> dict:
+    """The start at layers 7 and 8 (its layer sweep on the dev halves: 7 is the lowest mean), and candidates there."""
+    results = saved()
+    start = results["start"]["scores"]
+    for key, values in scores([18.0, 9.0], [18.0, 9.0], [18.0, 9.0], layer="7").items():
+        start[key] |= values
+    results["start_layers_dev"] = {"6": {"de-en": 19.0, "en-fr": 9.5}, "7": {"de-en": 18.0, "en-fr": 9.0},
+                                   "8": {"de-en": 20.1, "en-fr": 10.1}, "12": {"de-en": 1.0, "en-fr": 1.0}}  # fmt: skip
+    # at layer 7: the lowest mean (13.75), below the start at 8 on both dev halves but above the start at 7 on de-en
+    record = {"note": "R", "sets": [], "minutes": 9.0, "layers": [7, 8], "checkpoints": {"500": {}}}
+    for layer, dev in (("7", [19.0, 8.5]), ("8", [21.0, 9.0])):
+        for key, values in scores(dev, dev, [1.0, 1.0], layer=layer).items():
+            record["checkpoints"]["500"].setdefault(key, {}).update(values)
+    results["arms"]["rule-arm"] = record
+    return results
+
+
+def test_the_layer_rule_takes_the_starts_lowest_mean_dev_layer_among_its_own():
+    results = layered()
+    assert S.rule_layer(SELECTION, results) == "7"  # layer 12's lower mean is outside the rule's layers (4 to 10)
+    assert S.candidate_layers(SELECTION, results) == ["8", "7"]
+    assert S.rule_layer(dataclasses.replace(SELECTION, rule_layers=()), results) is None
+    results["start_layers_dev"]["6"] = {"de-en": 17.0, "en-fr": 9.0}
+    assert S.rule_layer(SELECTION, results) == "6"
+
+
+def test_a_candidate_at_the_rule_layer_is_held_against_the_start_at_that_layer():
+    results = layered()
+    # rule-arm at 7 (mean 13.75) is below the start at 8 everywhere but not the start at 7 (19 > 18 on de-en): the
+    # checkpoint at 500 of softmax-labels (below the start at 8 on both dev halves, mean 14) is chosen
+    assert S.chosen_at(SELECTION, results) == ("softmax-labels", "500", "8")
+    record = results["arms"]["rule-arm"]["checkpoints"]["500"]
+    record["separate/argmax/dev"]["7"] = {"de-en": 17.5, "en-fr": 8.5}  # now below the start at 7 on both
+    assert S.chosen_at(SELECTION, results) == ("rule-arm", "500", "7")
+    assert S.chosen(SELECTION, results) == ("rule-arm", "500")
+    record["separate/argmax/dev"]["7"] = {"de-en": 10.0, "en-fr": 9.5}  # lowest mean, above the start at 7 on en-fr
+    assert S.chosen_at(SELECTION, results) == ("softmax-labels", "500", "8")
+
+
+def test_the_offered_extraction_is_the_lowest_mean_on_the_dev_halves_of_the_offered_model_and_layer(tmp_path):
+    results = layered()
+    checkpoint = results["arms"]["softmax-labels"]["checkpoints"]["500"]
+    checkpoint |= scores([30.0, 30.0], [18.0, 8.0], [1.0, 1.0], key="separate/softmax-0.1")  # dev lowest, all not
+    checkpoint |= scores([1.0, 1.0], [19.5, 9.0], [1.0, 1.0], key="separate/itermax")  # all lowest, dev not
+    checkpoint |= scores([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], key="pair/ot")  # another encoding
+    checkpoint |= scores([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], key="separate/ot", layer="7")  # another layer
+    assert S.offered(SELECTION, results) == {"arm": "softmax-labels", "step": "500", "layer": "8",
+                                             "method": "softmax-0.1"}  # fmt: skip
+    del checkpoint["separate/softmax-0.1/dev"]["8"]["en-fr"]  # not measured on every dev half: no candidate
+    assert S.offered(SELECTION, results)["method"] == "argmax"
+    assert S.chosen_method(dataclasses.replace(SELECTION, rule_layers=()), results, ("softmax-labels", "500", "8")) == (
+        "argmax"
+    )
+    assert S.extraction("softmax-0.1") == ("softmax", 0.1) and S.extraction("softmax") == ("softmax", None)
+    summary = S.summary(SELECTION, results, fixture_root(tmp_path))
+    assert (summary["method"], summary["layer"], summary["aer"]) == ("argmax", 8, {"de-en": 18.0, "en-fr": 9.0})
+
+
+def test_compare_is_not_made_again_for_the_offered_aligner_it_compared(tmp_path, capsys):
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    results = saved() | {"compare": {"arm": "softmax-labels", "step": 500, "sets": {}}}  # layer 8, argmax: implied
+    (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(results))
+    run_steps(STUDY, ["compare"], dry_run=True, root=tmp_path)
+    assert "is compared already" in capsys.readouterr().out
+    results["compare"] |= {"layer": 7}
+    (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(results))
+    run_steps(STUDY, ["compare"], dry_run=True, root=tmp_path)
+    assert "is compared already" not in capsys.readouterr().out
+    assert S.compared(SELECTION, results["compare"]) == ("softmax-labels", "500", "7", "argmax")
+
+
+def test_a_rule_layer_arm_trains_at_the_rules_layer_and_a_minutes_arm_for_its_minutes(tmp_path, capsys):
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(layered()))
+    run_steps(STUDY, ["arms"], only=["softmax-rule-layer", "dwa-beside", "softmax-labels"], dry_run=True, root=tmp_path)
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
+    rule, dwa, plain = (next(c for c in commands if f"e5-runs/{n} " in c) for n in ("softmax-rule-layer", "dwa-beside",
+                                                                                   "softmax-labels"))  # fmt: skip
+    assert "objectives.0.config.layer=7" in rule and "trainer.stop_at=1000" in rule
+    assert "pretrain bench/recipes/aligner-dwa.yaml" in dwa and "objectives.0.config.layer=7" in dwa
+    assert dwa.endswith("--set trainer.max_minutes=8.2 --set trainer.stop_at=0 --set objectives.0.config.layer=7")
+    assert "config.layer" not in plain
+
+
+def test_the_page_shows_the_offered_aligner_and_the_ablation_of_every_arm_method_and_layer(tmp_path):
+    root = fixture_root(tmp_path)
+    results = root / "bench" / "results"
+    data = layered()
+    data["arms"]["rule-arm"]["checkpoints"]["500"]["separate/argmax/dev"]["7"] = {"de-en": 17.5, "en-fr": 8.5}
+    (results / "e5.json").write_text(json.dumps(data))
+    lines = page.write(STUDY, results, "cmd", notes_dir=tmp_path, root=root).read_text().splitlines()
+    offered = next(line for line in lines if "**The offered aligner**" in line)
+    assert offered.startswith("The layer rule's layer: 7 (the start's mean dev-half AER under the protocol, by layer: ")
+    assert "rule-arm at step 500, layer 7, `argmax` extraction (mean dev-half AER 13.00" in offered
+    assert "| chosen: rule-arm at step 500 (9.0 min), layer 7, argmax | 19.0 | 8.5 |" in lines
+    assert "### Ablation at layer 7: mean AER over the 2 gold sets, dev halves / whole sets" in lines
+    assert "| rule-arm | 500 | 9.0 | 13.00 / 13.75 |" in lines  # dev halves / whole sets
+    assert "| softmax-labels | 1000 | 10.0 | 13.00 / 14.00 | 17.00 / 17.00 |" in lines  # argmax, ot at layer 8
+    assert "| start |  |  | 15.00 / 15.00 | 20.00 / 20.00 |" in lines
+
+
+def speed_fixture() -> dict:
+    run = lambda ours, theirs, mfu: {"polyalign": {"pairs_per_s": ours}, "eflomal": {"pairs_per_s": theirs},  # noqa: E731
+                                     "utilisation": {"mfu": mfu}}  # fmt: skip
+    return {"threads": 2, "options": ["--method", "argmax", "--encoding", "separate", "--layer", "8"],
+            "eflomal_2000": run(150.0, 80.0, 0.21), "eflomal_20000": run(210.0, 800.0, 0.3),
+            "simalign_500": {"polyalign": {"pairs_per_s": 100.0}, "simalign": {"pairs_per_s": 22.8}}}  # fmt: skip
+
+
+def test_the_aligner_speed_section_renders_from_its_json_and_says_how_to_make_it_without():
+    from bench.reporting import block_lines
+
+    lines = "\n".join(line for b in e5_aligner.aligner_speed_blocks(speed_fixture()) for line in block_lines(b))
+    lines = lines.splitlines()
+    assert "| eflomal, 2,000 pairs | 150 | 80.0 | 1.9x | 21.0% |" in lines
+    assert "| eflomal, 20,000 pairs | 210 | 800.0 | 0.3x | 30.0% |" in lines
+    assert "| SimAlign, 500 pairs | 100 | 22.8 | 4.4x | – |" in lines
+    missing = "\n".join(line for b in e5_aligner.aligner_speed_blocks(None) for line in block_lines(b))
+    assert "python -m bench.run e5 aligner-speed" in missing and e5_aligner.ALIGNER_SPEED in missing
+
+
+def test_the_fitted_models_are_a_table_apart_labelled_transductive():
+    from bench.reporting import block_lines
+
+    fit = {"fit": {"start": {"model": E5.E5, "sets": {"de-en": {"all": 21.4, "dev": 22.4, "test": 20.4,
+                                                               "fit": {"minutes": 0.6}}}}}}  # fmt: skip
+    blocks = e5_aligner.fit_blocks(saved() | fit, GOLD, E5.PROTOCOL)
+    lines = "\n".join(line for b in blocks for line in block_lines(b)).splitlines()
+    assert any(e5_aligner.TRANSDUCTIVE in line for line in lines)
+    assert "| the start, not fitted (whole sets) | 20.0 | 10.0 |" in lines
+    assert "| the start fitted on each set (dev halves) | 22.4 | – |" in lines
+    assert "| the offered model fitted on each set: not run | – | – |" in lines
+    assert "| the start: minutes to fit and align | 0.6 | – |" in lines
