@@ -111,9 +111,10 @@ def offered_lines(selection: Selection, saved: dict) -> list[str]:
     means = ", ".join(f"{k} {mean(v, gold):.2f}" for k, v in sweep.items() if all(g in v for g in gold))
     scores = saved["arms"][pick["arm"]]["checkpoints"][pick["step"]]
     dev = methods_at(selection, scores, pick["layer"])[pick["method"]]
+    layers = " and ".join(candidate_layers(selection, saved))
     return [
         f"The layer rule's layer: {rule_layer(selection, saved)} (the start's mean dev-half AER under the protocol, by "
-        f"layer: {means}); candidates at layers {' and '.join(candidate_layers(selection, saved))}, each against the "
+        f"layer, from its own sweep `start_layers_dev`: {means}); candidates at layers {layers}, each against the "
         f"start at its own layer. **The offered aligner**: {pick['arm']} at step {pick['step']}, layer "
         f"{pick['layer']}, `{pick['method']}` extraction (mean dev-half AER {mean(dev, gold):.2f}; the extraction "
         "chosen on the dev halves among those measured on that model and layer)."

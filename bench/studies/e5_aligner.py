@@ -46,7 +46,7 @@ def fit_from(run, label: str, model: Path) -> None:
     record = run.results.setdefault("fit", {}).get(label, {})
     if record.get("model") != relative:  # another model: fitted again, in its own folders
         record = run.results["fit"][label] = {"model": relative, "sets": {}}
-    for name in run.selection.gold_sets:
+    for name in (g for g in run.selection.gold_sets if g not in record["sets"]):  # what the JSON holds is kept
         folder, out = run.path(run.selection.gold) / name, run.path(run.selection.runs) / "fit" / model.name / name
         gold = read_gold(folder)
         if not (out / "links.txt").is_file():
