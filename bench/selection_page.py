@@ -108,7 +108,9 @@ def offered_lines(selection: Selection, saved: dict) -> list[str]:
     if not selection.rule_layers or not (pick := offered(selection, saved)):
         return []
     gold, sweep = selection.gold_sets, saved.get("start_layers_dev", {})
-    means = ", ".join(f"{k} {mean(v, gold):.2f}" for k, v in sweep.items() if all(g in v for g in gold))
+    means = ", ".join(
+        f"{k} {mean(v, gold):.2f}" for k, v in sweep.items() if int(k) in selection.rule_layers and set(gold) <= set(v)
+    )
     scores = saved["arms"][pick["arm"]]["checkpoints"][pick["step"]]
     dev = methods_at(selection, scores, pick["layer"])[pick["method"]]
     layers = " and ".join(candidate_layers(selection, saved))

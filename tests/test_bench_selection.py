@@ -309,7 +309,8 @@ def test_the_page_shows_the_offered_aligner_and_the_ablation_of_every_arm_method
     (results / "e5.json").write_text(json.dumps(data))
     lines = page.write(STUDY, results, "cmd", notes_dir=tmp_path, root=root).read_text().splitlines()
     offered = next(line for line in lines if "**The offered aligner**" in line)
-    assert offered.startswith("The layer rule's layer: 7 (the start's mean dev-half AER under the protocol, by layer: ")
+    assert offered.startswith("The layer rule's layer: 7 (the start's mean dev-half AER under the protocol, by layer")
+    assert "`start_layers_dev`: 6 14.25, 7 13.50, 8 15.10); candidates at layers 8 and 7" in offered
     assert "rule-arm at step 500, layer 7, `argmax` extraction (mean dev-half AER 13.00" in offered
     assert "| chosen: rule-arm at step 500 (9.0 min), layer 7, argmax | 19.0 | 8.5 |" in lines
     assert "### Ablation at layer 7: mean AER over the 2 gold sets, dev halves / whole sets" in lines
