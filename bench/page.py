@@ -5,6 +5,7 @@ The page opens with the command and the commits that made it, then one table row
 number, baseline and method over seeds, the paired difference, the verdict), the study's own tables, for each
 comparison that is not reproduced what stands in its way (bench/verdict.py: premises, floors, diagnostics, the
 rule's reading), the notes people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures.
+A selection study's page (bench/selection.py) draws its steps' blocks and writes STUDY_summary.json beside it.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import json
 import statistics
 from pathlib import Path
 
+from bench import selection as S
 from bench import verdict as V
-from bench.measures import METRICS, ONE_PAIR_LAYOUT, RELEASED_FILTERING
-from bench.reporting import fmt, markdown_table, provenance, write_json
+from bench.figures import checkpoint_curves, current_sweep, flop_curves, section_curves
+from bench.measures import METRICS
+from bench.reporting import block_lines, fmt, markdown_table, provenance, read_json, write_json
+from bench.selection_page import selection_blocks
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
-from polyalign.evaluate.plots import plot_series
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "bench" / "studies" / "notes"
@@ -70,17 +73,48 @@ def note(notes: dict, key: str) -> list[str]:
     return [f"- Note (commit {n['commit']}): {n['note']}"] if n else []
 
 
-def current_sweep(seed: dict, key: str) -> list[float] | None:
-    """A seed's layer sweep, or None for an AER sweep measured in a stale layout or filtering (never drawn)."""
-    if key.startswith("sweep/aer-") and (
-        seed.get(ONE_PAIR_LAYOUT) is not True or (key == "sweep/aer-ot" and seed.get(RELEASED_FILTERING) is not True)
-    ):
-        return None
-    return seed.get(key)
-
-
 # --------------------------------------------------------------------------------------------------------
 # What stands in the way of a comparison that is not reproduced: the data, the rule's reading, the note
+
+SCALE, CODE, NOT_SEPARATED = "scale", "code suspect", "code or scale not separated"
+"""What a reading may conclude: the model (scale) stands in the way, the code is suspect, or neither is shown."""
+WORDS = {
+    V.R.DEPARTURE_EXPLAINS: "the departure, not the code",
+    V.R.DEPARTURE_DOES_NOT: "the departure does not explain it",
+    V.R.PREMISE_NOT_MET: "premise not met: {parts}",
+    V.R.AT_FLOOR: f"every model at its unigram floor: {SCALE}",
+    V.R.AT_FLOOR_GAP_GROWS: f"every model at its unigram floor, gap grows with compute: {NOT_SEPARATED}",
+    V.R.LOSS_FALLS: f"the method's loss falls: {NOT_SEPARATED}",
+    V.R.LOSS_FLAT: f"a loss of the method does not fall: {CODE}",
+    V.R.REPRODUCED_ELSEWHERE: "no logged loss; the same code reproduces it on other states ({ids}): not the code",
+    V.R.NO_LOSS: "no logged loss: not measured",
+    V.R.DIAGNOSTICS_DISAGREE: f"diagnostics disagree: {NOT_SEPARATED}",
+    V.R.DIAGNOSTIC_REPRODUCED: "{met}, reproduced: " + SCALE,
+    V.R.DIAGNOSTIC_GAP_CLOSES: f"trails, gap closes with compute: {NOT_SEPARATED}, trend to {SCALE}",
+    V.R.DIAGNOSTIC_TRAILS: CODE,
+    V.R.DIAGNOSTIC_OTHER: "{met}, {1}",
+    V.R.GAP_IN: "gap in the {0}",
+    V.R.GAP_NOT_IN: "gap not in the {0}",
+    V.R.GAP_NOT_ONLY_IN: "gap not only in the {0}",
+    V.R.NO_GAP_TO_PLACE: "no gap without to place ({0})",
+    V.R.INDEPENDENT_ALIKE: "independent implementation ends alike: not the code",
+    V.R.INDEPENDENT_OTHERWISE: f"independent implementation ends otherwise: {CODE}",
+    V.R.READ: "read",
+    V.R.NOT_MEASURED: "not measured",
+    V.R.STALE_NOT_READ: "stale: not read",
+    V.R.DEPARTS_NOT_READ: "departs from the paper: not read",
+    V.R.UNMET_NOT_READ: "premise not met, not reproduced: not read",
+}
+"""A reading's code in words: {0}, {1} its parameters, {met} whether a diagnostic's premise held, {ids} the
+diagnostics it names, {parts} the readings it rests on."""
+
+
+def words(reading: V.Reading) -> str:
+    """A reading as the page says it: its code's words, then the reading read beside it."""
+    met = "premise met" if reading.args[:1] == (True,) else "premise not met either"
+    parts = "; ".join(map(words, reading.parts)) or SCALE
+    said = WORDS[reading.code].format(*reading.args, met=met, ids=", ".join(map(str, reading.args)), parts=parts)
+    return said + (f"; {words(reading.also)}" if reading.also else "")
 
 
 def premise_text(c: Comparison, section: dict | None) -> str:
@@ -170,7 +204,7 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
                     difference_text(drow) if drow else "-",
                     drow["verdict"] if drow else V.NOT_RUN,
                     premises or "-",
-                    d["read"],
+                    words(d["read"]),
                 ]
             )
         lines += [
@@ -201,64 +235,8 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
             ),
             "",
         ]
-    lines.append(f"- Reading (rule, bench/verdict.py): {V.reading(study, c, rows, loaded, independent)}.")
+    lines.append(f"- Reading (rule, bench/verdict.py): {words(V.reading(study, c, rows, loaded, independent))}.")
     return [*lines, *note(notes, c.id), ""]
-
-
-# --------------------------------------------------------------------------------------------------------
-# Figures
-
-
-def flop_curves(study: Study, loaded: dict, out: Path) -> list[Path]:
-    """Metric vs training FLOPs (XLM-E Fig. 1's shape): every FLOP-budget family, one line per arm."""
-    families: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
-    for c in study.comparisons:
-        if not c.setup.budget.max_flops or (section := loaded.get(c.section)) is None:
-            continue
-        for arm in c.arms:
-            points = [
-                (s["train"]["flops"], s[c.metric])
-                for s in section["results"].get(arm.name, {}).values()
-                if c.metric in s
-            ]
-            if points:
-                point = (statistics.mean(p[0] for p in points), statistics.mean(p[1] for p in points))
-                families.setdefault((c.paper, c.metric), {}).setdefault(arm.name, []).append(point)
-    paths = []
-    for (paper, metric), series in families.items():
-        data = {
-            name: ([p[0] for p in sorted(set(pts))], [p[1] for p in sorted(set(pts))]) for name, pts in series.items()
-        }
-        ylabel = METRICS[metric][1].split(",")[0].split(" (")[0]
-        paths.append(
-            plot_series(
-                data,
-                out / f"{paper.lower()}-{metric.replace('@', '-')}-flops.png",
-                "training FLOPs",
-                ylabel,
-                f"{paper}: {metric}",
-            )
-        )
-    return paths
-
-
-def section_curves(name: str, section: dict, out: Path) -> list[Path]:
-    """Layer sweeps (Tatoeba-14, OT AER) and fine-tuning curves of seed 0 of every arm."""
-    paths = []
-    for key, ylabel in (("sweep/tatoeba14", "Tatoeba-14 acc@1"), ("sweep/aer-ot", "AER (OT)")):
-        sweeps = {arm: current_sweep(s["0"], key) for arm, s in section["results"].items() if "0" in s}
-        if series := {arm: (list(range(len(sweep))), sweep) for arm, sweep in sweeps.items() if sweep}:
-            path = out / f"{name}-{key.split('/')[1]}-layers.png"
-            paths.append(plot_series(series, path, "layer (0 = embeddings)", ylabel, f"{name}: {ylabel} by layer"))
-    curves = {
-        f"{arm} ({key.removeprefix('curve/mt-')} init)": ([p["step"] for p in c], [p["loss"] for p in c])
-        for arm, s in section["results"].items()
-        for key, c in s.get("0", {}).items()
-        if key.startswith("curve/mt-")
-    }
-    if curves:
-        paths.append(plot_series(curves, out / f"{name}-translation-loss.png", "step", "training loss", "de-en"))
-    return paths
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -287,6 +265,8 @@ def minutes_table(loaded: dict) -> list[str]:
 
 
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
+    if study.selection:
+        return write_selection(study, results, command, notes_dir, root)
     loaded = {p.stem: json.loads(p.read_text()) for p in sorted((results / study.name / "sections").glob("*.json"))}
     notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
     rows = {c.id: V.comparison_row(c, loaded.get(c.section)) for c in study.comparisons}
@@ -365,6 +345,53 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     json_rows = [rows[c.id] | {"protocol": protocol(c)} for c in study.comparisons]
     write_json(results / study.name / "verdicts.json", {"provenance": provenance(command), "rows": json_rows})
     return page
+
+
+def write_selection(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
+    """A selection study's page from bench/results/STUDY.json: its own steps' blocks before and after the
+    selection's, each step's note after its blocks; the summary JSON and the curve of the best trained arm."""
+    selection, saved = study.selection, read_json(results / f"{study.name}.json")
+    notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
+    summary = S.summary(selection, saved, root)
+    write_json(results / f"{study.name}_summary.json", summary, indent=1)
+    figure = Path(study.name) / "aer_by_step.png"
+    draw_selection_curve(study, saved, results / figure, root)
+    lines = [f"# {study.title}", "", provenance(command, saved.get("commit")), ""]
+    lines += [
+        f"The runs: `flock /tmp/polyalign-cpu.lock python -m bench.run {study.name} [STEP ...]` (steps "
+        f"{', '.join(S.step_names(selection))}; each resumable), last saved {saved.get('date', '-')}. Data: "
+        f"`bench/results/{study.name}.json`; the fields a script reads: `bench/results/{study.name}_summary.json`.",
+        "",
+        *note(notes, "_page"),
+    ]
+
+    def step_lines(step) -> list[str]:  # a step's blocks, then its note
+        said = note(notes, step.name)
+        return [*(line for block in step.blocks(saved) for line in block_lines(block)), *said, *([""] if said else [])]
+
+    lines += [line for step in selection.before for line in step_lines(step)]
+    lines += [line for b in selection_blocks(selection, saved, summary, root, str(figure)) for line in block_lines(b)]
+    lines += [line for step in selection.after for line in step_lines(step)]
+    page = results / f"{study.name}.md"
+    page.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    return page
+
+
+def draw_selection_curve(study: Study, saved: dict, out: Path, root: Path) -> None:
+    """The protocol's AER at every checkpoint of the best trained arm, at the layer it was chosen at (from the start,
+    at step 0), per gold set, with the baseline reference dotted."""
+    selection, p = study.selection, study.selection.protocol
+    if not (pick := S.chosen_at(selection, saved, trained_only=True)):
+        return
+    record, layer = saved["arms"][pick[0]], pick[2]
+    start = S.at(p, saved["start"]["scores"], layer=layer) or saved.get("start_layers", {}).get(layer)
+    aer = {int(step): S.at(p, scores, layer=layer) for step, scores in record["checkpoints"].items()}
+    steps = sorted(step for step, a in aer.items() if a and all(g in a for g in selection.gold_sets))
+    series = {g: ([0, *steps], [start[g], *(aer[step][g] for step in steps)]) for g in selection.gold_sets}
+    baseline = S.baseline_of(selection)
+    dotted = S.reference_values(baseline, selection.gold_sets, root) if baseline else {}
+    title = f"{pick[0]} from {Path(selection.start).name}; dotted: {S.short_name(baseline) if baseline else 'none'}"
+    checkpoint_curves(series, dotted, f"{title} ({p.encoding}, {p.method}, layer {layer})", out)
 
 
 def main(argv: list[str] | None = None) -> None:

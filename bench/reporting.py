@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -46,9 +47,9 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict, indent: int = 2) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    Path(path).write_text(json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -62,6 +63,30 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence], align: str =
     lines = ["| " + " | ".join(header) + " |", "|" + "".join(f"{r}|" for r in rules)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A part of a page as data: a heading (`##`, or `###` at level 3), paragraphs, a table, paragraphs after it."""
+
+    heading: str = ""
+    text: tuple[str, ...] = ()
+    header: tuple[str, ...] = ()
+    rows: tuple[tuple, ...] = ()
+    after: tuple[str, ...] = ()
+    level: int = 2
+
+
+def block_lines(block: Block) -> list[str]:
+    """A block in Markdown: each paragraph and the table followed by a blank line."""
+    lines = [f"{'#' * block.level} {block.heading}", ""] if block.heading else []
+    for paragraph in block.text:
+        lines += [paragraph, ""]
+    if block.header:
+        lines += [markdown_table(block.header, block.rows), ""]
+    for paragraph in block.after:
+        lines += [paragraph, ""]
+    return lines
 
 
 def commit() -> str:

@@ -1,6 +1,8 @@
 """Train and measure one section of a study through the polyalign CLI; resumable.
 
 Usage: python -m bench.run STUDY [SECTION ...] [--data PREPARED] [--work bench/work/STUDY] [--dry-run]
+A selection study (bench/study.py `Selection`) has steps where the others have sections: `python -m bench.run STUDY
+[STEP ...] [--arms A,B]` runs them (bench/selection_run.py).
 Every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun only does what is missing.
 Runs live in WORK/runs under a hash of what they train, so sections share the runs of the same arm. Seed 0 of
 every arm first; seed 1 of a comparison's arms only when its seed-0 difference is under the rule's `close`
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from bench.measures import MEASURES, Target
 from bench.reporting import commit, records, write_json
+from bench.selection_run import run_steps
 from bench.studies import STUDIES
 from bench.study import Arm, Section, fill
 from bench.verdict import difference, needs_second_seed, unigram_floor
@@ -244,7 +247,7 @@ def section_result(ctx: Context, study: str, results: dict[str, dict[str, dict]]
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("study", choices=list(STUDIES))
-    parser.add_argument("sections", nargs="*", help="default: every section of the study, in order")
+    parser.add_argument("sections", nargs="*", help="default: every section (or step) of the study, in order")
     parser.add_argument(
         "--data",
         type=Path,
@@ -258,8 +261,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-seeds", type=int, choices=(1, 2), default=2, help="1: seed 0 only (a first pass over many sections)"
     )
+    parser.add_argument("--arms", help="a selection study's arms to train, a comma list (default: every arm)")
     args = parser.parse_args(argv)
     study = STUDIES[args.study]
+    if study.selection:
+        only = args.arms.split(",") if args.arms else None
+        run_steps(study, args.sections, only, args.dry_run, args.python)
+        return
     unknown = set(args.sections) - set(study.sections())
     if unknown:
         sys.exit(f"{', '.join(unknown)}: sections of {study.name} are {', '.join(study.sections())}")

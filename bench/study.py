@@ -1,5 +1,7 @@
 """A study as data, as a paper's experiment table is: arms (start, recipe, overrides), a budget, the measures of
-bench/measures.py, and comparisons with the rule that turns them into a verdict (bench/verdict.py).
+bench/measures.py, and comparisons with the rule that turns them into a verdict (bench/verdict.py); or a selection
+among candidates (`Selection`: checkpoints of arms and arms derived from them, chosen on a dev split by a rule fixed
+before the runs, reported on the test split apart; bench/selection.py).
 
 A comparison sets two arms against each other on one metric: the method against the same start continued with
 the baseline objectives for the same budget, or trained from scratch at the same FLOPs. Comparisons of one section
@@ -11,6 +13,7 @@ STUDY` writes the study's page from what the runs saved.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from bench.measures import MEASURES, measure_of
@@ -40,6 +43,12 @@ class Arm:
     """Estimated training FLOPs per step (FLOP budgets only: the estimated step count)."""
     continues: Arm | None = None
     """An arm whose run of the same seed this one starts from (trained first; `init_from` names its start)."""
+    note: str = ""
+    """What the arm is, in words (a selection's page lists it)."""
+    stop_at: int = 0
+    """A selection's arm: stop at this step without changing the schedule (0: at the selection's `steps`)."""
+    minutes: float = 0.0  # a selection's arm: stop after these training minutes instead (trainer.max_minutes)
+    rule_layer: bool = False  # a selection's arm: self-trains and is measured at the layer rule's layer too
 
     @property
     def trained(self) -> bool:
@@ -287,6 +296,114 @@ class Section:
         return problems
 
 
+# ---------------------------------------------------------------------------------------------------------
+# A selection: candidates measured under one protocol, one chosen on the dev split (bench/selection.py)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How every candidate is measured (AER, %): its decisive numbers at one layer, encoding and extraction method."""
+
+    layer: int
+    encoding: str
+    method: str
+    methods: tuple[str, ...] = ()
+    """Every extraction method measured (the protocol's among them)."""
+    encodings: tuple[str, ...] = ()
+    """Every encoding measured at an arm's last checkpoint (its other checkpoints: the protocol's only)."""
+    layers: tuple[int, ...] = ()
+    """Layers measured beside the protocol's."""
+
+    def key(self, half: str = "") -> str:
+        """The results' key of the protocol's scores: `encoding/method`, `/dev` or `/test` for a half."""
+        return f"{self.encoding}/{self.method}" + (f"/{half}" if half else "")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """An arm made from a trained one without training: `interpolate` (WiSE-FT, Wortsman et al. 2022: (1 - weight)
+    x the start + weight x the base) or `plug-out` (VECO §3.1: the base without its cross-attention)."""
+
+    kind: str
+    weight: float = 1.0
+    base: str = ""
+    """The arm it is made from, at its last checkpoint; "": the best trained candidate on the dev split."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("interpolate", "plug-out"):
+            raise ValueError(f"derived arm kind {self.kind!r}: use 'interpolate' or 'plug-out'")
+
+    def name_for(self, base: str) -> str:
+        """Named after the arm it is made from (`BASE-wise-WEIGHT`, `BASE-plugged-out`), so that another base makes
+        another arm and none is overwritten."""
+        return f"{base}-wise-{self.weight:g}" if self.kind == "interpolate" else f"{base}-plugged-out"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A row measured elsewhere: published numbers (`values`, `source` says where they are printed) or another
+    bench's saved result (`path`, a results JSON whose `key` holds {name: {"aer": value}})."""
+
+    name: str
+    source: str
+    values: Mapping[str, float] = field(default_factory=dict)
+    path: str = ""
+    key: str = ""
+    summary: str = ""
+    """The field of the study's summary JSON that carries this row ("": none)."""
+    digits: int = 1
+    """Decimals the page prints published values with (as their source prints them)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step of a selection study of its own (the harness's are start, arms, derive, compare): what it runs (given
+    the runner's context: results, paths, save), the page's blocks of what it saved, and its summary fields."""
+
+    name: str
+    run: Callable
+    blocks: Callable[[dict], list] = lambda saved: []
+    summary: Callable[[dict], dict] = lambda saved: {}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Arms trained from one start with a checkpoint every `save_every` steps, each checkpoint and each derived arm a
+    candidate; the rule picks one on the gold sets' dev halves (bench/selection.py `choose`)."""
+
+    start: str
+    data: str
+    """The prepared folder the arms train on."""
+    runs: str
+    gold: str
+    """The folder of the gold sets."""
+    gold_sets: tuple[str, ...]
+    protocol: Protocol
+    arms: tuple[Arm, ...]
+    steps: int
+    """The schedule's length (an arm may stop earlier: `Arm.stop_at`)."""
+    save_every: int
+    derived: tuple[Derived, ...] = ()
+    references: tuple[Reference, ...] = ()
+    baseline: str = ""
+    """The reference the chosen candidate is counted against beside the start (the page's dotted lines)."""
+    rule_layers: tuple[int, ...] = ()
+    """Issue 44's rules (bench/selection_rules.py): the layer among these with the start's lowest mean dev-half AER is
+    a candidate layer beside the protocol's, and the offered method is chosen on the dev halves; (): neither."""
+    below_start_everywhere: bool = True
+    """The rule: among the candidates below the start on every dev half the lowest mean AER (one aligner serves
+    every language); the lowest mean of all when none is, or when this is False."""
+    same_step: int = 0
+    """A step every arm's schedule passes: the page compares the arms there (0: no such table)."""
+    gains: tuple[str, str] = ()
+    """(a published start, its published trained model): the page sets the start's gap and the gain against theirs."""
+    heading: str = ""
+    about: str = ""
+    """The protocol and the rule in words, fixed before the runs (the page's first paragraph of the selection)."""
+    before: tuple[Step, ...] = ()
+    after: tuple[Step, ...] = ()
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -298,6 +415,8 @@ class Study:
     """Extra tables of the page: (title, metric keys), one row per arm of every section."""
     premises_in_table: bool = False
     """The page's claim table shows each claim's premises and reference values (seed 0) in a column."""
+    selection: Selection | None = None
+    """A selection among candidates (its results: bench/results/NAME.json); `bench.run NAME STEP` runs its steps."""
 
     def sections(self) -> dict[str, Section]:
         out: dict[str, Section] = {}

@@ -3,7 +3,8 @@
 A verdict compares a method with a baseline over seeds. A reading says what stands in the way of a claim that is
 not reproduced: its premises (a start model as aligned as the paper's, a detector that beats the majority class, a
 masked-token loss below the unigram floor of its text), the same comparison at other budgets and the diagnostics.
-Each rule returns a label; the page shows the label beside the numbers and a person's note says the rest.
+Each rule returns a label or a `Reading` (a code and its parameters); the page words it beside the numbers
+(bench/page.py `words`) and a person's note says the rest.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -158,8 +160,50 @@ ONE_CLASS_VERDICT = "inconclusive: a classifier predicts one class"
 BUDGET_REACHED = 0.95
 """An arm of a FLOP budget that logged less than this share of it was stopped short (a wall-clock guard): the
 comparison is then not at equal compute. Every CPU run so far logged at least 0.99 of its budget."""
-SCALE, CODE, NOT_SEPARATED = "scale", "code suspect", "code or scale not separated"
-"""What a reading may conclude: the model (scale) stands in the way, the code is suspect, or neither is shown."""
+
+
+class R(StrEnum):
+    """The codes of the readings. Each concludes that the model's scale stands in the way, that the code is suspect,
+    or that neither is shown (bench/page.py words them)."""
+
+    # Why a comparison is not reproduced
+    DEPARTURE_EXPLAINS = "departure explains"  # the same comparison at the paper's setting does not fail
+    DEPARTURE_DOES_NOT = "departure does not explain"
+    PREMISE_NOT_MET = "premise not met"  # parts: the diagnostics' readings (none: scale); also: independent
+    AT_FLOOR = "every model at its floor"  # scale
+    AT_FLOOR_GAP_GROWS = "at the floor, gap grows with compute"  # not separated
+    LOSS_FALLS = "the method's loss falls"  # not separated; also: independent
+    LOSS_FLAT = "a loss of the method does not fall"  # code suspect
+    REPRODUCED_ELSEWHERE = "no logged loss, reproduced on other states"  # args: the diagnostics' ids; not the code
+    NO_LOSS = "no logged loss"  # not measured; also: independent
+    # What the diagnostics of the mechanism say
+    DIAGNOSTICS_DISAGREE = "diagnostics disagree"  # not separated
+    DIAGNOSTIC_REPRODUCED = "diagnostic reproduced"  # args: its premise met; scale
+    DIAGNOSTIC_GAP_CLOSES = "diagnostic trails, gap closes"  # not separated, trend to scale
+    DIAGNOSTIC_TRAILS = "diagnostic trails"  # code suspect
+    DIAGNOSTIC_OTHER = "diagnostic otherwise"  # args: its premise met, its verdict
+    GAP_IN = "gap in the part"  # args: the part a diagnostic holds or removes
+    GAP_NOT_IN = "gap not in the part"
+    GAP_NOT_ONLY_IN = "gap not only in the part"
+    NO_GAP_TO_PLACE = "no gap without to place"
+    INDEPENDENT_ALIKE = "independent implementation ends alike"  # not the code
+    INDEPENDENT_OTHERWISE = "independent implementation ends otherwise"  # code suspect
+    # How a diagnostic was read
+    READ = "read"
+    NOT_MEASURED = "not measured"
+    STALE_NOT_READ = "stale"
+    DEPARTS_NOT_READ = "departs"
+    UNMET_NOT_READ = "premise not met, not reproduced"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a rule concludes: a code, its parameters, the readings it rests on, and one read beside it."""
+
+    code: R
+    args: tuple = ()
+    parts: tuple[Reading, ...] = ()
+    also: Reading | None = None
 
 
 def seed_values(section: dict, arm: str, metric: str) -> list[float]:
@@ -269,7 +313,7 @@ def unmet_premises(c: Comparison, section: dict) -> list[Check]:
     return [ch for ch in c.why.checks if (p := premise(ch, section, floors)) and not p[3]]
 
 
-def mechanism_reading(counted: list[tuple[Comparison, dict, bool]]) -> str | None:
+def mechanism_reading(counted: list[tuple[Comparison, dict, bool]]) -> Reading | None:
     """From the diagnostics of the mechanism (diagnostic, row, its premise met), in the listed order: the last
     one's verdict, with the trend of the same arms across budgets; settings whose last ones disagree separate
     nothing."""
@@ -277,50 +321,50 @@ def mechanism_reading(counted: list[tuple[Comparison, dict, bool]]) -> str | Non
         return None
     last_of = {(d.baseline, d.method): r for d, r, _ in counted}
     if {REPRODUCED, NOT_REPRODUCED} <= {r["verdict"] for r in last_of.values()}:
-        return f"diagnostics disagree: {NOT_SEPARATED}"
+        return Reading(R.DIAGNOSTICS_DISAGREE)
     last, row, met = counted[-1]
     same = [r for d, r, _ in counted if (d.baseline, d.method) == (last.baseline, last.method)]
     trend = compute_trend(last.direction, [(r["difference"], r["spread"]) for r in same])
     if row["verdict"] == REPRODUCED:
-        return f"{'premise met' if met else 'premise not met either'}, reproduced: {SCALE}"
+        return Reading(R.DIAGNOSTIC_REPRODUCED, (met,))
     if row["verdict"] == NOT_REPRODUCED:
-        return f"trails, gap closes with compute: {NOT_SEPARATED}, trend to {SCALE}" if trend > 0 else CODE
-    return f"{'premise met' if met else 'premise not met either'}, {row['verdict']}"
+        return Reading(R.DIAGNOSTIC_GAP_CLOSES if trend > 0 else R.DIAGNOSTIC_TRAILS)
+    return Reading(R.DIAGNOSTIC_OTHER, (met, row["verdict"]))
 
 
-def location_reading(d: Comparison, row: dict, rows: dict) -> str:
+def location_reading(d: Comparison, row: dict, rows: dict) -> Reading:
     """Whether the gap of the comparison without the hold lies in the part the diagnostic holds or removes."""
     part, _, reference = d.why.localises
     ref = rows.get(reference)
     if ref is None or ref["verdict"] != NOT_REPRODUCED:
-        return f"no gap without to place ({part})"
+        return Reading(R.NO_GAP_TO_PLACE, (part,))
     if row["verdict"] == NOT_REPRODUCED:
         larger = d.direction * (row["difference"] - ref["difference"]) <= 0
-        return f"gap {'not in' if larger else 'not only in'} the {part}"
-    return f"gap in the {part}"
+        return Reading(R.GAP_NOT_IN if larger else R.GAP_NOT_ONLY_IN, (part,))
+    return Reading(R.GAP_IN, (part,))
 
 
-def diagnostic_lines(study: Study, c: Comparison, rows: dict, loaded: dict) -> tuple[list[dict], list[str]]:
+def diagnostic_lines(study: Study, c: Comparison, rows: dict, loaded: dict) -> tuple[list[dict], list[Reading]]:
     """Each diagnostic's row (with its premise and how it is read) and the readings they give."""
     lines, counted, located = [], [], []
     for name in c.why.diagnostics:
         d = study.comparison(name)
         row, section = rows.get(name), loaded.get(d.section)
-        line = {"diagnostic": d, "row": row, "unmet": None, "read": "not measured"}
+        line = {"diagnostic": d, "row": row, "unmet": None, "read": Reading(R.NOT_MEASURED)}
         lines.append(line)
         if row is None or row["difference"] is None or section is None:
             continue
         line["unmet"] = unmet = unmet_premises(d, section)
-        line["read"] = "stale: not read" if row["verdict"] == STALE else "departs from the paper: not read"
+        line["read"] = Reading(R.STALE_NOT_READ if row["verdict"] == STALE else R.DEPARTS_NOT_READ)
         if row["verdict"] == STALE or d.why.departs:
             continue
-        line["read"] = "read"
+        line["read"] = Reading(R.READ)
         if d.why.localises:
             located.append((d, row))
         elif not unmet or row["verdict"] == REPRODUCED:  # an effect shown without its premise still shows
             counted.append((d, row, not unmet))
         else:
-            line["read"] = "premise not met, not reproduced: not read"
+            line["read"] = Reading(R.UNMET_NOT_READ)
     readings = [mechanism_reading(counted), *(location_reading(d, r, rows) for d, r in located)]
     return lines, [r for r in readings if r]
 
@@ -339,19 +383,14 @@ def implementation_state(curve: list[dict], floor: float) -> dict:
     }
 
 
-def independent_states(result: dict) -> tuple[dict[str, dict], str]:
+def independent_states(result: dict) -> tuple[dict[str, dict], Reading]:
     """Each implementation's end state, and the reading: the same state of both premises clears the code."""
     states = {name: implementation_state(curve, result["unigram_floor"]) for name, curve in result["curves"].items()}
     same = len({s["state"] for s in states.values()}) == 1
-    return (
-        states,
-        "independent implementation ends alike: not the code"
-        if same
-        else f"independent implementation ends otherwise: {CODE}",
-    )
+    return states, Reading(R.INDEPENDENT_ALIKE if same else R.INDEPENDENT_OTHERWISE)
 
 
-def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: dict | None = None) -> str:
+def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: dict | None = None) -> Reading:
     """The rule's conclusion for a comparison that is not reproduced (`independent`: its reference result)."""
     section, row = loaded[c.section], rows[c.id]
     if (
@@ -361,13 +400,12 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
         and ref["verdict"] != STALE
     ):
         departed = row["verdict"] == NOT_REPRODUCED and ref["verdict"] != NOT_REPRODUCED
-        return "the departure, not the code" if departed else "the departure does not explain it"
-    floors, clause = section.get("floors", {}), ""
-    if independent:
-        clause = "; " + independent_states(independent)[1]
+        return Reading(R.DEPARTURE_EXPLAINS if departed else R.DEPARTURE_DOES_NOT)
+    floors = section.get("floors", {})
+    also = independent_states(independent)[1] if independent else None
     if unmet_premises(c, section):
         _, readings = diagnostic_lines(study, c, rows, loaded)
-        return f"premise not met: {'; '.join(readings) if readings else SCALE}{clause}"
+        return Reading(R.PREMISE_NOT_MET, parts=tuple(readings), also=also)
     losses = [
         (ch, n)
         for ch in c.why.checks
@@ -377,25 +415,20 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
     falls = [n[-1] < n[0] for ch, n in losses if ch.arm == c.method.name]
     if at_floor and all(at_floor):
         same = [rows[x.id] for x in same_comparison(study, c)]
-        grows = (
-            compute_trend(c.direction, [(r["difference"], r["spread"]) for r in same if r["difference"] is not None])
-            < 0
+        trend = compute_trend(
+            c.direction, [(r["difference"], r["spread"]) for r in same if r["difference"] is not None]
         )
-        return (
-            f"every model at its unigram floor, gap grows with compute: {NOT_SEPARATED}"
-            if grows
-            else f"every model at its unigram floor: {SCALE}"
-        )
+        return Reading(R.AT_FLOOR_GAP_GROWS if trend < 0 else R.AT_FLOOR)
     if falls and all(falls):
-        return f"the method's loss falls: {NOT_SEPARATED}{clause}"
+        return Reading(R.LOSS_FALLS, also=also)
     if falls:
-        return f"a loss of the method does not fall: {CODE}"
+        return Reading(R.LOSS_FLAT)
     # Nothing trained to read (e.g. two aligners on one model's states): the same code on other states decides.
     lines, _ = diagnostic_lines(study, c, rows, loaded)
-    elsewhere = [x["diagnostic"].id for x in lines if x["read"] == "read" and x["row"]["verdict"] == REPRODUCED]
+    elsewhere = [x["diagnostic"].id for x in lines if x["read"].code == R.READ and x["row"]["verdict"] == REPRODUCED]
     if elsewhere:
-        return f"no logged loss; the same code reproduces it on other states ({', '.join(elsewhere)}): not the code"
-    return f"no logged loss: not measured{clause}"
+        return Reading(R.REPRODUCED_ELSEWHERE, tuple(elsewhere))
+    return Reading(R.NO_LOSS, also=also)
 
 
 def same_comparison(study: Study, c: Comparison) -> list[Comparison]:

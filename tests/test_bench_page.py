@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench import page
+from bench import figures, page
 from bench import verdict as V
 from bench.measures import (
     ONE_CLASS,
@@ -65,12 +65,12 @@ def test_aer_sweeps_from_a_stale_layout_are_not_drawn(tmp_path):
             "xlm-e": {"0": {**CURRENT_AER, "sweep/aer-ot": [80.5, 80.0], "sweep/tatoeba14": [1.0, 2.0]}},
         }
     }
-    assert {p.name for p in page.section_curves("s", section, tmp_path)} == {
+    assert {p.name for p in figures.section_curves("s", section, tmp_path)} == {
         "s-aer-ot-layers.png",
         "s-tatoeba14-layers.png",
     }
     section["results"]["xlm-e"]["0"][ONE_PAIR_LAYOUT] = False
-    assert {p.name for p in page.section_curves("t", section, tmp_path)} == {"t-tatoeba14-layers.png"}
+    assert {p.name for p in figures.section_curves("t", section, tmp_path)} == {"t-tatoeba14-layers.png"}
 
 
 def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flags_one_class_xnli(tmp_path):
@@ -101,3 +101,11 @@ def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flag
     page.write(REAL, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path)
     rows = {r["claim"]: r for r in json.loads((tmp_path / "real-start" / "verdicts.json").read_text())["rows"]}
     assert rows["real-ppa-vs-start"]["verdict"] == V.ONE_CLASS_VERDICT
+
+
+def test_every_reading_code_has_words_and_a_reading_says_what_it_rests_on_after_it():
+    assert set(page.WORDS) == set(V.R)
+    part, beside = V.Reading(V.R.GAP_IN, ("token embeddings",)), V.Reading(V.R.INDEPENDENT_ALIKE)
+    said = page.words(V.Reading(V.R.PREMISE_NOT_MET, parts=(part, V.Reading(V.R.DIAGNOSTIC_TRAILS)), also=beside))
+    assert f"{page.words(part)}; {page.CODE}; {page.words(beside)}" in said and "token embeddings" in said
+    assert page.words(V.Reading(V.R.PREMISE_NOT_MET)).endswith(page.SCALE)  # no diagnostic read: scale

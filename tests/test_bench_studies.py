@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import page
+from bench import selection as S
 from bench.run import Context, budget_overrides, run_dir, run_section, train
 from bench.studies import STUDIES
 from bench.studies import evidence as E
@@ -162,9 +163,9 @@ def test_every_note_names_a_commit_and_a_comparison(study):
     # a study's notes file is read, never skipped: a study without one fails here instead of passing unchecked
     notes = json.loads((page.NOTES / f"{study.name}.json").read_text())
     assert notes, f"{study.name}: no note at all"
-    comparisons = {c.id for c in study.comparisons}
+    named = {c.id for c in study.comparisons} | set(S.step_names(study.selection) if study.selection else ())
     for key, value in notes.items():
-        assert key == "_page" or key in comparisons, f"{study.name}: note {key!r} names no comparison of the study"
+        assert key == "_page" or key in named, f"{study.name}: note {key!r} names no comparison or step of the study"
         assert set(value) == {"commit", "note"} and value["note"], key
         assert re.fullmatch(r"[0-9a-f]{7,40}", value["commit"]), f"{key}: {value['commit']!r} is no commit hash"
 

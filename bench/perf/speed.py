@@ -5,7 +5,8 @@ fused AdamW; the same optimizer for both stacks, so that the comparison is of th
 the same order for every arm, and the arms timed one step at a time, round-robin in rotating order, so that other
 load on the machine falls on all of them alike. The sizes the pages compare at are data (`PRESETS`):
 - `cpu-mlm`: the `mlm` recipe's model on 2 CPU cores (bench/perf/throughput.py, throughput.md);
-- `continued-250k`: multilingual-e5-small (250k vocabulary) continued on en-xx pairs (bench/e5_speed.py, e5.md);
+- `continued-250k`: multilingual-e5-small (250k vocabulary) continued on en-xx pairs (`measure_continued` below, the
+  e5 study's `speed` step, e5.md);
 - `gpu-xlmr-base`: an XLM-R-base-sized encoder on one GPU (the GPU check's throughput step, gpu_check.md);
   `gpu-dry` the same at tiny sizes for its dry run on the CPU.
 """
@@ -13,14 +14,19 @@ load on the machine falls on all of them alike. The sizes the pages compare at a
 from __future__ import annotations
 
 import contextlib
+import gzip
 import itertools
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.reporting import median_seconds
 from polyalign.config import TrainerConfig, load_recipe
 from polyalign.data.layout import sentence_layout
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
@@ -203,3 +209,143 @@ def compare_on_same_batches(
             runs[name]["seconds"].append(seconds)
             runs[name]["losses"].append(loss)
     return runs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `continued-250k`: multilingual-e5-small continued on en-xx pairs. The batches: TLM (PPA layout, 15% masked), 16
+# pairs of up to 64 tokens a side, the languages in turn. The arms, one step each per round on the same pairs, each
+# in its objective's layout: transformers' BertForMaskedLM (the same config, `labels` as HF computes them: logits
+# over the 250k vocabulary at every position); polyalign's `xlm` step (TLM; MLM logits at masked positions only),
+# embeddings trained and held; the `xlm-align` step (DWA: TLM + OT self-labels + the pointer loss, one forward
+# pass); the `self-align` step (its encoder stops at layer 8). Then where polyalign's TLM step goes.
+
+CONTINUED = PRESETS["continued-250k"]
+CONTINUED_LANGUAGES = ("de", "fr", "ro", "zh", "ja", "hi")
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+timed = partial(median_seconds, warmup=CONTINUED.warmup)  # timed(step, batches): median seconds of step(batch)
+
+
+def parallel_batches(tokenizer, count: int, pairs: int = CONTINUED.batch, length: int = CONTINUED.length):
+    """`count` ParallelBatches of `pairs` en-xx pairs of ../shared/data/train/parallel, the languages in turn."""
+    from polyalign.data.streams import ParallelBatch
+
+    batches = []
+    for k in range(count):
+        lang = CONTINUED_LANGUAGES[k % len(CONTINUED_LANGUAGES)]
+        base = SHARED / "data/train/parallel" / f"en-{lang}"
+        with gzip.open(f"{base}.en.gz", "rt") as en, gzip.open(f"{base}.{lang}.gz", "rt") as xx:
+            lines = [(a.strip(), b.strip()) for _, a, b in zip(range((k + 1) * pairs), en, xx, strict=False)][-pairs:]
+        source, target = (
+            [np.array(ids[:length]) for ids in tokenizer.encode_batch(list(side))] for side in zip(*lines, strict=True)
+        )
+        batches.append(ParallelBatch(source, target, np.zeros(pairs, dtype=np.int64), np.ones(pairs, dtype=np.int64)))
+    return batches
+
+
+def hf_bert(config):
+    """transformers' BertForMaskedLM with the sizes of a polyalign encoder config (e5-small is a post-LN BERT)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from polyalign.model.hf import hf_sizes
+
+    sizes = dict(max_position_embeddings=config.max_positions, layer_norm_eps=config.layer_norm_eps)
+    return BertForMaskedLM(BertConfig(**hf_sizes(config), **sizes, pad_token_id=config.pad_token_id,
+                                      attn_implementation="sdpa")).train()  # fmt: skip
+
+
+def measure_continued(model_folder: Path) -> dict:
+    """Seconds per step and tokens/s of each arm on the same batches, and the parts of polyalign's TLM step."""
+    import copy
+
+    from polyalign.checkpoint import load_model
+    from polyalign.objectives import build_objective
+
+    torch.manual_seed(0)
+    loaded = load_model(model_folder)
+    model, special, config = loaded.model.train(), loaded.tokenizer.special, loaded.model.config
+    rng, lr = np.random.default_rng(0), CONTINUED.learning_rate
+    raws = parallel_batches(loaded.tokenizer, CONTINUED.warmup + CONTINUED.steps)
+    objectives = {
+        "xlm (TLM)": build_objective("tlm", {"style": "ppa"}, special, config),
+        "xlm-align (DWA)": build_objective("dwa", {"style": "ppa"}, special, config),
+        "self-align": build_objective("self_align", {}, special, config),
+    }
+    batches = [{name: o.make_batch(r, rng) for name, o in objectives.items()} for r in raws]  # {objective: batch}
+    tokens = statistics.mean(int(b["xlm (TLM)"]["attention_mask"].sum()) for b in batches)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    held = copy.deepcopy(model)
+    for name, p in held.named_parameters():
+        p.requires_grad_(name.startswith("encoder.layers."))
+
+    def ours(module, name: str):
+        return lambda: training_step(module, lambda batch: objectives[name](module, batch[name]).loss, lr, autocast)
+
+    hf = hf_bert(config)
+    inputs = ("input_ids", "attention_mask", "position_ids", "labels")
+    hf_loss = lambda batch: hf(**{k: batch["xlm (TLM)"][k] for k in inputs}).loss  # noqa: E731
+    reference = "transformers BertForMaskedLM + AdamW (TLM)"
+    arms = {
+        reference: lambda: training_step(hf, hf_loss, lr, autocast),
+        "polyalign xlm (TLM)": ours(model, "xlm (TLM)"),
+        "polyalign xlm (TLM), embeddings held": ours(held, "xlm (TLM)"),
+        "polyalign xlm-align (DWA), embeddings held": ours(held, "xlm-align (DWA)"),
+        "polyalign self-align, embeddings held": ours(held, "self-align"),
+    }
+    measured = compare_on_same_batches(arms, batches, CONTINUED.warmup, CONTINUED.steps)
+    seconds = {name: statistics.median(m["seconds"]) for name, m in measured.items()}
+    parts = tlm_step_parts(model, objectives["xlm (TLM)"], [b["xlm (TLM)"] for b in batches], autocast)
+    dwa = objectives["xlm-align (DWA)"]
+    dwa_batches = [dwa.make_batch(r, rng) for r in raws]
+    parts["OT self-labels of DWA (no grad)"] = timed(lambda batch: dwa.self_label(held, batch), dwa_batches)
+    rate = lambda s: {"seconds": round(s, 3), "tokens_per_s": round(tokens / s),  # noqa: E731
+                      "speed_vs_transformers": round(seconds[reference] / s, 2)}  # fmt: skip
+    return {
+        "batch": f"{CONTINUED.batch} pairs, up to {CONTINUED.length} tokens a side, {tokens:.0f} real tokens a batch "
+        "(mean)",
+        "steps": {name: rate(s) for name, s in seconds.items()},
+        "tlm_step_parts": {name: round(s, 3) for name, s in parts.items()},
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
+def tlm_step_parts(model, tlm, batches, autocast) -> dict[str, float]:
+    """Where polyalign's TLM step goes, each part timed on its own on the same batches: the encoder, the MLM output at
+    masked positions against one at every position, AdamW over every parameter against the encoder layers only."""
+    from polyalign.objectives.base import model_inputs
+
+    def encoder(batch):
+        with autocast:
+            hidden = model(**model_inputs(batch)).last_hidden_state
+        hidden.float().sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    def head(masked_only: bool):
+        def run(batch):
+            hidden = torch.randn(*batch["input_ids"].shape, model.config.hidden_size, requires_grad=True)
+            with autocast:
+                logits = model.mlm_logits(hidden[batch["labels"] >= 0] if masked_only else hidden.flatten(0, 1))
+            logits.float().logsumexp(-1).sum().backward()
+            model.zero_grad(set_to_none=True)
+
+        return run
+
+    def optimizer_over(params):
+        optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+
+        def run(batch):
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return run
+
+    layers = [p for n, p in model.named_parameters() if n.startswith("encoder.layers.")]
+    return {
+        "encoder forward + backward": timed(encoder, batches),
+        "MLM output at masked positions (forward + backward)": timed(head(True), batches),
+        "MLM output at every position (forward + backward)": timed(head(False), batches),
+        "AdamW over all parameters (embeddings included)": timed(optimizer_over(list(model.parameters())), batches),
+        "AdamW over the encoder layers only": timed(optimizer_over(layers), batches),
+    }

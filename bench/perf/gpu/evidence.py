@@ -93,6 +93,7 @@ def record(step, ctx, result: dict, described: dict, out: Path) -> None:
     """The section's JSON (as bench.run writes it), each finished arm's training log, and the step's parts: each
     arm's training (steps, FLOPs, passes over the pack's tokens) and each comparison's row by the evidence rule."""
     from bench import verdict as V
+    from bench.page import words
     from bench.run import run_dir
     from bench.studies import STUDIES
 
@@ -135,7 +136,7 @@ def record(step, ctx, result: dict, described: dict, out: Path) -> None:
     study = dataclasses.replace(STUDIES["evidence"], comparisons=tuple(ctx.section.comparisons))
     for c in ctx.section.comparisons:
         row = rows[c.id]
-        reading = V.reading(study, c, rows, {SECTION: result}) if row["verdict"] == V.NOT_REPRODUCED else ""
+        reading = words(V.reading(study, c, rows, {SECTION: result})) if row["verdict"] == V.NOT_REPRODUCED else ""
         step.part(
             c.id,
             status="ok" if row["difference"] is not None else "skipped: not measured yet",

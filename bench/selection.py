@@ -1,0 +1,266 @@
+"""A selection study's rules and reading, as pure functions of its saved results (bench/study.py `Selection`).
+
+Every candidate (a checkpoint of an arm, or a derived arm) is measured under one protocol on every gold set and on
+each of its halves (`halves`): `dev` decides, `test` is reported untouched by the choice. The saved results are one
+JSON, bench/results/STUDY.json, written by bench/selection_run.py:
+
+    arms.NAME   {note, sets, minutes, model, checkpoints: {step: {"separate/argmax": {"8": {gold set: AER}},
+                 "separate/argmax/dev": ..., "separate/argmax/test": ..., other encodings, methods and layers}}}
+                 a derived arm also has `interpolated` or `plugged_out` (what it was made from)
+    start       {scores: the same as a checkpoint's, for the start model}
+    start_layers  the protocol's AER of the start at every layer (chosen on the gold sets: shown, never used)
+    start_layers_dev  the same on the dev halves at the layer rule's layers (`Selection.rule_layers`), where it has one
+    compare     the chosen candidate against the start: the AER difference and its paired bootstrap interval, its
+                layer and method (the protocol's where absent)
+    fit         bench/studies/e5_aligner.py: `polyalign fit-aligner` on each gold set's own sentences
+
+plus what the study's own steps save. Missing parts are read as not run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.reporting import read_json
+from bench.study import Derived, Protocol, Reference, Selection
+
+DEV, TEST = "dev", "test"
+HARNESS_STEPS = ("start", "arms", "derive", "compare")
+"""The harness's steps of every selection study (bench/selection_run.py), between the study's own."""
+DERIVED_KEYS = {"interpolate": "interpolated", "plug-out": "plugged_out"}
+MISSING = "–"
+
+
+def step_names(selection: Selection) -> list[str]:
+    """Every step in the order a run without a step named takes them."""
+    return [*(s.name for s in selection.before), *HARNESS_STEPS, *(s.name for s in selection.after)]
+
+
+def halves(count: int) -> dict[str, list[int]]:
+    """A gold set's sentences split in two for choosing among candidates: `dev` (even sentences) decides, `test`
+    (odd sentences) is reported untouched by the choice; `all` is the whole set, as papers report."""
+    return {"all": list(range(count)), DEV: list(range(0, count, 2)), TEST: list(range(1, count, 2))}
+
+
+def at(protocol: Protocol, scores: dict, half: str = "", layer: int | None = None) -> dict[str, float] | None:
+    """The protocol's AER per gold set in a checkpoint's scores (None where it was not measured)."""
+    return scores.get(protocol.key(half), {}).get(str(protocol.layer if layer is None else layer))
+
+
+def last_step(record: dict) -> str | None:
+    return max(record.get("checkpoints", {}), key=int, default=None)
+
+
+def is_derived(record: dict) -> bool:
+    return any(key in record for key in DERIVED_KEYS.values())
+
+
+def minutes_at(record: dict, step: str) -> float | None:
+    """Training minutes up to `step`: a derived arm's are its base's; a trained arm's as its run logged them."""
+    if is_derived(record) or step == last_step(record):
+        return record.get("minutes")
+    return record.get("minutes_at", {}).get(step)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The rule
+
+
+def candidates(selection: Selection, saved: dict, half: str, trained_only: bool = False, layer=None) -> dict:
+    """(arm, step) -> the protocol's AER on `half` of every gold set (at `layer`, the protocol's by default), for every
+    candidate measured on all of them; `trained_only` leaves the derived arms out."""
+    out = {}
+    for name, record in saved.get("arms", {}).items():
+        if trained_only and is_derived(record):
+            continue
+        for step, scores in record.get("checkpoints", {}).items():
+            aer = at(selection.protocol, scores, half, layer)
+            if aer and all(g in aer for g in selection.gold_sets):
+                out[(name, step)] = aer
+    return out
+
+
+def mean(aer: dict[str, float], gold_sets) -> float:
+    return sum(aer[g] for g in gold_sets) / len(gold_sets)
+
+
+def choose(scored: dict[tuple, dict], start: dict, gold_sets, below_start_everywhere: bool = True):
+    """The candidate the rule picks: among those below the start on every gold set, the lowest mean AER; the lowest
+    mean of all when none is (or without that condition). None without candidates. `start`: the start's AER per gold
+    set; or per layer ({layer: {gold set: AER}}) where a candidate is (arm, step, layer), each against its own."""
+    start_of = lambda c: start[c[2]] if len(c) == 3 else start  # noqa: E731
+    improving = [c for c, aer in scored.items() if all(aer[g] < start_of(c)[g] for g in gold_sets)]
+    pool = (improving if below_start_everywhere else []) or list(scored)
+    return min(pool, key=lambda c: mean(scored[c], gold_sets), default=None)
+
+
+def rule_layer(selection: Selection, saved: dict) -> str | None:
+    """Issue 44's layer rule: among `selection.rule_layers`, the start's layer with the lowest mean AER under the
+    protocol over the dev halves (`start_layers_dev`); None without the rule or those scores."""
+    sweep = saved.get("start_layers_dev", {})
+    layers = [k for k in sweep if int(k) in selection.rule_layers and all(g in sweep[k] for g in selection.gold_sets)]
+    return min(layers, key=lambda k: (mean(sweep[k], selection.gold_sets), int(k)), default=None)
+
+
+def candidate_layers(selection: Selection, saved: dict) -> list[str]:
+    """The layers a candidate is chosen at: the protocol's, and the layer rule's where the selection has one."""
+    return list(dict.fromkeys((str(selection.protocol.layer), *filter(None, [rule_layer(selection, saved)]))))
+
+
+def start_dev(selection: Selection, saved: dict) -> dict[str, dict[str, float]]:
+    """The start's dev-half AER under the protocol per layer: its layer rule's sweep, and its own scores (which win
+    where both have a layer)."""
+    own = saved.get("start", {}).get("scores", {}).get(selection.protocol.key(DEV), {})
+    return {**saved.get("start_layers_dev", {}), **own}
+
+
+def chosen_at(selection: Selection, saved: dict, trained_only: bool = False) -> tuple[str, str, str] | None:
+    """The (arm, step, layer) the rule picks on the dev halves (the test halves play no part): every candidate at
+    each of `candidate_layers`, each against the start at its own layer."""
+    start = start_dev(selection, saved)
+    scored = {
+        (*c, layer): aer
+        for layer in candidate_layers(selection, saved)
+        if all(g in start.get(layer, {}) for g in selection.gold_sets)
+        for c, aer in candidates(selection, saved, DEV, trained_only, layer).items()
+    }
+    return choose(scored, start, selection.gold_sets, selection.below_start_everywhere)
+
+
+def chosen(selection: Selection, saved: dict, trained_only: bool = False) -> tuple[str, str] | None:
+    """The (arm, step) the rule picks on the dev halves (`chosen_at` without the layer)."""
+    pick = chosen_at(selection, saved, trained_only)
+    return pick[:2] if pick else None
+
+
+def methods_at(selection: Selection, scores: dict, layer: str, half: str = DEV) -> dict[str, dict[str, float]]:
+    """Extraction method -> AER per gold set on `half` at `layer`, the protocol's encoding, for every method a
+    checkpoint's scores hold on all gold sets."""
+    out = {}
+    for key, by_layer in scores.items():
+        encoding, method, *rest = key.split("/")
+        aer = by_layer.get(layer, {})
+        if encoding == selection.protocol.encoding and rest == ([half] if half else []):
+            out |= {method: aer} if all(g in aer for g in selection.gold_sets) else {}
+    return out
+
+
+def chosen_method(selection: Selection, saved: dict, pick: tuple[str, str, str]) -> str:
+    """Issue 44's extraction rule: on the chosen model and layer, the method with the lowest mean dev-half AER among
+    those measured (ties: the protocol's); the protocol's method without the rule."""
+    p = selection.protocol
+    if not selection.rule_layers:
+        return p.method
+    dev = methods_at(selection, saved["arms"][pick[0]]["checkpoints"][pick[1]], pick[2])
+    return min(dev, key=lambda m: (mean(dev[m], selection.gold_sets), m != p.method), default=p.method)
+
+
+def offered(selection: Selection, saved: dict) -> dict | None:
+    """The offered aligner: the chosen model, its layer and its extraction method."""
+    if not (pick := chosen_at(selection, saved)):
+        return None
+    return dict(zip(("arm", "step", "layer"), pick, strict=True)) | {"method": chosen_method(selection, saved, pick)}
+
+
+def extraction(method: str) -> tuple[str, float | None]:
+    """A scored method's name as the aligner's method and softmax threshold: `softmax-0.1` is softmax at 0.1; None:
+    the aligner's default threshold."""
+    if method.startswith("softmax-"):
+        return "softmax", float(method.split("-", 1)[1])
+    return method, None
+
+
+def compared(selection: Selection, compare: dict | None) -> tuple | None:
+    """What a saved comparison compared: (arm, step, layer, method); a record without a layer or method was made
+    under the protocol."""
+    if not compare:
+        return None
+    p = selection.protocol
+    return compare["arm"], str(compare["step"]), str(compare.get("layer", p.layer)), compare.get("method", p.method)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Arms: where their models are, derived arms' records
+
+
+def checkpoint_folder(selection: Selection, arm: str, step: str | int) -> str:
+    return f"{selection.runs}/{arm}/checkpoints/step-{int(step):07d}"
+
+
+def model_path(selection: Selection, saved: dict, arm: str, step: str) -> str:
+    """A candidate's model folder (relative to the repository): a checkpoint, or the folder a derivation wrote."""
+    record = saved["arms"][arm]
+    return record["model"] if is_derived(record) else checkpoint_folder(selection, arm, step)
+
+
+def derived_source(derived: Derived, start: str, base: str) -> dict:
+    """What a derived arm is made from, as its record keeps it (a change of it makes the arm again)."""
+    if derived.kind == "interpolate":
+        return {"start": start, "tuned": base, "weight": derived.weight}
+    return {"model": base}
+
+
+def derive_command(derived: Derived, start: str, base: str, out: str) -> list[str]:
+    """The `polyalign` arguments that write a derived arm's model folder."""
+    if derived.kind == "interpolate":
+        return ["interpolate", "--start", start, "--tuned", base, "--weight", f"{derived.weight:g}", "--out", out]
+    return ["plug-out", "--model", base, "--out", out]
+
+
+def derived_record(derived: Derived, base_arm: str, step: str, start: str, base: str, out: str, scores: dict,
+                   minutes: float | None) -> dict:  # fmt: skip
+    """A derived arm as the results keep it: one checkpoint, at its base's step, and its base's training minutes."""
+    if derived.kind == "interpolate":
+        w = derived.weight
+        note = f"{1 - w:g} x the start + {w:g} x {base_arm} at step {step} (WiSE-FT)"
+    else:
+        note = f"{base_arm} at step {step} with its cross-attention plugged out (VECO §3.1)"
+    source = {DERIVED_KEYS[derived.kind]: derived_source(derived, start, base)}
+    return {"note": note, "sets": [], "minutes": minutes, **source, "model": out, "checkpoints": {step: scores}}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# References and the summary
+
+
+def reference_values(reference: Reference, gold_sets, root: Path) -> dict[str, float]:
+    """A reference row: its published values, or the gold sets' AER from another bench's saved result."""
+    if not reference.path:
+        return dict(reference.values)
+    data = read_json(root / reference.path)[reference.key]
+    return {g: round(data[g]["aer"], 2) for g in gold_sets if g in data}
+
+
+def baseline_of(selection: Selection) -> Reference | None:
+    """The reference the chosen candidate is counted against beside the start."""
+    return next((r for r in selection.references if r.name == selection.baseline), None)
+
+
+def short_name(reference: Reference) -> str:
+    return reference.summary or reference.name
+
+
+def summary(selection: Selection, saved: dict, root: Path) -> dict:
+    """The fields a script reads: the offered aligner's AER (all of each gold set, and the test halves apart) at its
+    layer and method, the start's there, every reference row that names a field, and the study's own steps' fields."""
+    p, start = selection.protocol, saved.get("start", {}).get("scores", {})
+    pick, out = offered(selection, saved), {}
+    key, layer = (f"{p.encoding}/{pick['method']}", pick["layer"]) if pick else (p.key(), str(p.layer))
+    if pick:
+        arm, step = pick["arm"], pick["step"]
+        record = saved["arms"][arm]
+        out |= {"model": model_path(selection, saved, arm, step), "arm": arm, "step": int(step)}
+        out |= {"training_minutes": minutes_at(record, step)}
+    out |= {"layer": int(layer)} | ({"method": pick["method"]} if pick else {})
+    out |= {"protocol": f"{p.encoding} encoding, {p.method}, layer {p.layer}"}
+    if pick:
+        scores = saved["arms"][pick["arm"]]["checkpoints"][pick["step"]]
+        out |= {"aer": scores[key][layer], "aer_test_halves": scores[f"{key}/{TEST}"][layer]}
+    out |= {"start_test_halves": start.get(f"{key}/{TEST}", {}).get(layer)}
+    out |= {"start": {"aer": start.get(key, {}).get(layer)}}
+    for ref in (r for r in selection.references if r.summary):  # a published row names where it is printed
+        out[ref.summary] = {"aer": reference_values(ref, selection.gold_sets, root)}
+        out[ref.summary] |= {} if ref.path else {"source": ref.source}
+    for step in (*selection.before, *selection.after):
+        out |= step.summary(saved)
+    return out
