@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from polyalign.align import words as word_level
 from polyalign.align.aer import alignment_error_rate, read_gold
 from polyalign.align.extract import (
     filter_alignments,
@@ -22,7 +23,6 @@ from polyalign.align.words import (
     link_lists,
     pad_word_ids,
     side_positions,
-    values_at_links,
 )
 from polyalign.io import DataError
 
@@ -208,7 +208,7 @@ def test_word_probability_is_the_largest_of_its_linked_tokens():
     words = lift_max_to_words(values, pad_word_ids([[0, 0]], 3), pad_word_ids([[0, 1, 1]], 3), 1, 2)
     assert words.tolist() == [[[0.5, 0.75]]]
     links = torch.tensor([[[True, False], [False, True]]])
-    assert values_at_links(links, torch.tensor([[[0.5, 0.0], [0.0, 0.25]]])) == [[0.5, 0.25]]
+    assert word_level.values_at_links(links, torch.tensor([[[0.5, 0.0], [0.0, 0.25]]])) == [[0.5, 0.25]]
 
 
 def test_every_method_is_batch_invariant():
