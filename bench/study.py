@@ -388,8 +388,9 @@ class Selection:
     baseline: str = ""
     """The reference the chosen candidate is counted against beside the start (the page's dotted lines)."""
     rule_layers: tuple[int, ...] = ()
-    """Issue 44's rules (bench/selection_rules.py): the layer among these with the start's lowest mean dev-half AER is
-    a candidate layer beside the protocol's, and the offered method is chosen on the dev halves; (): neither."""
+    """Issue 44's rules (bench/selection.py: rule_layer, chosen_method): the layer among these with the start's
+    lowest mean dev-half AER is a candidate layer beside the protocol's, and the offered method is chosen on the dev
+    halves; (): neither."""
     below_start_everywhere: bool = True
     """The rule: among the candidates below the start on every dev half the lowest mean AER (one aligner serves
     every language); the lowest mean of all when none is, or when this is False."""
