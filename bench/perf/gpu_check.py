@@ -84,8 +84,12 @@ def main() -> None:
     ap.add_argument("--steps", help=f"comma list of steps to run (default all: {','.join(STEPS)})")
     ap.add_argument("--combine", nargs="+", type=Path, help="gpu_check.json files of several calls -> one page")
     ap.add_argument("--step", choices=list(STEPS), help=argparse.SUPPRESS)  # a step's own process
-    ap.add_argument("--work", type=Path, help="keep models and runs here (default: a temporary folder); a second "
-                    "call with the same folder skips finished trainings and measures")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        help="keep models and runs here (default: a temporary folder); a second "
+        "call with the same folder skips finished trainings and measures",
+    )
     ap.add_argument("--logs", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--ddp-probe", type=Path, help=argparse.SUPPRESS)  # a torchrun worker of the probe
