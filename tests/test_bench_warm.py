@@ -1,0 +1,37 @@
+"""Issue 47: the warm variant of a cold-head claim changes only how the MLM head starts."""
+
+from __future__ import annotations
+
+from bench.studies import real_start
+from bench.studies.warm import warm_variant
+
+
+def by_id(claim_id: str):
+    return next(c for c in real_start.CLAIMS if c.id == claim_id)
+
+
+def test_the_warm_variant_drops_only_the_cold_override_and_renames_its_arms():
+    cold = by_id("real-ernie-m-camlm")
+    warm = warm_variant(cold, real_start.COLD, "ernie-m-warm")
+    for before, after in ((cold.baseline, warm.baseline), (cold.method, warm.method)):
+        assert real_start.COLD in before.overrides and real_start.COLD not in after.overrides
+        assert set(before.overrides) - set(after.overrides) == {real_start.COLD}
+        assert after.name == before.name + "-warm" and after.recipe == before.recipe
+    assert (warm.metric, warm.measures, warm.setup, warm.direction) == (cold.metric, cold.measures, cold.setup, 1)
+    assert not warm.statement.startswith("cold head") and warm.id == "real-ernie-m-camlm-warm"
+
+
+def test_the_warm_variants_checks_read_the_warm_arms():
+    warm = by_id("real-ernie-m-camlm-warm")
+    arms = {warm.baseline.name, warm.method.name}
+    assert {k.arm for k in warm.why.checks} <= arms
+    assert all(k.label.endswith("-warm") for k in warm.why.checks)  # "MLM loss, exp2-mlm-tlm-warm"
+    veco = by_id("real-veco-plug-in-warm")
+    assert veco.why.diagnostics == ("real-veco-ca-mlm-adds-warm",)
+    assert by_id("real-veco-ca-mlm-adds-warm").section == veco.section == "veco-warm"
+
+
+def test_every_cold_head_row_has_its_warm_rerun_declared():
+    ids = {c.id for c in real_start.CLAIMS}
+    cold = [c.id for c in real_start.CLAIMS if c.statement.startswith("cold head")]
+    assert cold and [i for i in cold if f"{i}-warm" not in ids] == []
