@@ -15,6 +15,13 @@ the self-training layer), each sentence encoded on its own and links by mutual a
 the links the self-training objective labels), bare "▁" pieces unlinked (polyalign/align/aligner.py).
 polyalign's default (`ot`, pair encoding) and itermax are reported beside it. No layer, method or arm is
 chosen on the gold sets; the best-layer rows are labelled as chosen on test.
+
+Issue 44's rule, written before its arms ran: (1) the layer rule: the start's layer (4 to 10) with the lowest
+mean argmax AER over the gold sets' dev halves; arms marked `rule_layer` self-train there and are scored there and
+at 8. (2) The offered model: among every checkpoint and interpolation at either layer, those below the start (at the
+same layer) on every dev half, the lowest mean dev-half AER under argmax, as before. (3) The offered extraction: on
+that model and layer, the method (argmax, itermax, softmax at 1e-3, softmax at 0.1, ot) with the lowest mean
+dev-half AER. The test halves and the whole sets are reported, never used.
 """
 
 from __future__ import annotations
@@ -41,8 +48,14 @@ PAGE = ROOT / "bench" / "results" / "e5.md"
 GOLD = SHARED / "data" / "eval" / "word_alignment"
 GOLD_SETS = ("de-en", "en-fr", "en-hi", "ja-en", "ro-en", "ro-en-wpt05", "zh-en")
 LAYER = 8
+LAYER_KEY = str(LAYER)
 PRIMARY = ("separate", "argmax")
-METHODS = ("argmax", "itermax", "ot")
+METHODS = ("argmax", "itermax", "ot", "softmax")
+SOFTMAX_EXTRA = 0.1
+"""`softmax` is scored at awesome-align's threshold (1e-3) and, as `softmax-0.1`, at AccAlign's 0.1 (issue 44)."""
+RULE_LAYERS = range(4, 11)
+"""Layers the start is scored at on the dev halves for the layer rule (issue 44): below 4 and above 10 its AER
+is far off the best (bench/results/e5.md, start by layer)."""
 ENCODINGS = ("separate", "pair")
 
 # Published figures, for scale (not measured here). MTEB's Tatoeba for multilingual-e5-small, per language;
@@ -68,6 +81,10 @@ class Arm:
     steps: int = 3000
     stop_at: int = 0  # stop here without changing the schedule (an ablation compared at the same step)
     recipe: str = "self-align"
+    rule_layer: bool = False
+    """Self-train and measure at the layer rule's layer (issue 44) as well as at the protocol's layer 8."""
+    minutes: float = 0.0
+    """Stop after this many training minutes (trainer.max_minutes) instead of at a step: equal-minutes arms."""
 
 
 ARMS = {  # every setting the recipe's own values might change is named, so an arm reruns as it ran
@@ -92,6 +109,26 @@ ARMS = {  # every setting the recipe's own values might change is named, so an a
         "12,586 pairs), stopped at step 1000 of the same schedule",
         ["objectives.0.config.labels=softmax", "data.parallel.alpha=0.3"],
         stop_at=1000,
+    ),
+}
+EQUAL_MINUTES = 8.2
+"""Issue 44's ablations run for the training minutes of the recipe as shipped (`softmax-labels` to step 1,000)."""
+ARMS |= {  # issue 44, declared with the rule below before any of them ran
+    "softmax-rule-layer": Arm(
+        "softmax labels (the recipe as shipped) self-trained at the layer rule's layer instead of 8, stopped at "
+        "step 1000 of the same schedule",
+        ["objectives.0.config.labels=softmax"],
+        stop_at=1000,
+        rule_layer=True,
+    ),
+    "dwa-beside": Arm(
+        "the recipe as shipped at the rule's layer with XLM-Align's DWA + TLM beside it on the same batches (OT "
+        "self-labels at layer 10, Table 11), MLM head trained alone first (200 steps, encoder frozen), "
+        f"{EQUAL_MINUTES:g} training minutes as the recipe's 1,000 steps",
+        [],
+        recipe="bench/recipes/aligner-dwa.yaml",
+        rule_layer=True,
+        minutes=EQUAL_MINUTES,
     ),
 }
 WISE_WEIGHTS = (0.25, 0.5, 0.75)
@@ -157,9 +194,9 @@ def halves(count: int) -> dict[str, list[int]]:
     return {"all": list(range(count)), "dev": list(range(0, count, 2)), "test": list(range(1, count, 2))}
 
 
-def alignment_scores(folder: Path, encodings=ENCODINGS, layers=(LAYER,)) -> dict:
+def alignment_scores(folder: Path, encodings=ENCODINGS, layers=(LAYER,), methods=METHODS) -> dict:
     """AER (%) per encoding/method[/half]/layer/gold set: {"separate/argmax": {"8": {"de-en": ...}}}, and the
-    same under "separate/argmax/dev" and "/test" for the halves."""
+    same under "separate/argmax/dev" and "/test" for the halves; `softmax` also as `softmax-0.1`."""
     from polyalign.align.aer import read_gold
     from polyalign.align.aligner import Aligner
     from polyalign.checkpoint import load_model
@@ -172,7 +209,12 @@ def alignment_scores(folder: Path, encodings=ENCODINGS, layers=(LAYER,)) -> dict
         for name in GOLD_SETS:
             gold = read_gold(GOLD / name)
             encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
-            links = aligner.align_encoded(encoded, METHODS, list(layers), gold.languages)
+            links = aligner.align_encoded(encoded, methods, list(layers), gold.languages)
+            if "softmax" in methods:
+                aligner.softmax_threshold = SOFTMAX_EXTRA
+                extra = aligner.align_encoded(encoded, ["softmax"], list(layers), gold.languages)
+                links |= {(f"softmax-{SOFTMAX_EXTRA:g}", layer): found for (_, layer), found in extra.items()}
+                aligner.softmax_threshold = Aligner(loaded).softmax_threshold
             for (method, layer), found in links.items():
                 for half, rows in halves(len(found)).items():
                     key = f"{encoding}/{method}" + ("" if half == "all" else f"/{half}")
@@ -195,17 +237,46 @@ def chosen(results: dict, trained_only: bool = False) -> tuple[str, str]:
     lowest mean AER of all when none is. One aligner serves every language, so a candidate that makes one
     worse is passed over for one that improves all. Candidates: every checkpoint of every arm, and every
     interpolation unless `trained_only`."""
+    return chosen_at(results, trained_only)[:2]
+
+
+def start_dev(results: dict) -> dict[str, dict[str, float]]:
+    """The start's dev-half argmax AER per layer (the protocol's layer and the layer rule's)."""
     key = f"{PRIMARY[0]}/{PRIMARY[1]}/dev"
+    return {**results.get("start_layers_dev", {}), LAYER_KEY: results["start"]["scores"][key][LAYER_KEY]}
+
+
+def chosen_at(results: dict, trained_only: bool = False) -> tuple[str, str, str]:
+    """`chosen`, with the layer (issue 44's rule 2): candidates at layer 8 and at the rule's layer, each against
+    the start at its own layer."""
+    key = f"{PRIMARY[0]}/{PRIMARY[1]}/dev"
+    start = start_dev(results)
     dev = {
-        (name, step): scores[key][str(LAYER)]
+        (name, step, layer): aer
         for name, arm in results["arms"].items()
         if not (trained_only and "interpolated" in arm)
         for step, scores in arm["checkpoints"].items()
         if key in scores
+        for layer, aer in scores[key].items()
+        if layer in start
     }
-    start_dev = results["start"]["scores"][key][str(LAYER)]
-    improving = [c for c, aer in dev.items() if all(aer[g] < start_dev[g] for g in GOLD_SETS)]
+    improving = [c for c, aer in dev.items() if all(aer[g] < start[c[2]][g] for g in GOLD_SETS)]
     return min(improving or dev, key=lambda c: sum(dev[c].values()) / len(GOLD_SETS))
+
+
+def rule_layer(results: dict) -> int:
+    """Issue 44's layer rule: the start's layer with the lowest mean argmax AER over the dev halves."""
+    layers = results["start_layers_dev"]
+    return int(min(layers, key=lambda layer: sum(layers[layer].values())))
+
+
+def chosen_method(results: dict) -> str:
+    """Issue 44's rule 3: the extraction with the lowest mean dev-half AER on the offered model and layer."""
+    arm, step, layer = chosen_at(results)
+    scores = results["arms"][arm]["checkpoints"][step]
+    dev = {k.split("/")[1]: v[layer] for k, v in scores.items() if k.startswith(f"{PRIMARY[0]}/") and
+           k.endswith("/dev") and layer in v}  # fmt: skip
+    return min(dev, key=lambda m: sum(dev[m].values()))
 
 
 def model_folder(results: dict, arm: str, step: str | int) -> Path:
@@ -223,8 +294,10 @@ def interpolate(results: dict) -> None:
 
     base, step = chosen(results, trained_only=True)
     tuned = model_folder(results, base, step)
-    for weight in WISE_WEIGHTS:
-        name, out = f"wise-{weight:g}", RUNS / f"wise-{weight:g}"
+    layers = tuple(int(x) for x in results["arms"][base].get("layers", [LAYER]))
+    for weight in WISE_WEIGHTS:  # the first study's names kept for its base; issue 44's name theirs
+        name = f"wise-{weight:g}" if base == "softmax-labels" else f"{base}-wise-{weight:g}"
+        out = RUNS / name
         record = results["arms"].get(name, {})
         if record.get("interpolated", {}).get("tuned") != str(tuned.relative_to(ROOT)):
             interpolate_folders(E5, tuned, weight, out, overwrite=True)
@@ -234,7 +307,8 @@ def interpolate(results: dict) -> None:
                 "interpolated": {"start": str(E5.relative_to(ROOT)), "tuned": str(tuned.relative_to(ROOT)),
                                  "weight": weight},
                 "model": str(out.relative_to(ROOT)),
-                "checkpoints": {str(int(step)): alignment_scores(out, ("separate",))},
+                "layers": list(layers),
+                "checkpoints": {str(int(step)): alignment_scores(out, ("separate",), layers)},
             }  # fmt: skip
         record["minutes"] = round(minutes_at(RUNS / base, int(step)), 1)  # the base's training up to its step
         save(results)
@@ -247,18 +321,29 @@ def compare(results: dict) -> None:
     from polyalign.align.aligner import Aligner
     from polyalign.checkpoint import load_model
 
-    arm, step = chosen(results)
+    arm, step, layer = chosen_at(results)
+    method = chosen_method(results)
     folder = model_folder(results, arm, step)
-    aligners = [Aligner(load_model(m), encoding=PRIMARY[0]) for m in (E5, folder)]
+    aligner_method, threshold = extraction(method)
+    aligners = [Aligner(load_model(m), encoding=PRIMARY[0], softmax_threshold=threshold) for m in (E5, folder)]
     out = {}
     for name in GOLD_SETS:
         gold = read_gold(GOLD / name)
         pairs = list(zip(gold.source, gold.target, strict=True))
-        before, after = (a.align(pairs, PRIMARY[1], LAYER, gold.languages) for a in aligners)
+        before, after = (a.align(pairs, aligner_method, int(layer), gold.languages) for a in aligners)
         difference, low, high = aer_difference_interval(before, after, gold.sure, gold.possible)
         out[name] = {"difference": round(difference, 2), "low": round(low, 2), "high": round(high, 2)}
-    results["compare"] = {"arm": arm, "step": int(step), "sets": out}
+    results["compare"] = {"arm": arm, "step": int(step), "layer": int(layer), "method": method, "sets": out}
     save(results)
+
+
+def extraction(method: str) -> tuple[str, float]:
+    """A scored method's name as the aligner's method and softmax threshold (`softmax-0.1`: softmax at 0.1)."""
+    from polyalign.align.extract import SOFTMAX_THRESHOLD
+
+    if method.startswith("softmax-"):
+        return "softmax", float(method.split("-", 1)[1])
+    return method, SOFTMAX_THRESHOLD
 
 
 def start(results: dict) -> None:
@@ -268,6 +353,25 @@ def start(results: dict) -> None:
     if "start_layers" not in results:  # the best layer, chosen on test: shown, never used
         results["start_layers"] = alignment_scores(E5, ("separate",), range(13))["separate/argmax"]
         save(results)
+    if "start_layers_dev" not in results:  # issue 44's layer rule, on the dev halves
+        scores = alignment_scores(E5, ("separate",), RULE_LAYERS, ("argmax",))
+        results["start_layers_dev"] = scores[f"{PRIMARY[0]}/{PRIMARY[1]}/dev"]
+        save(results)
+    if "separate/softmax" not in results["start"]["scores"]:  # every method at the rule's layer, softmax at 8
+        layers = sorted({LAYER, rule_layer(results)})
+        merge_scores(results["start"]["scores"], alignment_scores(E5, ("separate",), layers))
+        save(results)
+
+
+def merge_scores(into: dict, scores: dict) -> None:
+    """Add `alignment_scores` cells to a record without dropping the ones it has."""
+    for key, by_layer in scores.items():
+        for layer, cell in by_layer.items():
+            into.setdefault(key, {}).setdefault(layer, cell)
+
+
+def arm_layers(results: dict, arm: Arm) -> tuple[int, ...]:
+    return tuple(sorted({LAYER, rule_layer(results)})) if arm.rule_layer else (LAYER,)
 
 
 def arms(results: dict, only: list[str] | None = None) -> None:
@@ -277,24 +381,37 @@ def arms(results: dict, only: list[str] | None = None) -> None:
         run_dir = RUNS / name
         record = results.setdefault("arms", {}).setdefault(name, {})
         record |= {"note": arm.note, "sets": arm.sets}
-        last = arm.stop_at or arm.steps
-        if not (run_dir / "checkpoints" / f"step-{last:07d}").is_dir():
-            train(name, arm, run_dir)
+        layers = arm_layers(results, arm)
+        record |= {"recipe": arm.recipe, "layers": list(layers)}
+        if not trained(arm, run_dir):
+            train(name, arm, run_dir, layers[-1] if arm.rule_layer else 0)
         record["minutes"] = round(training_seconds(run_dir) / 60, 1)
-        for checkpoint in sorted((run_dir / "checkpoints").glob("step-*")):
+        checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
+        last = int(checkpoints[-1].name.split("-")[1])
+        for checkpoint in checkpoints:
             step = str(int(checkpoint.name.split("-")[1]))
             if step not in record.setdefault("checkpoints", {}):
-                encodings = ENCODINGS if int(step) == last else ("separate",)
-                record["checkpoints"][step] = alignment_scores(checkpoint, encodings)
+                encodings = ENCODINGS if int(step) == last and not arm.rule_layer else ("separate",)
+                record["checkpoints"][step] = alignment_scores(checkpoint, encodings, layers)
                 save(results)
-        record["model"] = str((run_dir / "checkpoints" / f"step-{last:07d}").relative_to(ROOT))
+        record["model"] = str(checkpoints[-1].relative_to(ROOT))
         save(results)
 
 
-def train(name: str, arm: Arm, run_dir: Path) -> None:
+def trained(arm: Arm, run_dir: Path) -> bool:
+    if arm.minutes:
+        return (run_dir / "checkpoints").is_dir() and training_seconds(run_dir) >= 0.99 * arm.minutes * 60
+    return (run_dir / "checkpoints" / f"step-{arm.stop_at or arm.steps:07d}").is_dir()
+
+
+def train(name: str, arm: Arm, run_dir: Path, layer: int = 0) -> None:
     sets = [f"trainer.max_steps={arm.steps}", "trainer.save_every=500", "trainer.keep_checkpoints=0", *arm.sets]
     if arm.stop_at:
         sets.append(f"trainer.stop_at={arm.stop_at}")
+    if arm.minutes:
+        sets += [f"trainer.max_minutes={arm.minutes:g}", "trainer.stop_at=0"]
+    if layer:
+        sets.append(f"objectives.0.config.layer={layer}")
     command = polyalign("pretrain", arm.recipe, "--data", str(PREPARED), "--init-from", str(E5))
     command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
     if (run_dir / "checkpoints").is_dir():
