@@ -384,7 +384,7 @@ def arms(results: dict, only: list[str] | None = None) -> None:
         layers = arm_layers(results, arm)
         record |= {"recipe": arm.recipe, "layers": list(layers)}
         if not trained(arm, run_dir):
-            train(name, arm, run_dir, layers[-1] if arm.rule_layer else 0)
+            train(name, arm, run_dir, rule_layer(results) if arm.rule_layer else 0)
         record["minutes"] = round(training_seconds(run_dir) / 60, 1)
         checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
         last = int(checkpoints[-1].name.split("-")[1])
@@ -418,6 +418,39 @@ def train(name: str, arm: Arm, run_dir: Path, layer: int = 0) -> None:
         command.append("--resume")
     print(f"train {name}: {' '.join(command)}", flush=True)
     run(command)
+
+
+def fit(results: dict, from_offered: bool = False) -> None:
+    """`polyalign fit-aligner` as a user runs it, on each gold set's own sentences (the bitext to be aligned, as
+    eflomal reads it; no gold link is read): from the start, or from the offered aligner. Reported apart: these
+    models have read the sentences they are scored on."""
+    from polyalign.align.aer import read_gold
+
+    label = "offered" if from_offered else "start"
+    start = model_folder(results, *chosen(results)) if from_offered else E5
+    record = results.setdefault("fit", {}).setdefault(label, {"model": str(start.relative_to(ROOT)), "sets": {}})
+    for name in GOLD_SETS:
+        out = RUNS / f"fit-{label}" / name
+        gold = read_gold(GOLD / name)
+        if not (out / "links.txt").is_file():
+            src, tgt = gold.languages
+            run(polyalign("fit-aligner", "--model", str(start), "--src", str(GOLD / name / "src.txt"), "--tgt",
+                          str(GOLD / name / "tgt.txt"), "--src-lang", src, "--tgt-lang", tgt, "--out", str(out),
+                          "--no-progress"))  # fmt: skip
+        links = [parse_pharaoh(line) for line in (out / "links.txt").read_text(encoding="utf-8").splitlines()]
+        scores = {half: round(score_rows(gold, links, rows), 2) for half, rows in halves(len(links)).items()}
+        record["sets"][name] = scores | {"fit": read_json(out / "fit.json")}
+        save(results)
+
+
+def parse_pharaoh(line: str) -> list[tuple[int, int]]:
+    return [(int(i), int(j)) for i, j in (link.split("-") for link in line.split())]
+
+
+def score_rows(gold, links: list, rows: list[int]) -> float:
+    from polyalign.evaluate.alignment import score_gold
+
+    return score_gold(subset(gold, rows), [links[i] for i in rows]).aer
 
 
 def align_speed(model: Path) -> dict:
@@ -463,7 +496,7 @@ def save(results: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    steps = ["convert", "sentences", "start", "arms", "interpolate", "compare", "speed", "all"]
+    steps = ["convert", "sentences", "start", "arms", "interpolate", "compare", "fit", "speed", "all"]
     ap.add_argument("step", choices=steps)
     ap.add_argument("--arms", default=None, help="comma list of arms (default: all)")
     args = ap.parse_args()
@@ -480,6 +513,9 @@ def main() -> None:
         interpolate(results)
     if args.step in ("compare", "all"):
         compare(results)
+    if args.step in ("fit", "all"):
+        fit(results)
+        fit(results, from_offered=True)
     if args.step in ("speed", "all"):
         from bench.e5_speed import measure
 

@@ -104,7 +104,9 @@ def measure_aligner(model: Path, pairs: int, rounds: int, scratch: Path, options
         "eflomal": eflomal_command(src, tgt, scratch / "eflomal.links"),
     }
     seconds: dict[str, list[float]] = {name: [] for name in commands}
-    bound = aligner_bound(model, src, tgt, rounds)
+    encoding = options[options.index("--encoding") + 1] if "--encoding" in options else "pair"
+    layer = int(options[options.index("--layer") + 1]) if "--layer" in options else None
+    bound = aligner_bound(model, src, tgt, rounds, encoding, layer)
     for r in range(rounds):
         for name in list(commands)[r % 2 :] + list(commands)[: r % 2]:  # alternate who goes first
             with open(scratch / f"{name}.stdout", "wb") as out:
@@ -134,7 +136,9 @@ def linear_rate(rows: int, inputs: int, outputs: int, repeats: int = 10) -> floa
     return 2 * rows * inputs * outputs / best / 1e9
 
 
-def aligner_bound(model: Path, src: Path, tgt: Path, rounds: int) -> dict:
+def aligner_bound(
+    model: Path, src: Path, tgt: Path, rounds: int, encoding: str = "pair", layer: int | None = None
+) -> dict:
     """The least time `polyalign align` could take on these pairs on this machine with this model: starting
     Python with torch imported, plus the encoder's linear layers up to the aligner's default layer run at the
     best bf16 rate F.linear reaches here at the model's shapes (8,192-token batches, as the aligner's). The
@@ -145,14 +149,16 @@ def aligner_bound(model: Path, src: Path, tgt: Path, rounds: int) -> dict:
     from polyalign.align.aligner import Aligner
     from polyalign.checkpoint import load_model
 
-    aligner = Aligner(load_model(model), encoding="pair")
+    aligner = Aligner(load_model(model), encoding=encoding)
     encoded = aligner.encode_words([(s, t) for _, s, t in read_word_pairs(src, tgt)])
-    tokens = sum(len(p.source_ids) + len(p.target_ids) + 3 for p in encoded)  # <s> x </s> y </s>
-    c, layers = aligner.model.config, aligner.default_layer
+    special = 3 if encoding == "pair" else 4  # <s> x </s> y </s>, or <s> x </s> and <s> y </s>
+    tokens = sum(len(p.source_ids) + len(p.target_ids) + special for p in encoded)
+    c, layers = aligner.model.config, layer or aligner.default_layer
     shapes = {"qkv": (c.hidden_size, 3 * c.hidden_size), "output": (c.hidden_size, c.hidden_size)}
     shapes |= {"ffn_up": (c.hidden_size, c.ffn_size), "ffn_down": (c.ffn_size, c.hidden_size)}
     rates = {name: linear_rate(8192, i, o) for name, (i, o) in shapes.items()}
-    linear_seconds = sum(layers * 2 * tokens * i * o / (rates[n] * 1e9) for n, (i, o) in shapes.items())
+    by_shape = {n: layers * 2 * tokens * i * o / (rates[n] * 1e9) for n, (i, o) in shapes.items()}
+    linear_seconds = sum(by_shape.values())
     start = statistics.median(run([sys.executable, "-c", "import torch"])[0] for _ in range(rounds))
     bound = start + linear_seconds
     return {
@@ -160,6 +166,7 @@ def aligner_bound(model: Path, src: Path, tgt: Path, rounds: int) -> dict:
         "layers": layers,
         "bf16_linear_gflops": rates,
         "linear_seconds": linear_seconds,
+        "linear_seconds_by_shape": by_shape,
         "python_torch_start_seconds": start,
         "bound_seconds": bound,
         "max_pairs_per_s": len(encoded) / bound,
