@@ -283,7 +283,7 @@ def read_e5_retrieval(t: Target) -> dict:
     if not (tatoeba and bucc):
         return {}
     by_layer = {r["layer"]: r["average"]["both"] for r in tatoeba["sweep"]}
-    return {"tatoeba14-query@last": by_layer[max(by_layer)], "bucc-query-f1": 100 * bucc["f1"]}
+    return {"tatoeba14-query@last": by_layer[max(by_layer)], "bucc-query-f1": bucc["f1"]}  # already in %
 
 
 # --------------------------------------------------------------------------------------------------------
