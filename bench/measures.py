@@ -275,7 +275,7 @@ def read_margin(t: Target) -> dict:
 
 
 def read_bucc(t: Target) -> dict:
-    return {"bucc-f1": 100 * data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}
+    return {"bucc-f1": data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}  # in % already
 
 
 def read_e5_retrieval(t: Target) -> dict:
