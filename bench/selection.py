@@ -127,6 +127,21 @@ def chosen_at(selection: Selection, saved: dict, trained_only: bool = False) -> 
     return choose(scored, start, selection.gold_sets, selection.below_start_everywhere)
 
 
+def derivation_base(selection: Selection, saved: dict) -> tuple[str, str] | None:
+    """The trained checkpoint a derived arm without a base is made from (WiSE-FT's "best trained checkpoint by mean
+    dev-half AER"): the lowest mean dev-half AER at any candidate layer, below the start everywhere or not, since the
+    interpolation towards the start is what can bring it below."""
+    start = start_dev(selection, saved)
+    scored = {
+        (*c, layer): aer
+        for layer in candidate_layers(selection, saved)
+        if all(g in start.get(layer, {}) for g in selection.gold_sets)
+        for c, aer in candidates(selection, saved, DEV, True, layer).items()
+    }
+    pick = choose(scored, start, selection.gold_sets, below_start_everywhere=False)
+    return pick[:2] if pick else None
+
+
 def chosen(selection: Selection, saved: dict, trained_only: bool = False) -> tuple[str, str] | None:
     """The (arm, step) the rule picks on the dev halves (`chosen_at` without the layer)."""
     pick = chosen_at(selection, saved, trained_only)

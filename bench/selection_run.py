@@ -88,6 +88,7 @@ def alignment_scores(run: SelectionRun, folder: Path, encodings: tuple[str, ...]
     with a threshold (`softmax-0.1`) scored at it on the same encoded sentences (bench/selection.py `extraction`)."""
     from polyalign.align.aer import read_gold
     from polyalign.align.aligner import Aligner
+    from polyalign.align.extract import SOFTMAX_THRESHOLD
     from polyalign.checkpoint import load_model
 
     loaded, p = load_model(folder), run.selection.protocol
@@ -97,7 +98,7 @@ def alignment_scores(run: SelectionRun, folder: Path, encodings: tuple[str, ...]
         by_threshold.setdefault(threshold, {})[name] = method
     out: dict = {}
     for encoding in encodings:
-        aligner = Aligner(loaded, encoding=encoding)
+        aligner = Aligner(loaded, encoding=encoding, softmax_threshold=SOFTMAX_THRESHOLD)  # `softmax`: at 1e-3
         default = aligner.softmax_threshold
         for name in run.selection.gold_sets:
             gold = read_gold(run.path(run.selection.gold) / name)
@@ -133,10 +134,17 @@ def every_encoding(p) -> tuple[str, ...]:
     return p.encodings or (p.encoding,)
 
 
-def protocol_layers(run: SelectionRun, rule_layer: bool = False) -> tuple[int, ...]:
-    """The layers a candidate is measured at: the protocol's, and the layer rule's for an arm marked `rule_layer`."""
+def protocol_layers(run: SelectionRun, rule_layer: bool = True) -> tuple[int, ...]:
+    """The layers a candidate is measured at: the protocol's, and the layer rule's (issue 44: the offered model is
+    chosen among every checkpoint and interpolation at either layer); `rule_layer=False`: the protocol's only."""
     p, rule = run.selection.protocol, S.rule_layer(run.selection, run.results)
     return tuple(dict.fromkeys((p.layer, *p.layers, *([int(rule)] if rule_layer and rule else []))))
+
+
+def missing_layers(scores: dict, key: str, layers) -> list[int]:
+    """The layers of `layers` a candidate's scores lack under `key` (e.g. a candidate measured before the layer rule
+    existed)."""
+    return [layer for layer in layers if str(layer) not in scores.get(key, {})]
 
 
 def merge_scores(into: dict, scores: dict) -> None:
@@ -156,7 +164,8 @@ def start(run: SelectionRun, only=None) -> None:
     if run.dry_run:
         return
     if "start" not in run.results:
-        run.results["start"] = {"scores": alignment_scores(run, folder, every_encoding(p), protocol_layers(run))}
+        layers = protocol_layers(run, rule_layer=False)
+        run.results["start"] = {"scores": alignment_scores(run, folder, every_encoding(p), layers)}
         run.save()
     if "start_layers" not in run.results:  # the best layer, chosen on the gold sets: shown, never used
         from polyalign.checkpoint import load_model
@@ -211,8 +220,8 @@ def arms(run: SelectionRun, only: list[str] | None = None) -> None:
         record = run.results.setdefault("arms", {}).setdefault(arm.name, {})
         record |= {"note": arm.note, "sets": list(arm.overrides), "recipe": arm.recipe}
         record |= {"init_from": arm.init_from} if arm.init_from not in (None, selection.start) else {}
-        layers = protocol_layers(run, arm.rule_layer)
-        record |= {"layers": sorted(layers)} if arm.rule_layer else {}
+        layers = protocol_layers(run)
+        record |= {"layers": sorted(layers)}
         logged = records(run_dir / "metrics.jsonl")
         record["minutes"] = round(max((r.get("seconds", 0.0) for r in logged), default=0.0) / 60, 1)
         checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
@@ -224,6 +233,10 @@ def arms(run: SelectionRun, only: list[str] | None = None) -> None:
                 every = int(step) == last and not arm.rule_layer
                 encodings = every_encoding(selection.protocol) if every else (selection.protocol.encoding,)
                 record["checkpoints"][step] = alignment_scores(run, checkpoint, encodings, layers)
+                run.save()
+            elif missing := missing_layers(record["checkpoints"][step], selection.protocol.key(), layers):
+                encoding = (selection.protocol.encoding,)
+                merge_scores(record["checkpoints"][step], alignment_scores(run, checkpoint, encoding, missing))
                 run.save()
         record["model"] = S.checkpoint_folder(selection, arm.name, last)
         run.save()
@@ -251,21 +264,30 @@ def derive(run: SelectionRun, only=None) -> None:
     for derived in selection.derived:
         if derived.base:
             base, step = derived.base, S.last_step(saved[derived.base])
+        elif pick := S.derivation_base(selection, run.results):
+            base, step = pick
         else:
-            base, step = run.chosen(trained_only=True)
+            raise SystemExit(f"{run.study.name}: no trained checkpoint is measured yet (run the step arms first)")
         tuned, key = S.model_path(selection, run.results, base, step), S.DERIVED_KEYS[derived.kind]
-        if any(r.get(key) == S.derived_source(derived, selection.start, tuned) for r in saved.values()):
+        layers, encoding = protocol_layers(run), (selection.protocol.encoding,)
+        made = [r for r in saved.values() if r.get(key) == S.derived_source(derived, selection.start, tuned)]
+        for record in made:  # made before: measured at a layer it lacks where its folder is still here
+            scores, folder = record["checkpoints"][step], run.path(record["model"])
+            if (missing := missing_layers(scores, selection.protocol.key(), layers)) and folder.is_dir():
+                merge_scores(scores, alignment_scores(run, folder, encoding, missing))
+                record["layers"] = sorted({*record.get("layers", ()), *layers})
+                run.save()
+        if made:
             continue
         name = derived.name_for(base)
         out = f"{selection.runs}/{name}"
         run.sh(run.polyalign(*S.derive_command(derived, selection.start, tuned, out), "--overwrite"))
         if run.dry_run:
             continue
-        layers = tuple(saved[base].get("layers", protocol_layers(run)))  # its base's layers
-        scores = alignment_scores(run, run.path(out), (selection.protocol.encoding,), layers)
+        scores = alignment_scores(run, run.path(out), encoding, layers)
         minutes = S.minutes_at(saved[base], step)
         saved[name] = S.derived_record(derived, base, step, selection.start, tuned, out, scores, minutes)
-        saved[name] |= {"layers": list(layers)} if "layers" in saved[base] else {}
+        saved[name] |= {"layers": list(layers)}
         run.save()
 
 

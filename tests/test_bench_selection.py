@@ -42,9 +42,9 @@ def saved() -> dict:
         },
     }
     arm["checkpoints"]["1000"] |= scores([22.0, 12.0], [22.0, 12.0], [22.0, 12.0], key="separate/ot")
-    tuned = S.checkpoint_folder(SELECTION, "softmax-labels", 500)
+    tuned = S.checkpoint_folder(SELECTION, "softmax-labels", 1000)
     wise = S.derived_record(
-        Derived("interpolate", 0.5), "softmax-labels", "500", E5.E5, tuned, "runs/w",
+        Derived("interpolate", 0.5), "softmax-labels", "1000", E5.E5, tuned, "runs/w",
         scores([19.5, 9.5], [19.5, 9.9], [19.0, 9.0]), 5.0,
     )  # fmt: skip
     return {"commit": "abc1234", "date": "2026-01-01 00:00 UTC", "start": {"scores": start},
@@ -60,6 +60,8 @@ def test_the_rule_decides_on_the_dev_halves_and_never_reads_the_test_halves():
     # below the start on every dev half beats a lower mean that is worse on one; the interpolation's mean (14.7) loses
     assert S.chosen(SELECTION, results) == ("softmax-labels", "500")
     assert S.chosen(SELECTION, results, trained_only=True) == ("softmax-labels", "500")
+    # WiSE-FT's base is the lowest mean among trained checkpoints, above the start on en-fr or not
+    assert S.derivation_base(SELECTION, results) == ("softmax-labels", "1000")
     results["arms"]["softmax-labels"]["checkpoints"]["500"]["separate/argmax/test"]["8"] = {"de-en": 0.0, "en-fr": 0.0}
     assert S.chosen(SELECTION, results) == ("softmax-labels", "500")  # the test halves changed, the choice did not
     assert S.chosen(dataclasses.replace(SELECTION, below_start_everywhere=False), results) == ("softmax-labels", "1000")
@@ -77,7 +79,7 @@ def test_a_candidate_missing_a_gold_set_or_checkpoints_is_no_candidate():
     del results["arms"]["softmax-labels"]["checkpoints"]["500"]["separate/argmax/dev"]["8"]["en-fr"]
     assert set(S.candidates(SELECTION, results, S.DEV)) == {
         ("softmax-labels", "1000"),
-        ("softmax-labels-wise-0.5", "500"),
+        ("softmax-labels-wise-0.5", "1000"),
     }
 
 
@@ -105,7 +107,7 @@ def test_derive_makes_only_what_no_arm_was_made_from(tmp_path, capsys):
         Derived("interpolate", 0.5), Derived("interpolate", 0.75))))  # fmt: skip
     run_steps(study, ["derive"], dry_run=True, root=root)
     made = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
-    # the chosen trained checkpoint is softmax-labels at 500, whose 0.5 interpolation is saved (under another name)
+    # the base is softmax-labels at 1000 (lowest dev mean), whose 0.5 interpolation is saved (under another name)
     assert len(made) == 1 and "--weight 0.75" in made[0] and "softmax-labels-wise-0.75" in made[0]
 
 
