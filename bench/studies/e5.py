@@ -185,7 +185,17 @@ ABOUT = (
     "at 8; (2) the offered model: among every checkpoint and interpolation at either layer, those below the start "
     "(at the same layer) on every dev half, the lowest mean dev-half AER under argmax; (3) the offered extraction: on "
     "that model and layer, the method (argmax, itermax, softmax at 1e-3, softmax at 0.1, ot) with the lowest mean "
-    "dev-half AER. Published rows: " + "; ".join(dict.fromkeys(r.source for r in REFERENCES[1:])) + "."
+    "dev-half AER. Rule (2) is applied as written since 2026-11-27: every candidate whose folder is on this machine is "
+    "measured at layer 7 too (before, only the arms marked for it were), and the interpolations are made from the "
+    "best trained checkpoint by mean dev-half AER at either layer (the code had taken the best of those below the "
+    "start everywhere, which agreed while layer 8 was the only one measured). The folders of `softmax-labels` and its "
+    "interpolations had been lost with a machine, so that arm was retrained with the same command: training is not "
+    "bit-identical (wise-0.5 at layer 8 with argmax: mean dev-half AER 28.23 first, 28.37 rebuilt; whole sets 27.72 "
+    "and 27.79) and this machine ran slower (12.1 training minutes to step 1,000 against 8.2); the first runs' "
+    "records are kept under `first_runs` in e5.json. `argmax-labels`, `trained-embeddings` and `softmax-alpha-0.3` "
+    "have no folder here and are candidates at layer 8 only. Published rows: "
+    + "; ".join(dict.fromkeys(r.source for r in REFERENCES[1:]))
+    + "."
 )
 
 
