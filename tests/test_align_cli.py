@@ -81,15 +81,18 @@ def test_out_probabilities_and_word_pairs_line_up_with_the_links(tiny_model, bit
 def test_the_recommended_setting_is_the_default_of_the_cli_the_python_aligner_and_the_readme():
     from pathlib import Path
 
+    from polyalign.model_folders import E5_READING
+
     command = typer.main.get_command(app).commands["align"]
     cli_default = next(p.default for p in command.params if p.name == "method")
-    assert cli_default == inspect.signature(Aligner.align).parameters["method"].default == "argmax"
+    assert cli_default is None and inspect.signature(Aligner.align).parameters["method"].default is None  # the folder's
     assert next(p.default for p in command.params if p.name == "encoding") is None  # the method's own: separate
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Better-than-eflomal word alignment") :].split("\n## ")[0]
     align_line = next(line for line in section.splitlines() if "polyalign align " in line)
     assert "--method" not in align_line and "--encoding" not in align_line  # the defaults are the recommendation
-    assert "argmax" in section and "separate" in section and "layer 8" in section
+    setting = f"{E5_READING.method} at {E5_READING.softmax_threshold:g} on layer {E5_READING.layer}"
+    assert setting in section and "alignment.json" in section and "separate" in section
 
 
 def test_the_python_aligner_uses_each_methods_own_encoding_unless_told(tiny_model):

@@ -62,3 +62,7 @@ def test_import_e5_follows_the_umask(tmp_path, capsys):
     under_umask(0o027, run_cli, ["import-e5", "--out", str(tmp_path / "e5")])
     assert (tmp_path / "e5" / "model.safetensors").is_file()
     assert wrong_modes(tmp_path / "e5", 0o027) == {}
+    from polyalign.align.reading import read_reading
+    from polyalign.model_folders import E5_READING
+
+    assert read_reading(tmp_path / "e5") == E5_READING  # the folder reads as the e5 study's offered aligner

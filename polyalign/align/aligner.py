@@ -2,8 +2,10 @@
 
 One encoder call per batch of pairs gives every layer up to the deepest one asked for, so a layer sweep and
 several methods cost one encoding pass. The recommended setting, the defaults of `Aligner.align`, of
-`polyalign align` and the README's: SimAlign's `argmax` on `separate`ly encoded sentences two thirds of the way
-up (layer 8 of 12: the protocol of bench/results/e5.md and of the aligner it offers).
+`polyalign align` and the README's: the model folder's own reading (align/reading.py: for multilingual-e5-small
+and the aligner trained from it, softmax at 0.1 on layer 7, chosen on the gold sets' dev halves in
+bench/results/e5.md); without one, SimAlign's `argmax` two thirds of the way up (layer 8 of 12). Either way each
+sentence is encoded on its own (`separate`) unless the method is `ot`.
 Two ways to encode a pair:
 - `pair` (default for `ot`: XLM-Align §3.1 and §4.3, and XLM-Align's released aligner, whose numbers the
   papers' tables report): the concatenated pair `<s> x </s> y </s>` with positions running on, as the released
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from polyalign.align.extract import METHODS, SOFTMAX_THRESHOLD, OTSettings, link_probabilities, subword_links
+from polyalign.align.extract import METHODS, OTSettings, link_probabilities, subword_links
+from polyalign.align.reading import GENERIC_METHOD, read_reading
 from polyalign.align.words import (
     gather_side,
     lift_max_to_words,
@@ -51,8 +54,8 @@ PAIR_LAYOUT = "<s> x </s> y </s>, positions running on, for every model"
 """What alignment results record of the pair layout (results without it predate it: see PAIR_STYLE)."""
 PRECISIONS = ("bf16", "fp32")
 Links = list[tuple[int, int]]
-DEFAULT_METHOD = "argmax"
-"""The recommended method (with its own encoding, `separate`, and the default layer): see the module docstring."""
+DEFAULT_METHOD = GENERIC_METHOD
+"""The method of a folder without its own reading (align/reading.py), with its encoding, `separate`."""
 
 
 @dataclass
@@ -84,12 +87,12 @@ class Aligner:
         precision: str = "bf16",
         settings: OTSettings = OTSettings(),
         pair_style: str = PAIR_STYLE,
-        softmax_threshold: float = SOFTMAX_THRESHOLD,
+        softmax_threshold: float | None = None,
     ):
         """`encoding`: None encodes as each call of `align` asks for its method (`default_encoding`: `separate`,
         `pair` for `ot`), and `separate` in `encode_words`/`align_encoded`. `softmax_threshold`: the `softmax`
-        method's (awesome-align's 1e-3 by default). `pair_style`: the `pair` layout (data/layout.py's TLM
-        styles); anything but the default is for measuring what the layout itself does
+        method's (default: the folder's reading, else awesome-align's 1e-3). `pair_style`: the `pair` layout
+        (data/layout.py's TLM styles); anything but the default is for measuring what the layout itself does
         (bench/probes/pair_layout.py)."""
         self.encoding_per_method = encoding is None
         encoding = encoding or default_encoding(DEFAULT_METHOD)
@@ -101,7 +104,8 @@ class Aligner:
         if precision not in PRECISIONS:
             raise DataError(f"--precision {precision}: use one of {', '.join(PRECISIONS)}")
         self.loaded, self.encoding, self.batch_tokens, self.settings = loaded, encoding, batch_tokens, settings
-        self.softmax_threshold = softmax_threshold
+        self.reading = read_reading(loaded.folder)  # the folder's recommended method, layer and threshold
+        self.softmax_threshold = self.reading.softmax_threshold if softmax_threshold is None else softmax_threshold
         self.model = loaded.model.eval()
         if precision == "bf16":
             # The whole encoder in bf16, a copy (the caller's model stays as it is): inference needs no fp32
@@ -114,8 +118,17 @@ class Aligner:
         self.truncated = 0  # pairs whose tokens had to be cut to fit the position table
 
     @property
+    def default_method(self) -> str:
+        """The folder's recommended method, or argmax."""
+        return self.reading.method
+
+    @property
     def default_layer(self) -> int:
-        return simalign_word_layer(self.num_layers)
+        """The folder's recommended layer, or two thirds of the depth (SimAlign's layer 8 of 12)."""
+        if self.reading.layer is None:
+            return simalign_word_layer(self.num_layers)
+        check_layer(self.reading.layer, self.num_layers)
+        return self.reading.layer
 
     # -----------------------------------------------------------------------------------------------------
 
@@ -220,14 +233,15 @@ class Aligner:
     def align(
         self,
         pairs: Sequence[tuple[list[str], list[str]]],
-        method: str = DEFAULT_METHOD,
+        method: str | None = None,
         layer: int | None = None,
         languages: tuple[str, str] | None = None,
         progress: bool = False,
         with_probabilities: bool = False,
     ) -> list:
-        """Word links (i, j) per pair, at one layer (default: two thirds up) with one method (default: argmax,
-        the recommended setting); `with_probabilities`: (links, probabilities) per pair (`align_encoded`)."""
+        """Word links (i, j) per pair, at one layer with one method (defaults: the folder's recommended reading, else
+        argmax two thirds up); `with_probabilities`: (links, probabilities) per pair (`align_encoded`)."""
+        method = self.default_method if method is None else method
         layer = self.default_layer if layer is None else layer
         check_layer(layer, self.num_layers)
         if self.encoding_per_method:

@@ -39,12 +39,12 @@ def align(
             "(awesome-align's --output_word_file)."
         ),
     ] = None,
-    method: options.AlignMethod = options.AlignmentMethod.argmax,
+    method: options.AlignMethod | None = None,
     softmax_threshold: Annotated[
         float | None,
         typer.Option(
-            help="`softmax` only: both probabilities must exceed this (default: awesome-align's 0.001; AccAlign "
-            "uses 0.1)."
+            help="`softmax` only: both probabilities must exceed this (default: the model folder's alignment.json, "
+            "else awesome-align's 0.001; AccAlign uses 0.1)."
         ),
     ] = None,
     layer: options.Layer = None,
@@ -59,20 +59,23 @@ def align(
     progress: options.Progress = True,
 ) -> None:
     """Word-align a bitext; writes Pharaoh links (`i-j`, 0-based, source first), one line per pair. The defaults
-    are the recommended setting: argmax on separately encoded sentences at two thirds of the depth."""
+    are the recommended setting: the model folder's own (its alignment.json: for multilingual-e5-small and aligners
+    made from it, softmax at 0.1 on layer 7), else argmax at two thirds of the depth; each sentence encoded alone."""
     from polyalign.align.aligner import Aligner, check_layer, default_encoding
     from polyalign.align.bitext import bitext_from_options, check_bitext
-    from polyalign.align.extract import SOFTMAX_THRESHOLD
+    from polyalign.align.reading import read_reading
     from polyalign.align.write import align_bitext, report_cut_pairs
+    from polyalign.checkpoint import resolve_model_folder
 
-    softmax_threshold = SOFTMAX_THRESHOLD if softmax_threshold is None else softmax_threshold
-    if not 0 <= softmax_threshold < 1:
+    if softmax_threshold is not None and not 0 <= softmax_threshold < 1:
         raise DataError(f"--softmax-threshold {softmax_threshold}: use a probability in [0, 1), e.g. 0.001")
     bitext = bitext_from_options(src, tgt, pairs)
     outputs = {"--out": out, "--output-prob": output_prob, "--output-words": output_words}
     check_new_files(outputs, bitext.paths())
     total = check_bitext(bitext)  # every input line, before the model loads and before anything is written
-    encoding = encoding.value if encoding else default_encoding(method.value)
+    reading = read_reading(resolve_model_folder(model))  # a bad alignment.json stops here, before the model loads
+    method_name = method.value if method else reading.method
+    encoding = encoding.value if encoding else default_encoding(method_name)
     loaded = options.load_on_device(model, device, trust_pickle)
     aligner = Aligner(
         loaded, encoding, batch_tokens=batch_tokens, precision=precision.value, softmax_threshold=softmax_threshold
@@ -80,11 +83,16 @@ def align(
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    console.print(f"align: {method.value}, layer {layer}, {encoding} encoding, {precision.value}", highlight=False)
+    threshold = f" at {aligner.softmax_threshold:g}" if method_name == "softmax" else ""
+    source = f" (the folder's {reading.chosen_by or 'alignment.json'})" if reading.chosen_by and not method else ""
+    console.print(
+        f"align: {method_name}{threshold}, layer {layer}, {encoding} encoding, {precision.value}{source}",
+        highlight=False,
+    )
     with ExitStack() as stack:
         links = stack.enter_context(atomic_text_file(out)) if out else sys.stdout
         cut = align_bitext(
-            aligner, bitext, total, links, method.value, layer, languages, output_prob, output_words, chunk, progress
+            aligner, bitext, total, links, method_name, layer, languages, output_prob, output_words, chunk, progress
         )
     report_cut_pairs(cut, bitext.source, loaded.model.config.max_positions)
 

@@ -95,7 +95,7 @@ Layer = Annotated[
     int | None,
     typer.Option(
         help="Layer to read (0 = embeddings; default, scaled to the depth: XTREME's 7 of 12 for sentences, "
-        "SimAlign's 8 of 12 for words)."
+        "SimAlign's 8 of 12 for words unless the model folder's alignment.json names one)."
     ),
 ]
 Layers = Annotated[str | None, typer.Option(help="`all`: also sweep every layer (CSV + PNG written to --out).")]
@@ -138,8 +138,8 @@ AlignMethod = Annotated[
     AlignmentMethod,
     typer.Option(
         "--method",
-        help="`argmax` (SimAlign; the recommended, `align`'s default), `itermax` (SimAlign), `ot` (XLM-Align) or "
-        "`softmax` (awesome-align's thresholded softmaxes).",
+        help="`argmax` (SimAlign), `itermax` (SimAlign), `ot` (XLM-Align) or `softmax` (awesome-align's thresholded "
+        "softmaxes); `align`'s default is the model folder's alignment.json (e5-small: softmax at 0.1), else argmax.",
     ),
 ]
 AlignEncoding = Annotated[

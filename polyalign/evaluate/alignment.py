@@ -126,7 +126,9 @@ def evaluate_alignment(
     (one encoding pass either way). `encoding` defaults to the method's (`default_encoding`)."""
     gold = read_gold(gold_dir)
     encoding = encoding or default_encoding(method)
-    aligner = Aligner(loaded_model, encoding=encoding, batch_tokens=batch_tokens, precision=precision)
+    aligner = Aligner(
+        loaded_model, encoding, batch_tokens, precision, softmax_threshold=SOFTMAX_THRESHOLD
+    )  # the protocol's threshold, whatever the folder recommends
     layer = aligner.default_layer if layer is None else layer
     check_layer(layer, aligner.num_layers)
     layers = list(range(aligner.num_layers + 1)) if sweep else [layer]
