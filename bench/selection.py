@@ -114,9 +114,12 @@ def start_dev(selection: Selection, saved: dict) -> dict[str, dict[str, float]]:
     return {**saved.get("start_layers_dev", {}), **own}
 
 
-def chosen_at(selection: Selection, saved: dict, trained_only: bool = False) -> tuple[str, str, str] | None:
+def chosen_at(
+    selection: Selection, saved: dict, trained_only: bool = False, below_start_everywhere: bool | None = None
+) -> tuple[str, str, str] | None:
     """The (arm, step, layer) the rule picks on the dev halves (the test halves play no part): every candidate at
-    each of `candidate_layers`, each against the start at its own layer."""
+    each of `candidate_layers`, each against the start at its own layer; `below_start_everywhere` (default: the
+    selection's) whether a candidate must be below the start on every dev half to be preferred."""
     start = start_dev(selection, saved)
     scored = {
         (*c, layer): aer
@@ -124,21 +127,15 @@ def chosen_at(selection: Selection, saved: dict, trained_only: bool = False) -> 
         if all(g in start.get(layer, {}) for g in selection.gold_sets)
         for c, aer in candidates(selection, saved, DEV, trained_only, layer).items()
     }
-    return choose(scored, start, selection.gold_sets, selection.below_start_everywhere)
+    below = selection.below_start_everywhere if below_start_everywhere is None else below_start_everywhere
+    return choose(scored, start, selection.gold_sets, below)
 
 
 def derivation_base(selection: Selection, saved: dict) -> tuple[str, str] | None:
     """The trained checkpoint a derived arm without a base is made from (WiSE-FT's "best trained checkpoint by mean
     dev-half AER"): the lowest mean dev-half AER at any candidate layer, below the start everywhere or not, since the
     interpolation towards the start is what can bring it below."""
-    start = start_dev(selection, saved)
-    scored = {
-        (*c, layer): aer
-        for layer in candidate_layers(selection, saved)
-        if all(g in start.get(layer, {}) for g in selection.gold_sets)
-        for c, aer in candidates(selection, saved, DEV, True, layer).items()
-    }
-    pick = choose(scored, start, selection.gold_sets, below_start_everywhere=False)
+    pick = chosen_at(selection, saved, trained_only=True, below_start_everywhere=False)
     return pick[:2] if pick else None
 
 
