@@ -151,22 +151,23 @@ def same_step_blocks(selection: Selection, saved: dict) -> list[Block]:
 
 
 def gain_blocks(selection: Selection, refs: dict, s: dict) -> list[Block]:
-    """The start's gap to a published start, and the training gains, ours and theirs, on the sets both report."""
-    if not selection.gains:
-        return []
-    (theirs, tuned), start, aer = selection.gains, s["start"]["aer"], s["aer"]
-    before, after = refs[theirs], refs[tuned]
-    rows = tuple(
-        (g, start[g] - before[g], aer[g] - start[g], after[g] - before[g], aer[g] - after[g])
-        for g in before
-        if g in after and g in aer
-    )
-    text = (
-        f"What stands between the chosen candidate and `{tuned}` (AER points, on the gold sets both report): the "
-        f"start's gap to `{theirs}`, plus the difference of the two trainings' gains, is the remaining gap:"
-    )
-    header = ("gold set", "our start - theirs", "our training", "their training", "remaining gap")
-    return [Block(text=(text,), header=header, rows=rows)]
+    """For each published (start, trained) pair: the start's gap to theirs, and the training gains, ours and theirs,
+    on the sets both report."""
+    start, aer, blocks = s["start"]["aer"], s["aer"], []
+    for theirs, tuned in selection.gains:
+        before, after = refs[theirs], refs[tuned]
+        rows = tuple(
+            (g, start[g] - before[g], aer[g] - start[g], after[g] - before[g], aer[g] - after[g])
+            for g in before
+            if g in after and g in aer
+        )
+        text = (
+            f"What stands between the chosen candidate and `{tuned}` (AER points, on the gold sets both report): the "
+            f"start's gap to `{theirs}`, plus the difference of the two trainings' gains, is the remaining gap:"
+        )
+        header = ("gold set", "our start - theirs", "our training", "their training", "remaining gap")
+        blocks.append(Block(text=(text,), header=header, rows=rows))
+    return blocks
 
 
 def method_blocks(start: dict, chosen_scores: dict, label: str, gold_sets) -> list[Block]:

@@ -396,8 +396,9 @@ class Selection:
     every language); the lowest mean of all when none is, or when this is False."""
     same_step: int = 0
     """A step every arm's schedule passes: the page compares the arms there (0: no such table)."""
-    gains: tuple[str, str] = ()
-    """(a published start, its published trained model): the page sets the start's gap and the gain against theirs."""
+    gains: tuple[tuple[str, str], ...] = ()
+    """Pairs (a published start, its published trained model): for each, the page sets the start's gap and the gain
+    against theirs."""
     heading: str = ""
     about: str = ""
     """The protocol and the rule in words, fixed before the runs (the page's first paragraph of the selection)."""
