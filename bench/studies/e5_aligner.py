@@ -41,13 +41,15 @@ def fit(run) -> None:
 
 def fit_from(run, label: str, model: Path) -> None:
     from polyalign.align.aer import read_gold
+    from polyalign.align.reading import read_reading
 
-    relative = str(model.relative_to(run.root))
+    relative, reading = str(model.relative_to(run.root)), read_reading(model).describe()
     record = run.results.setdefault("fit", {}).get(label, {})
-    if record.get("model") != relative:  # another model: fitted again, in its own folders
-        record = run.results["fit"][label] = {"model": relative, "sets": {}}
+    if (record.get("model"), record.get("reading", "argmax")) != (relative, reading):  # fitted again, in new folders
+        record = run.results["fit"][label] = {"model": relative, "reading": reading, "sets": {}}
     for name in (g for g in run.selection.gold_sets if g not in record["sets"]):  # what the JSON holds is kept
-        folder, out = run.path(run.selection.gold) / name, run.path(run.selection.runs) / "fit" / model.name / name
+        folder = run.path(run.selection.gold) / name
+        out = run.path(run.selection.runs) / "fit" / f"{model.name}-{reading.replace(' ', '').replace(',', '-')}" / name
         gold = read_gold(folder)
         if not (out / "links.txt").is_file():
             src, tgt = gold.languages
@@ -86,16 +88,17 @@ def fit_blocks(saved: dict, gold_sets: tuple[str, ...], protocol) -> list[Block]
         if not record or not record.get("sets"):
             rows.append((f"{words} fitted on each set: not run", *(S.MISSING for _ in gold_sets)))
             continue
-        sets = record["sets"]
+        sets, reading = record["sets"], record.get("reading", "argmax, layer 8")
         for half, what in (("all", "whole sets"), (S.DEV, "dev halves"), (S.TEST, "test halves")):
             cells = (sets.get(g, {}).get(half, S.MISSING) for g in gold_sets)
-            rows.append((f"{words} fitted on each set ({what})", *cells))
+            rows.append((f"{words} fitted on each set, read {reading} ({what})", *cells))
         minutes = [sets[g]["fit"].get("minutes") if g in sets else None for g in gold_sets]
         rows.append((f"{words}: minutes to fit and align", *(S.MISSING if m is None else f"{m:.1f}" for m in minutes)))
     text = (
         f"**{TRANSDUCTIVE}.** `polyalign fit-aligner` as a user runs it (`--src`, `--tgt` and the languages of each "
         "gold set's folder, everything else its defaults: one pass of self-training, halfway back to its start, "
-        "argmax at layer 8), once per gold set on that set's own sentences, then scored against its gold links; "
+        "read as its folder's alignment.json says, as named in each row), once per gold set on that set's own "
+        "sentences, then scored against its gold links; "
         "no gold link is read. Not a candidate of the selection above and not comparable with its rows: AER (%), "
         f"the start as it is for scale (the protocol). Data: `bench/results/e5.json` (`fit`)."
     )
