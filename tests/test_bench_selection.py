@@ -344,12 +344,12 @@ def test_the_aligner_speed_section_renders_from_its_json_and_says_how_to_make_it
 def test_the_fitted_models_are_a_table_apart_labelled_transductive():
     from bench.reporting import block_lines
 
-    fit = {"fit": {"start": {"model": E5.E5, "sets": {"de-en": {"all": 21.4, "dev": 22.4, "test": 20.4,
-                                                               "fit": {"minutes": 0.6}}}}}}  # fmt: skip
+    fit = {"fit": {"start": {"model": E5.E5, "reading": "softmax at 0.1, layer 7", "sets": {"de-en": {
+        "all": 21.4, "dev": 22.4, "test": 20.4, "fit": {"minutes": 0.6}}}}}}  # fmt: skip
     blocks = e5_aligner.fit_blocks(saved() | fit, GOLD, E5.PROTOCOL)
     lines = "\n".join(line for b in blocks for line in block_lines(b)).splitlines()
     assert any(e5_aligner.TRANSDUCTIVE in line for line in lines)
     assert "| the start, not fitted (whole sets) | 20.0 | 10.0 |" in lines
-    assert "| the start fitted on each set (dev halves) | 22.4 | – |" in lines
+    assert "| the start fitted on each set, read softmax at 0.1, layer 7 (dev halves) | 22.4 | – |" in lines
     assert "| the offered model fitted on each set: not run | – | – |" in lines
     assert "| the start: minutes to fit and align | 0.6 | – |" in lines
