@@ -27,6 +27,8 @@ TRANSDUCTIVE = (
     "transductive: these models have read (without gold links) the sentences they are scored on, as eflomal does"
 )
 FITS = {"start": "the start", "offered": "the offered model"}
+UNREAD = "argmax"
+"""How a fit recorded before readings existed was read (the generic default: `Reading().describe()`)."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -45,7 +47,7 @@ def fit_from(run, label: str, model: Path) -> None:
 
     relative, reading = str(model.relative_to(run.root)), read_reading(model).describe()
     record = run.results.setdefault("fit", {}).get(label, {})
-    if (record.get("model"), record.get("reading", "argmax")) != (relative, reading):  # fitted again, in new folders
+    if (record.get("model"), record.get("reading", UNREAD)) != (relative, reading):  # fitted again, in new folders
         record = run.results["fit"][label] = {"model": relative, "reading": reading, "sets": {}}
     for name in (g for g in run.selection.gold_sets if g not in record["sets"]):  # what the JSON holds is kept
         folder = run.path(run.selection.gold) / name
@@ -88,7 +90,7 @@ def fit_blocks(saved: dict, gold_sets: tuple[str, ...], protocol) -> list[Block]
         if not record or not record.get("sets"):
             rows.append((f"{words} fitted on each set: not run", *(S.MISSING for _ in gold_sets)))
             continue
-        sets, reading = record["sets"], record.get("reading", "argmax, layer 8")
+        sets, reading = record["sets"], record.get("reading", UNREAD)
         for half, what in (("all", "whole sets"), (S.DEV, "dev halves"), (S.TEST, "test halves")):
             cells = (sets.get(g, {}).get(half, S.MISSING) for g in gold_sets)
             rows.append((f"{words} fitted on each set, read {reading} ({what})", *cells))

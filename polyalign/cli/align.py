@@ -84,7 +84,7 @@ def align(
     check_layer(layer, aligner.num_layers)
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
     threshold = f" at {aligner.softmax_threshold:g}" if method_name == "softmax" else ""
-    source = f" (the folder's {reading.chosen_by or 'alignment.json'})" if reading.chosen_by and not method else ""
+    source = f" (the folder's alignment.json: {reading.chosen_by})" if reading.chosen_by and not method else ""
     console.print(
         f"align: {method_name}{threshold}, layer {layer}, {encoding} encoding, {precision.value}{source}",
         highlight=False,
