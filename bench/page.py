@@ -264,6 +264,54 @@ def minutes_table(loaded: dict) -> list[str]:
     return ["## Wall minutes per run (2 CPU threads)", "", markdown_table(header, body), ""]
 
 
+def budget_table(loaded: dict) -> list[str]:
+    """Issue 47's budget per trained run: the head-only steps before it (not counted), its steps, tokens and
+    training minutes, and whether its total loss had flattened by the end (bench/verdict.py `loss_trend`); a run
+    shared by sections is listed once, runs summarised before these fields were logged show '-'."""
+    body, seen = [], set()
+    for name, section in loaded.items():
+        for arm, seeds in section["results"].items():
+            for seed, result in seeds.items():
+                train, warm = result.get("train"), result.get("head_warmup")
+                if not train or (arm, seed, train.get("seconds")) in seen:
+                    continue
+                seen.add((arm, seed, train.get("seconds")))
+                head = "-"
+                if warm:
+                    cost = [f"{warm['tokens']:,} tokens"] if "tokens" in warm else []
+                    cost += [f"{warm['seconds'] / 60:.1f} min"] if "seconds" in warm else []
+                    head = f"{warm['steps']} steps, MLM loss {warm['loss'][0]:.2f} -> {warm['loss'][1]:.2f}"
+                    head += f" ({', '.join(cost)})" if cost else ""
+                quarters = train.get("loss_quarters", [])
+                body.append(
+                    [
+                        f"{name}: `{arm}`",
+                        seed,
+                        head,
+                        fmt(train.get("steps")),
+                        f"{train['tokens']:,}" if train.get("tokens") else "-",
+                        fmt(train["seconds"] / 60 if train.get("seconds") else None),
+                        " / ".join(f"{q:.2f}" for q in quarters) or "-",
+                        V.loss_trend(quarters),
+                    ]
+                )
+    if not any(row[4] != "-" for row in body):
+        return []
+    header = ["section: arm", "seed", "head alone first (not counted)", "steps", "tokens", "training minutes",
+              "loss by quarter of the log", "last quarter"]  # fmt: skip
+    return [
+        "## Budget per trained run",
+        "",
+        f"The total loss's mean over each quarter of the run's logs; 'flat' when it moved by at most {V.FLAT:.0%} "
+        "of itself from the third quarter to the last, 'still falling' when it fell by more (a longer run could "
+        "still move the row: its budget is in question). The learning rate decays linearly to 0, so part of any "
+        "flattening at the end is the schedule's.",
+        "",
+        markdown_table(header, body),
+        "",
+    ]
+
+
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
     if study.selection:
         return write_selection(study, results, command, notes_dir, root)
@@ -328,6 +376,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
         body = [row for row in body if any(c != "-" for c in row[1:])]  # arms the table's measures never read
         lines += [f"## {title}", "", markdown_table(["section: arm", *keys], body), ""]
     lines += minutes_table(loaded)
+    lines += budget_table(loaded)
     failed = [c for c in study.comparisons if rows[c.id]["verdict"] == V.NOT_REPRODUCED]
     if failed:
         lines += ["## Investigation of what was not reproduced", ""]

@@ -28,7 +28,8 @@ from bench.reporting import commit, records, write_json
 from bench.selection_run import run_steps
 from bench.studies import STUDIES
 from bench.study import Arm, Section, fill
-from bench.verdict import difference, needs_second_seed, unigram_floor
+from bench.verdict import difference, needs_second_seed, quarter_means, unigram_floor
+from polyalign.train.head_warmup import HEAD_WARMUP_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_WINDOW = 10
@@ -155,13 +156,28 @@ def target(ctx: Context, arm: Arm, run: Path) -> Target:
 
 
 def log_summary(path: Path) -> dict:
-    """Every logged objective metric: mean of its first and of its last LOG_WINDOW values; the run's totals."""
+    """Every logged objective metric: mean of its first and of its last LOG_WINDOW values; the run's totals; the
+    total loss's means over the quarters of the log (bench/verdict.py `loss_trend` reads whether it flattened)."""
     recs = records(path)
     out = {}
     for k in sorted({k for r in recs for k in r if "/" in k}):
         values = [r[k] for r in recs if k in r]
         out[k] = [statistics.mean(values[:LOG_WINDOW]), statistics.mean(values[-LOG_WINDOW:])]
-    return out | {key: recs[-1].get(key) for key in ("step", "flops", "seconds")} | {"steps": recs[-1].get("step")}
+    totals = {key: recs[-1].get(key) for key in ("step", "flops", "seconds", "tokens")}
+    quarters = quarter_means([r["loss"] for r in recs if "loss" in r])
+    return out | totals | {"steps": recs[-1].get("step")} | ({"loss_quarters": quarters} if quarters else {})
+
+
+def head_warmup_summary(path: Path) -> dict:
+    """The head-only steps before a run (issue 47): their number, the heads' mean MLM loss over the first and the
+    last LOG_WINDOW steps, and the tokens and seconds where the log carries them (runs since 2026-11-27)."""
+    recs = records(path)
+    losses = [statistics.mean(v for k, v in r.items() if k.endswith("/loss")) for r in recs]
+    out = {
+        "steps": recs[-1]["step"],
+        "loss": [statistics.mean(losses[:LOG_WINDOW]), statistics.mean(losses[-LOG_WINDOW:])],
+    }
+    return out | {key: recs[-1][key] for key in ("tokens", "seconds") if key in recs[-1]}
 
 
 def run_seed(ctx: Context, arm: Arm, seed: int) -> dict:
@@ -185,6 +201,8 @@ def run_seed(ctx: Context, arm: Arm, seed: int) -> dict:
         out |= {} if ctx.dry_run else measure.read(t)
     if arm.trained and (run / "metrics.jsonl").is_file():
         out["train"] = log_summary(run / "metrics.jsonl")
+    if arm.trained and (run / HEAD_WARMUP_FILE).is_file():
+        out["head_warmup"] = head_warmup_summary(run / HEAD_WARMUP_FILE)
     return out | ({"minutes": minutes} if minutes else {})
 
 

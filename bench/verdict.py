@@ -84,6 +84,29 @@ def compute_trend(direction: int, differences: list[tuple[float, float | None]])
     return 1 if moved > spreads else -1 if moved < -spreads else 0
 
 
+FLAT = 0.01
+"""Issue 47's budget question: a loss that moved by at most this share of itself between the third and the last
+quarter of a run's logs had flattened; one that fell by more was still falling (the row's budget is in question)."""
+
+
+def quarter_means(values: list[float]) -> list[float]:
+    """Means of a logged curve's four consecutive quarters (the last takes the remainder); [] under 4 values."""
+    if len(values) < 4:
+        return []
+    q = len(values) // 4
+    parts = [values[:q], values[q : 2 * q], values[2 * q : 3 * q], values[3 * q :]]
+    return [sum(p) / len(p) for p in parts]
+
+
+def loss_trend(quarters: list[float], flat: float = FLAT) -> str:
+    """'flat', 'still falling' or 'rising': the loss from the third quarter of the logs to the last, against
+    `flat` of its size."""
+    if len(quarters) != 4:
+        return "-"
+    change, size = quarters[3] - quarters[2], max(abs(quarters[3]), 1e-9)
+    return "still falling" if change < -flat * size else "rising" if change > flat * size else "flat"
+
+
 # --------------------------------------------------------------------------------------------------------
 # Floors: what a model scores without having learned anything a context could tell it
 

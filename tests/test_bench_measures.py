@@ -168,3 +168,19 @@ def test_bucc_readers_keep_the_evaluators_percentages(tmp_path):
     t = Target("arm", "model", run, Path("data"), Path("eval"), None, "python")
     assert read_bucc(t) == {"bucc-f1": 93.28}
     assert read_e5_retrieval(t) == {"tatoeba14-query@last": 91.76, "bucc-query-f1": 93.28}
+
+
+def test_a_run_s_summary_keeps_its_tokens_loss_quarters_and_head_warmup(tmp_path):
+    from bench.run import head_warmup_summary, log_summary
+
+    lines = [{"step": s, "loss": 20.0 - s, "mlm/loss": 9.0, "tokens": 100 * s, "seconds": 2.0 * s} for s in range(1, 9)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    summary = log_summary(tmp_path / "metrics.jsonl")
+    assert summary["tokens"] == 800 and summary["steps"] == 8 and summary["seconds"] == 16.0
+    assert summary["loss_quarters"] == [18.5, 16.5, 14.5, 12.5]
+    warm = [{"step": s, "head_warmup/g/loss": 10.0 - s, "head_warmup/h/loss": 12.0 - s} for s in (1, 2)]
+    (tmp_path / "head_warmup.jsonl").write_text("".join(json.dumps(r) + "\n" for r in warm))
+    assert head_warmup_summary(tmp_path / "head_warmup.jsonl") == {"steps": 2, "loss": [9.5, 9.5]}  # older logs
+    warm[-1] |= {"tokens": 512, "seconds": 3.0}
+    (tmp_path / "head_warmup.jsonl").write_text("".join(json.dumps(r) + "\n" for r in warm))
+    assert head_warmup_summary(tmp_path / "head_warmup.jsonl")["tokens"] == 512

@@ -134,3 +134,28 @@ def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
     assert V.unigram_floor("unigram", prepared, ("en",)) == pytest.approx(math.log(3))
     with pytest.raises(ValueError, match="floor"):
         V.unigram_floor("bigram", prepared, None)
+
+
+def test_a_loss_that_still_falls_in_its_last_quarter_is_told_from_a_flat_one():
+    assert V.quarter_means([4.0, 4.0, 3.0, 3.0, 2.0, 2.0, 1.0, 1.0, 1.0]) == [4.0, 3.0, 2.0, 1.0]
+    assert V.quarter_means([1.0, 2.0, 3.0]) == []  # too short to have quarters
+    assert V.loss_trend([10.0, 9.0, 8.00, 7.95]) == "flat"  # 0.6% of the loss
+    assert V.loss_trend([10.0, 9.0, 8.00, 7.80]) == "still falling"  # 2.6%: the budget is in question
+    assert V.loss_trend([10.0, 9.0, 8.00, 8.20]) == "rising"
+    assert V.loss_trend([]) == "-"
+
+
+def test_the_budget_table_lists_each_trained_run_once_with_its_head_warmup_apart():
+    from bench.page import budget_table
+
+    warm = {"steps": 200, "loss": [13.4, 8.5], "tokens": 204_800, "seconds": 168.0}
+    train = {"steps": 200, "tokens": 288_914, "seconds": 750.0, "loss_quarters": [18.0, 16.5, 16.2, 16.1]}
+    old = {"steps": 200, "seconds": 480.0}  # summarised before tokens and quarters were kept
+    section = {"results": {"start": {"0": {"x": 1.0}}, "a": {"0": {"train": train, "head_warmup": warm}},
+                           "b": {"0": {"train": old}}}}  # fmt: skip
+    table = "\n".join(budget_table({"s1": section, "s2": section}))
+    assert table.count("`a`") == 1 and "`start`" not in table  # shared runs once; untrained arms have no budget
+    assert "| s1: `a` | 0 | 200 steps, MLM loss 13.40 -> 8.50 (204,800 tokens, 2.8 min) | 200 | 288,914 | 12.5 |" in table
+    assert "18.00 / 16.50 / 16.20 / 16.10 | flat |" in table
+    assert "| s1: `b` | 0 | - | 200 | - | 8.0 | - | - |" in table
+    assert budget_table({"s": {"results": {"b": {"0": {"train": old}}}}}) == []  # no run logged its tokens

@@ -77,6 +77,8 @@ def test_a_start_without_a_head_trains_it_alone_first_and_keeps_the_encoder(
     assert "head warm-up: 6 steps, MLM loss lm_head" in said
     logged = [json.loads(line) for line in (tmp_path / "run" / HEAD_WARMUP_FILE).read_text().splitlines()]
     assert [r["step"] for r in logged] == [1, 2, 3, 4, 5, 6] and "head_warmup/lm_head/loss" in logged[0]
+    # running totals: the log's last line is the warm-up's cost, which the bench's budget table reads
+    assert 0 < logged[0]["tokens"] < logged[-1]["tokens"] and 0 < logged[0]["seconds"] <= logged[-1]["seconds"]
     before, after = load_model(cold_start).model.state_dict(), load_model(tmp_path / "run").model.state_dict()
     head = [k for k in before if k.startswith("lm_head.") and k != "lm_head.decoder.weight"]
     assert all(not torch.equal(before[k], after[k]) for k in head), "the head was not trained"

@@ -168,7 +168,9 @@ def warm_heads(
         losses = [v for k, v in sums.items() if k.endswith("/loss")]
         if not all(math.isfinite(v) for v in losses):
             raise FloatingPointError(f"head warm-up step {step + 1}: loss {losses}; lower trainer.head_warmup_lr")
-        done.log.append({"step": step + 1, **sums, "lr": optimizer.param_groups[0]["lr"]})
+        seconds = time.perf_counter() - started  # running totals, so the log's last line is the warm-up's cost
+        done.log.append({"step": step + 1, **sums, "lr": optimizer.param_groups[0]["lr"], "tokens": done.tokens,
+                         "seconds": seconds})  # fmt: skip
     done.seconds = time.perf_counter() - started
     for lm, flags in frozen.items():
         for p, flag in zip(lm.parameters(), flags, strict=True):
