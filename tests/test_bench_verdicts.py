@@ -155,7 +155,9 @@ def test_the_budget_table_lists_each_trained_run_once_with_its_head_warmup_apart
                            "b": {"0": {"train": old}}}}  # fmt: skip
     table = "\n".join(budget_table({"s1": section, "s2": section}))
     assert table.count("`a`") == 1 and "`start`" not in table  # shared runs once; untrained arms have no budget
-    assert "| s1: `a` | 0 | 200 steps, MLM loss 13.40 -> 8.50 (204,800 tokens, 2.8 min) | 200 | 288,914 | 12.5 |" in table
+    assert (
+        "| s1: `a` | 0 | 200 steps, MLM loss 13.40 -> 8.50 (204,800 tokens, 2.8 min) | 200 | 288,914 | 12.5 |" in table
+    )
     assert "18.00 / 16.50 / 16.20 / 16.10 | flat |" in table
     assert "| s1: `b` | 0 | - | 200 | - | 8.0 | - | - |" in table
     assert budget_table({"s": {"results": {"b": {"0": {"train": old}}}}}) == []  # no run logged its tokens
