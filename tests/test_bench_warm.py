@@ -28,11 +28,13 @@ def test_the_warm_variants_checks_read_the_warm_arms():
     assert {k.arm for k in warm.why.checks} <= arms
     assert all(k.label.endswith("-warm") for k in warm.why.checks)  # "MLM loss, exp2-mlm-tlm-warm"
     veco = by_id("real-veco-plug-in-warm")
-    assert veco.why.diagnostics == ("real-veco-ca-mlm-adds-warm",)
-    assert by_id("real-veco-ca-mlm-adds-warm").section == veco.section == "veco-warm"
+    assert by_id("real-veco-plug-in").why.diagnostics == ("real-veco-ca-mlm-adds",)
+    assert veco.why.diagnostics == () and veco.section == "veco-warm"  # that diagnostic has no warm rerun (below)
 
 
 def test_every_cold_head_row_has_its_warm_rerun_declared():
     ids = {c.id for c in real_start.CLAIMS}
     cold = [c.id for c in real_start.CLAIMS if c.statement.startswith("cold head")]
-    assert cold and [i for i in cold if f"{i}-warm" not in ids] == []
+    assert cold and [i for i in cold if f"{i}-warm" not in ids and i not in real_start.NO_WARM_RERUN] == []
+    for i in real_start.NO_WARM_RERUN:  # an exemption names a cold row, and that row has no warm variant
+        assert i in cold and f"{i}-warm" not in ids

@@ -32,7 +32,8 @@ def warm_statement(statement: str) -> str:
     return f"{claim}; the MLM head trained first"
 
 
-def warm_variant(c: Comparison, cold: str, section: str) -> Comparison:
+def warm_variant(c: Comparison, cold: str, section: str, diagnostics: tuple[str, ...] | None = None) -> Comparison:
+    """`diagnostics`: the cold row's diagnostics that have warm variants (default: all of them)."""
     arms = {a.name: warm_arm(a, cold) for a in (c.baseline, c.method)}
 
     names = sorted((a for a in arms if arms[a].name != a), key=len, reverse=True)
@@ -43,7 +44,8 @@ def warm_variant(c: Comparison, cold: str, section: str) -> Comparison:
 
     checks = tuple(replace(k, arm=arms[k.arm].name if k.arm in arms else k.arm, label=renamed(k.label))
                    for k in c.why.checks)  # fmt: skip
-    why = replace(c.why, checks=checks, diagnostics=tuple(d + SUFFIX for d in c.why.diagnostics))
+    kept = c.why.diagnostics if diagnostics is None else diagnostics
+    why = replace(c.why, checks=checks, diagnostics=tuple(d + SUFFIX for d in kept))
     return replace(
         c,
         id=c.id + SUFFIX,
