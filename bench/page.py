@@ -84,6 +84,8 @@ WORDS = {
     V.R.PREMISE_NOT_MET: "premise not met: {parts}",
     V.R.AT_FLOOR: f"every model at its unigram floor: {SCALE}",
     V.R.AT_FLOOR_GAP_GROWS: f"every model at its unigram floor, gap grows with compute: {NOT_SEPARATED}",
+    V.R.STILL_FALLING: "every model at its unigram floor, but losses still fall in the run's last quarter ({ids}): "
+    "budget (a longer run first, not yet scale)",
     V.R.LOSS_FALLS: f"the method's loss falls: {NOT_SEPARATED}",
     V.R.LOSS_FLAT: f"a loss of the method does not fall: {CODE}",
     V.R.REPRODUCED_ELSEWHERE: "no logged loss; the same code reproduces it on other states ({ids}): not the code",
@@ -282,7 +284,9 @@ def budget_table(loaded: dict) -> list[str]:
                     cost += [f"{warm['seconds'] / 60:.1f} min"] if "seconds" in warm else []
                     head = f"{warm['steps']} steps, MLM loss {warm['loss'][0]:.2f} -> {warm['loss'][1]:.2f}"
                     head += f" ({', '.join(cost)})" if cost else ""
-                quarters = train.get("loss_quarters", [])
+                quarters = train.get("loss_quarters", {})
+                trends = {name: V.loss_trend(q) for name, q in quarters.items()}
+                moving = [f"{name} {trend}" for name, trend in trends.items() if trend != "flat"]
                 body.append(
                     [
                         f"{name}: `{arm}`",
@@ -291,21 +295,22 @@ def budget_table(loaded: dict) -> list[str]:
                         fmt(train.get("steps")),
                         f"{train['tokens']:,}" if train.get("tokens") else "-",
                         fmt(train["seconds"] / 60 if train.get("seconds") else None),
-                        " / ".join(f"{q:.2f}" for q in quarters) or "-",
-                        V.loss_trend(quarters),
+                        "<br>".join(f"{n} " + " / ".join(f"{v:.2f}" for v in q) for n, q in quarters.items()) or "-",
+                        ("; ".join(moving) or "flat") if trends else "-",
                     ]
                 )
     if not any(row[4] != "-" for row in body):
         return []
     header = ["section: arm", "seed", "head alone first (not counted)", "steps", "tokens", "training minutes",
-              "loss by quarter of the log", "last quarter"]  # fmt: skip
+              "loss by quarter of its logs", "last quarter"]  # fmt: skip
     return [
         "## Budget per trained run",
         "",
-        f"The total loss's mean over each quarter of the run's logs; 'flat' when it moved by at most {V.FLAT:.0%} "
-        "of itself from the third quarter to the last, 'still falling' when it fell by more (a longer run could "
-        "still move the row: its budget is in question). The learning rate decays linearly to 0, so part of any "
-        "flattening at the end is the schedule's.",
+        f"Each objective's loss averaged over each quarter of its logs (an objective that joins half way, as "
+        f"BTMLM, from where it joins); 'flat' when every one moved by at most {V.FLAT:.0%} of itself from the third "
+        "quarter to the last, else the ones still falling (a longer run could still move the row: its budget is in "
+        "question) or rising. The learning rate decays linearly to 0, so part of any flattening at the end is the "
+        "schedule's.",
         "",
         markdown_table(header, body),
         "",

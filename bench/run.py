@@ -156,15 +156,18 @@ def target(ctx: Context, arm: Arm, run: Path) -> Target:
 
 
 def log_summary(path: Path) -> dict:
-    """Every logged objective metric: mean of its first and of its last LOG_WINDOW values; the run's totals; the
-    total loss's means over the quarters of the log (bench/verdict.py `loss_trend` reads whether it flattened)."""
+    """Every logged objective metric: mean of its first and of its last LOG_WINDOW values; the run's totals; each
+    objective's loss averaged over the quarters of its logs (bench/verdict.py `loss_trend` reads whether it
+    flattened)."""
     recs = records(path)
     out = {}
     for k in sorted({k for r in recs for k in r if "/" in k}):
         values = [r[k] for r in recs if k in r]
         out[k] = [statistics.mean(values[:LOG_WINDOW]), statistics.mean(values[-LOG_WINDOW:])]
     totals = {key: recs[-1].get(key) for key in ("step", "flops", "seconds", "tokens")}
-    quarters = quarter_means([r["loss"] for r in recs if "loss" in r])
+    # per objective, over its own logs: one that joins half way (BTMLM's stage 2) is read from where it starts
+    quarters = {k.split("/")[0]: quarter_means([r[k] for r in recs if k in r]) for k in out if k.endswith("/loss")}
+    quarters = {k: q for k, q in quarters.items() if q}
     return out | totals | {"steps": recs[-1].get("step")} | ({"loss_quarters": quarters} if quarters else {})
 
 
@@ -227,7 +230,8 @@ def floors(section: Section, data: Path) -> dict[str, float]:
 
 def run_section(ctx: Context, study: str, max_seeds: int = 2, saved: Callable[[dict], None] | None = None) -> dict:
     """Seed 0 of every arm, then seed 1 of the arms the rule asks it for (`max_seeds` 1: never; their
-    comparisons then read inconclusive where one seed is too close to call). `saved` gets the result so far after
+    comparisons then read inconclusive where one seed is too close to call), and of any arm whose seed 1 already
+    finished (so a `--max-seeds 1` pass over a section keeps its second seeds). `saved` gets the result so far after
     every arm (a run cut off at a deadline keeps what it measured)."""
     started, results = time.time(), {}
     for arm in ctx.section.arms:
@@ -235,7 +239,8 @@ def run_section(ctx: Context, study: str, max_seeds: int = 2, saved: Callable[[d
         if saved is not None:
             saved(section_result(ctx, study, results, started))
     for arm in ctx.section.arms:
-        if max_seeds > 1 and arm.name in seeds_to_run(ctx.section, results):
+        wanted = max_seeds > 1 and arm.name in seeds_to_run(ctx.section, results)
+        if wanted or (arm.trained and (run_dir(ctx, arm, 1) / "done").is_file()):  # a finished seed 1 stays in
             results[arm.name]["1"] = run_seed(ctx, arm, 1)
     return section_result(ctx, study, results, started)
 

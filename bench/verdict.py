@@ -195,6 +195,7 @@ class R(StrEnum):
     PREMISE_NOT_MET = "premise not met"  # parts: the diagnostics' readings (none: scale); also: independent
     AT_FLOOR = "every model at its floor"  # scale
     AT_FLOOR_GAP_GROWS = "at the floor, gap grows with compute"  # not separated
+    STILL_FALLING = "a loss still falls at the end"  # args: the runs; the budget, not yet scale (issue 47)
     LOSS_FALLS = "the method's loss falls"  # not separated; also: independent
     LOSS_FLAT = "a loss of the method does not fall"  # code suspect
     REPRODUCED_ELSEWHERE = "no logged loss, reproduced on other states"  # args: the diagnostics' ids; not the code
@@ -436,6 +437,8 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
     ]
     at_floor = [n[-1] >= floors[ch.floor] for ch, n in losses if ch.floor in floors]
     falls = [n[-1] < n[0] for ch, n in losses if ch.arm == c.method.name]
+    if at_floor and all(at_floor) and (falling := still_falling(c, section)):
+        return Reading(R.STILL_FALLING, tuple(falling))  # issue 47: a longer run first, not "scale"
     if at_floor and all(at_floor):
         same = [rows[x.id] for x in same_comparison(study, c)]
         trend = compute_trend(
@@ -452,6 +455,16 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
     if elsewhere:
         return Reading(R.REPRODUCED_ELSEWHERE, tuple(elsewhere))
     return Reading(R.NO_LOSS, also=also)
+
+
+def still_falling(c: Comparison, section: dict) -> list[str]:
+    """The comparison's trained arms (seed 0) with an objective whose loss still fell in its last quarter
+    (`loss_trend`), as "arm: objective"."""
+    out = []
+    for arm in c.arms:
+        quarters = seed0(section, arm.name).get("train", {}).get("loss_quarters", {})
+        out += [f"{arm.name}: {name}" for name, q in quarters.items() if loss_trend(q) == "still falling"]
+    return list(dict.fromkeys(out))
 
 
 def same_comparison(study: Study, c: Comparison) -> list[Comparison]:

@@ -177,10 +177,25 @@ def test_a_run_s_summary_keeps_its_tokens_loss_quarters_and_head_warmup(tmp_path
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     summary = log_summary(tmp_path / "metrics.jsonl")
     assert summary["tokens"] == 800 and summary["steps"] == 8 and summary["seconds"] == 16.0
-    assert summary["loss_quarters"] == [18.5, 16.5, 14.5, 12.5]
+    assert summary["loss_quarters"] == {"mlm": [9.0, 9.0, 9.0, 9.0]}  # per objective (the total mixes stages)
     warm = [{"step": s, "head_warmup/g/loss": 10.0 - s, "head_warmup/h/loss": 12.0 - s} for s in (1, 2)]
     (tmp_path / "head_warmup.jsonl").write_text("".join(json.dumps(r) + "\n" for r in warm))
     assert head_warmup_summary(tmp_path / "head_warmup.jsonl") == {"steps": 2, "loss": [9.5, 9.5]}  # older logs
     warm[-1] |= {"tokens": 512, "seconds": 3.0}
     (tmp_path / "head_warmup.jsonl").write_text("".join(json.dumps(r) + "\n" for r in warm))
     assert head_warmup_summary(tmp_path / "head_warmup.jsonl")["tokens"] == 512
+
+
+def test_a_first_pass_with_one_seed_keeps_a_section_s_finished_second_seeds(tmp_path, monkeypatch):
+    from bench.run import run_dir
+
+    c = STUDY.comparison("ppa-vs-start")
+    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    monkeypatch.setattr("bench.run.run_seed", lambda ctx, arm, seed: {"seed": seed})
+    trained = [a for a in ctx.section.arms if a.trained]
+    assert all("1" not in r for r in run_section(ctx, "toy", max_seeds=1)["results"].values())
+    finished = run_dir(ctx, trained[0], 1)
+    finished.mkdir(parents=True)
+    (finished / "done").write_text("200\n")
+    results = run_section(ctx, "toy", max_seeds=1)["results"]
+    assert results[trained[0].name]["1"] == {"seed": 1}  # not dropped from the section by a one-seed pass

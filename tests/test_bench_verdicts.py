@@ -149,7 +149,8 @@ def test_the_budget_table_lists_each_trained_run_once_with_its_head_warmup_apart
     from bench.page import budget_table
 
     warm = {"steps": 200, "loss": [13.4, 8.5], "tokens": 204_800, "seconds": 168.0}
-    train = {"steps": 200, "tokens": 288_914, "seconds": 750.0, "loss_quarters": [18.0, 16.5, 16.2, 16.1]}
+    quarters = {"mlm": [9.0, 8.5, 8.2, 8.19], "btmlm": [9.0, 8.5, 8.2, 7.9]}  # BTMLM still falling
+    train = {"steps": 200, "tokens": 288_914, "seconds": 750.0, "loss_quarters": quarters}
     old = {"steps": 200, "seconds": 480.0}  # summarised before tokens and quarters were kept
     section = {"results": {"start": {"0": {"x": 1.0}}, "a": {"0": {"train": train, "head_warmup": warm}},
                            "b": {"0": {"train": old}}}}  # fmt: skip
@@ -158,6 +159,8 @@ def test_the_budget_table_lists_each_trained_run_once_with_its_head_warmup_apart
     assert (
         "| s1: `a` | 0 | 200 steps, MLM loss 13.40 -> 8.50 (204,800 tokens, 2.8 min) | 200 | 288,914 | 12.5 |" in table
     )
-    assert "18.00 / 16.50 / 16.20 / 16.10 | flat |" in table
+    assert "mlm 9.00 / 8.50 / 8.20 / 8.19<br>btmlm 9.00 / 8.50 / 8.20 / 7.90 | btmlm still falling |" in table
+    quarters["btmlm"] = [9.0, 8.5, 8.2, 8.2]
+    assert "| flat |" in "\n".join(budget_table({"s1": section}))
     assert "| s1: `b` | 0 | - | 200 | - | 8.0 | - | - |" in table
     assert budget_table({"s": {"results": {"b": {"0": {"train": old}}}}}) == []  # no run logged its tokens
