@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench import selection as S
 from bench import verdict as V
+from bench.budget import budget_table
 from bench.figures import checkpoint_curves, current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
 from bench.reporting import block_lines, fmt, markdown_table, provenance, read_json, write_json
@@ -264,57 +265,6 @@ def minutes_table(loaded: dict) -> list[str]:
         return []
     header = ["section: arm", "seed", "training", "measures (timed by bench.run)", "total"]
     return ["## Wall minutes per run (2 CPU threads)", "", markdown_table(header, body), ""]
-
-
-def budget_table(loaded: dict) -> list[str]:
-    """Issue 47's budget per trained run: the head-only steps before it (not counted), its steps, tokens and
-    training minutes, and whether its total loss had flattened by the end (bench/verdict.py `loss_trend`); a run
-    shared by sections is listed once, runs summarised before these fields were logged show '-'."""
-    body, seen = [], set()
-    for name, section in loaded.items():
-        for arm, seeds in section["results"].items():
-            for seed, result in seeds.items():
-                train, warm = result.get("train"), result.get("head_warmup")
-                if not train or (arm, seed, train.get("seconds")) in seen:
-                    continue
-                seen.add((arm, seed, train.get("seconds")))
-                head = "-"
-                if warm:
-                    cost = [f"{warm['tokens']:,} tokens"] if "tokens" in warm else []
-                    cost += [f"{warm['seconds'] / 60:.1f} min"] if "seconds" in warm else []
-                    head = f"{warm['steps']} steps, MLM loss {warm['loss'][0]:.2f} -> {warm['loss'][1]:.2f}"
-                    head += f" ({', '.join(cost)})" if cost else ""
-                quarters = train.get("loss_quarters", {})
-                trends = {name: V.loss_trend(q) for name, q in quarters.items()}
-                moving = [f"{name} {trend}" for name, trend in trends.items() if trend != "flat"]
-                body.append(
-                    [
-                        f"{name}: `{arm}`",
-                        seed,
-                        head,
-                        fmt(train.get("steps")),
-                        f"{train['tokens']:,}" if train.get("tokens") else "-",
-                        fmt(train["seconds"] / 60 if train.get("seconds") else None),
-                        "<br>".join(f"{n} " + " / ".join(f"{v:.2f}" for v in q) for n, q in quarters.items()) or "-",
-                        ("; ".join(moving) or "flat") if trends else "-",
-                    ]
-                )
-    if not any(row[4] != "-" for row in body):
-        return []
-    header = ["section: arm", "seed", "head alone first (not counted)", "steps", "tokens", "training minutes",
-              "loss by quarter of its logs", "last quarter"]  # fmt: skip
-    return [
-        "## Budget per trained run",
-        "",
-        f"Each objective's loss averaged over each quarter of its logs (an objective that joins half way, as "
-        f"BTMLM, from where it joins); 'flat' when every one moved by at most {V.FLAT:.0%} of itself from the third "
-        "quarter to the last, else the ones still falling (a longer run could still move the row: its budget is in "
-        "question) or rising. The learning rate decays linearly to 0, so part of any flattening at the end is the "
-        "schedule's.",
-        "",
-        markdown_table(header, body),
-        "",
-    ]
 
 
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.budget import quarter_means
 from bench.measures import MEASURES, Target
 from bench.reporting import commit, records, write_json
 from bench.selection_run import run_steps
 from bench.studies import STUDIES
 from bench.study import Arm, Section, fill
-from bench.verdict import difference, needs_second_seed, quarter_means, unigram_floor
+from bench.verdict import difference, needs_second_seed, unigram_floor
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,7 +158,7 @@ def target(ctx: Context, arm: Arm, run: Path) -> Target:
 
 def log_summary(path: Path) -> dict:
     """Every logged objective metric: mean of its first and of its last LOG_WINDOW values; the run's totals; each
-    objective's loss averaged over the quarters of its logs (bench/verdict.py `loss_trend` reads whether it
+    objective's loss averaged over the quarters of its logs (bench/budget.py `loss_trend` reads whether it
     flattened)."""
     recs = records(path)
     out = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import budget
 from bench.measures import MEASURES, ONE_CLASS, ONE_PAIR_LAYOUT, RELEASED_FILTERING, measure_of
 from bench.study import Check, Comparison, Study
 
@@ -82,29 +83,6 @@ def compute_trend(direction: int, differences: list[tuple[float, float | None]])
     (first, s1), (last, s2) = differences[0], differences[-1]
     spreads, moved = (s1 or 0.0) + (s2 or 0.0), (last - first) * direction
     return 1 if moved > spreads else -1 if moved < -spreads else 0
-
-
-FLAT = 0.01
-"""Issue 47's budget question: a loss that moved by at most this share of itself between the third and the last
-quarter of a run's logs had flattened; one that fell by more was still falling (the row's budget is in question)."""
-
-
-def quarter_means(values: list[float]) -> list[float]:
-    """Means of a logged curve's four consecutive quarters (the last takes the remainder); [] under 4 values."""
-    if len(values) < 4:
-        return []
-    q = len(values) // 4
-    parts = [values[:q], values[q : 2 * q], values[2 * q : 3 * q], values[3 * q :]]
-    return [sum(p) / len(p) for p in parts]
-
-
-def loss_trend(quarters: list[float], flat: float = FLAT) -> str:
-    """'flat', 'still falling' or 'rising': the loss from the third quarter of the logs to the last, against
-    `flat` of its size."""
-    if len(quarters) != 4:
-        return "-"
-    change, size = quarters[3] - quarters[2], max(abs(quarters[3]), 1e-9)
-    return "still falling" if change < -flat * size else "rising" if change > flat * size else "flat"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -437,7 +415,7 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
     ]
     at_floor = [n[-1] >= floors[ch.floor] for ch, n in losses if ch.floor in floors]
     falls = [n[-1] < n[0] for ch, n in losses if ch.arm == c.method.name]
-    if at_floor and all(at_floor) and (falling := still_falling(c, section)):
+    if at_floor and all(at_floor) and (falling := budget.still_falling(c, section)):
         return Reading(R.STILL_FALLING, tuple(falling))  # issue 47: a longer run first, not "scale"
     if at_floor and all(at_floor):
         same = [rows[x.id] for x in same_comparison(study, c)]
@@ -455,16 +433,6 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
     if elsewhere:
         return Reading(R.REPRODUCED_ELSEWHERE, tuple(elsewhere))
     return Reading(R.NO_LOSS, also=also)
-
-
-def still_falling(c: Comparison, section: dict) -> list[str]:
-    """The comparison's trained arms (seed 0) with an objective whose loss still fell in its last quarter
-    (`loss_trend`), as "arm: objective"."""
-    out = []
-    for arm in c.arms:
-        quarters = seed0(section, arm.name).get("train", {}).get("loss_quarters", {})
-        out += [f"{arm.name}: {name}" for name, q in quarters.items() if loss_trend(q) == "still falling"]
-    return list(dict.fromkeys(out))
 
 
 def same_comparison(study: Study, c: Comparison) -> list[Comparison]:

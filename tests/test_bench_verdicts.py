@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from bench import budget as B
 from bench import verdict as V
 from bench.measures import (
     ONE_CLASS,
@@ -137,12 +138,12 @@ def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
 
 
 def test_a_loss_that_still_falls_in_its_last_quarter_is_told_from_a_flat_one():
-    assert V.quarter_means([4.0, 4.0, 3.0, 3.0, 2.0, 2.0, 1.0, 1.0, 1.0]) == [4.0, 3.0, 2.0, 1.0]
-    assert V.quarter_means([1.0, 2.0, 3.0]) == []  # too short to have quarters
-    assert V.loss_trend([10.0, 9.0, 8.00, 7.95]) == "flat"  # 0.6% of the loss
-    assert V.loss_trend([10.0, 9.0, 8.00, 7.80]) == "still falling"  # 2.6%: the budget is in question
-    assert V.loss_trend([10.0, 9.0, 8.00, 8.20]) == "rising"
-    assert V.loss_trend([]) == "-"
+    assert B.quarter_means([4.0, 4.0, 3.0, 3.0, 2.0, 2.0, 1.0, 1.0, 1.0]) == [4.0, 3.0, 2.0, 1.0]
+    assert B.quarter_means([1.0, 2.0, 3.0]) == []  # too short to have quarters
+    assert B.loss_trend([10.0, 9.0, 8.00, 7.95]) == "flat"  # 0.6% of the loss
+    assert B.loss_trend([10.0, 9.0, 8.00, 7.80]) == "still falling"  # 2.6%: the budget is in question
+    assert B.loss_trend([10.0, 9.0, 8.00, 8.20]) == "rising"
+    assert B.loss_trend([]) == "-"
 
 
 def test_the_budget_table_lists_each_trained_run_once_with_its_head_warmup_apart():
