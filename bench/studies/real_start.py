@@ -9,12 +9,10 @@ is a note in bench/studies/notes/real-start.json.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from bench.studies.evidence import common
 from bench.studies.evidence.common import DWA_CODE, OT_CODE, RTD_CODE
 from bench.studies.evidence.xlm_e import detectors, generators
-from bench.studies.warm import warm_variant
+from bench.studies.warm import NO_WARM_RERUN, warm_reruns  # noqa: F401 (NO_WARM_RERUN: read by its test)
 from bench.study import Arm, Budget, Check, Comparison, Study
 
 E5 = "models/multilingual-e5-small"
@@ -417,33 +415,7 @@ CLAIMS = (
     ),
 )
 
-# Issue 47: the cold-head rows of ERNIE-M and VECO again from the warm start (declared; run section by section).
-WARM = {"real-ernie-m-camlm": "ernie-m-warm", "real-ernie-m-btmlm": "ernie-m-btmlm-warm",
-        "real-ernie-m-pseudo": "ernie-m-btmlm-warm", "real-veco-plug-in": "veco-warm"}  # fmt: skip
-# A cold row with no warm rerun, and why.
-NO_WARM_RERUN = {
-    "real-veco-ca-mlm-adds": "its baseline trains nothing (lr 0, one step) and a warm-up changes only the MLM head, "
-    "which plug-in fine-tuning does not read: a warm baseline would repeat the cold one's 43-minute measurement of the "
-    "same encoder with a cross-attention drawn alike, so the warm plug-in row's note reads its warm CA-MLM arm "
-    "against that measurement",
-}
-CLAIMS += tuple(
-    warm_variant(c, COLD, WARM[c.id], diagnostics=tuple(d for d in c.why.diagnostics if d in WARM))
-    for c in CLAIMS
-    if c.id in WARM
-)
-
-# Issue 47 item 4: in exp4's warm run the MLM and BTMLM losses still fell in the last quarter of its 200 steps (the
-# rule reads "budget"), so the same comparison at three times the steps, schedule scaled alike (declared).
-_BTMLM_WARM = next(c for c in CLAIMS if c.id == "real-ernie-m-btmlm-warm")
-CLAIMS += (
-    replace(
-        _BTMLM_WARM,
-        id=f"{_BTMLM_WARM.id}-600",
-        section="ernie-m-btmlm-warm-600",
-        setup=replace(_BTMLM_WARM.setup, budget=Budget(steps=600)),
-    ),
-)
+CLAIMS += warm_reruns(CLAIMS, COLD)  # issue 47: bench/studies/warm.py
 
 STUDY = Study(
     "real-start",
