@@ -8,6 +8,8 @@ XLM-E arm cut at 1.9e16 FLOPs by a 3-minute guard (it ran at 105 model TFLOP/s, 
 minutes, but the step needs ~10.1 minutes (probes 0.4, MLM + TLM 2.4 + measures 1.2, XLM-E 4.9 + measures 1.2) and
 the call's limit cut it after one gold set. So call 2 now keeps its runs in a fixed `--work` folder and is made
 twice on the warm machine (call 2b finds the trainings and the measures already done and finishes the rest).
+The third loan (one H200, 2026-11-27, bench/results/gpu/loan3/) ran that: call 2 578 s (both trainings, all measures but
+XLM-E's last), call 2b 66 s, 688 s held with the start; the verdict was reached at equal FLOPs.
   start of the machine and transfers                                     ~30-120
   call 1 (timeout_s 260): environment, gpu tests, throughput             budgets 15 + 100 + 120 = 235
   call 2 (timeout_s 600, at once while warm): the evidence step          budget 590: probes ~40, MLM + TLM ~135,
