@@ -9,10 +9,12 @@ minutes, but the step needs ~10.1 minutes (probes 0.4, MLM + TLM 2.4 + measures 
 the call's limit cut it after one gold set. So call 2 now keeps its runs in a fixed `--work` folder and is made
 twice on the warm machine (call 2b finds the trainings and the measures already done and finishes the rest).
 The third loan (one H200, 2026-11-27, bench/results/gpu/loan3/) ran that: call 2 578 s (both trainings, all measures but
-XLM-E's last), call 2b 66 s, 688 s held with the start; the verdict was reached at equal FLOPs.
+XLM-E's last), call 2b 66 s, 688 s held with the start; the verdict was reached at equal FLOPs. Its call 2 was cut by
+the command's own `timeout 578` before the supervisor's 590-s step budget, so call 2's record reads 'not reached';
+the step budget is now 565 s and the total 575, under the command's timeout, so a cut step is recorded as cut.
   start of the machine and transfers                                     ~30-120
   call 1 (timeout_s 260): environment, gpu tests, throughput             budgets 15 + 100 + 120 = 235
-  call 2 (timeout_s 600, at once while warm): the evidence step          budget 590: probes ~40, MLM + TLM ~135,
+  call 2 (timeout_s 600, at once while warm): the evidence step          budget 565: probes ~40, MLM + TLM ~135,
                                                                          XLM-E ~290 (5-minute guard), measures ~110
   call 2b (if call 2 was cut): the rest of the evidence step             ~80
   the 30 s idle before give_back                                         ~30
@@ -23,7 +25,7 @@ The commands (here first: `python bench/perf/gpu_pack.py`, then carry the pack a
   call 1: pip install --target /tmp/site .whl/*.whl; PYTHONPATH=/tmp/site POLYALIGN_COMMIT=<hash>
           timeout 250 python3 bench/perf/gpu_check.py --steps environment,gpu_tests,throughput --out /tmp/gc;
           tar czf $OUT/gpu_check.tgz -C /tmp/gc .; cp /tmp/gc/gpu_check.json $OUT/call1.json
-  call 2: the same with --steps evidence --work /tmp/gcw, timeout 595, $OUT/call2.json (the image's typer needs the
+  call 2: the same with --steps evidence --work /tmp/gcw, timeout 585, $OUT/call2.json (the image's typer needs the
           carried one); call 2b: the same command again at once if call 2 was cut (~80 s more)
   here:   python bench/perf/gpu_check.py --combine call1.json call2.json --out bench/results/gpu
           (then copy evidence/xlm-e-gpu.json to bench/results/evidence/sections/ and `python -m bench.page evidence`)
