@@ -30,6 +30,7 @@ from bench.selection_run import run_steps
 from bench.studies import STUDIES
 from bench.study import Arm, Section, fill
 from bench.verdict import difference, needs_second_seed, unigram_floor
+from polyalign.checkpoint import checkpoint_dirs
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +77,11 @@ def run_dir(ctx: Context, arm: Arm, seed: int) -> Path:
     return ctx.runs / f"{arm.name if not arm.trained else f'{arm.name}-s{seed}'}-{run_key(ctx, arm)}"
 
 
+# A run of more steps checkpoints this often, so one cut when its session ends resumes there (issue 47, item 4: a
+# long arm spans several sittings); 200 e5-small steps are 12-17 CPU-minutes.
+SITTING_STEPS = 200
+
+
 def budget_overrides(ctx: Context, steps: int) -> list[str]:
     """The budget as `--set` values: steps (and their schedule), FLOPs, or training minutes; a minutes budget
     leaves the schedule to the recipe and the arm (the preset sweep's lr stays at its peak, the best recipe's
@@ -84,8 +90,9 @@ def budget_overrides(ctx: Context, steps: int) -> list[str]:
     if budget.minutes:
         sets = [f"trainer.max_minutes={budget.minutes:g}"]
     else:
+        every = steps if budget.max_flops else min(steps, SITTING_STEPS)  # a FLOP budget's GPU loan saves once
         sets = [f"trainer.max_steps={steps}", f"trainer.warmup_steps={max(1, steps // 10)}"]
-        sets += [f"trainer.save_every={steps}", f"trainer.log_every={max(1, steps // 60)}"]
+        sets += [f"trainer.save_every={every}", f"trainer.log_every={max(1, steps // 60)}"]
     sets += [f"trainer.max_flops={budget.max_flops:g}"] if budget.max_flops else []
     return sets + ([f"data.languages=[{','.join(languages)}]"] if languages else [])
 
@@ -131,10 +138,15 @@ def train(ctx: Context, arm: Arm, seed: int) -> Path:
         return out
     if arm.continues:
         train(ctx, arm.continues, seed)
-    clear(ctx, out)
     steps = probe_steps(ctx, arm)
-    sh(ctx, pretrain_command(ctx, arm, seed, steps, out))
-    if cross_attention(arm):  # VECO: measure the plugged-out encoder (§3.1)
+    command = pretrain_command(ctx, arm, seed, steps, out)
+    saved = checkpoint_dirs(out)
+    if not saved:
+        clear(ctx, out)
+        sh(ctx, command)
+    elif int(saved[-1].name.removeprefix("step-")) < steps:  # cut with its sitting: on from its last checkpoint
+        sh(ctx, [*command, "--resume"])
+    if cross_attention(arm) and not (out / "plugged-out").is_dir():  # VECO: measure the plugged-out encoder (§3.1)
         sh(ctx, [*ctx.cli, "plug-out", "--model", str(out), "--out", str(out / "plugged-out")])
     if not ctx.dry_run:
         (out / "done").write_text(f"{steps}\n")

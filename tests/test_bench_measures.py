@@ -199,3 +199,32 @@ def test_a_first_pass_with_one_seed_keeps_a_section_s_finished_second_seeds(tmp_
     (finished / "done").write_text("200\n")
     results = run_section(ctx, "toy", max_seeds=1)["results"]
     assert results[trained[0].name]["1"] == {"seed": 1}  # not dropped from the section by a one-seed pass
+
+
+def test_a_run_cut_with_its_sitting_resumes_from_its_last_checkpoint_and_a_finished_one_is_not_retrained(
+    tmp_path, monkeypatch
+):
+    from bench.run import SITTING_STEPS, run_dir, train
+    from bench.study import Budget
+
+    def fake_sh(ctx, command):  # the training writes its folder
+        ran.append(command)
+        Path(command[command.index("--run-dir") + 1]).mkdir(parents=True, exist_ok=True)
+
+    ran: list = []
+    monkeypatch.setattr("bench.run.sh", fake_sh)
+    c = STUDY.comparison("ppa-vs-start")
+    long = dataclasses.replace(c, setup=dataclasses.replace(c.setup, budget=Budget(steps=3 * SITTING_STEPS)))
+    ctx = Context(Section("toy", [long]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    out = run_dir(ctx, long.method, 0)
+    train(ctx, long.method, 0)
+    assert "--resume" not in ran[-1] and f"trainer.save_every={SITTING_STEPS}" in ran[-1]
+    (out / "done").unlink()  # as if the session had ended after the first sitting's checkpoint
+    (out / "checkpoints" / f"step-{SITTING_STEPS}").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text("{}\n")
+    train(ctx, long.method, 0)
+    assert ran[-1][-1] == "--resume" and (out / "metrics.jsonl").is_file()  # continued, not cleared
+    (out / "done").unlink()  # cut after its last checkpoint: nothing left to train
+    (out / "checkpoints" / f"step-{3 * SITTING_STEPS}").mkdir()
+    train(ctx, long.method, 0)
+    assert len(ran) == 2 and (out / "done").read_text() == f"{3 * SITTING_STEPS}\n"
