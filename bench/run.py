@@ -30,7 +30,7 @@ from bench.selection_run import run_steps
 from bench.studies import STUDIES
 from bench.study import Arm, Section, fill
 from bench.verdict import difference, needs_second_seed, unigram_floor
-from polyalign.checkpoint import checkpoint_dirs
+from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def train(ctx: Context, arm: Arm, seed: int) -> Path:
     if not saved:
         clear(ctx, out)
         sh(ctx, command)
-    elif int(saved[-1].name.removeprefix("step-")) < steps:  # cut with its sitting: on from its last checkpoint
+    elif checkpoint_step(saved[-1]) < steps:  # cut with its sitting: on from its last checkpoint
         sh(ctx, [*command, "--resume"])
     if cross_attention(arm) and not (out / "plugged-out").is_dir():  # VECO: measure the plugged-out encoder (§3.1)
         sh(ctx, [*ctx.cli, "plug-out", "--model", str(out), "--out", str(out / "plugged-out")])

@@ -208,8 +208,15 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
     ckpt = Path(run_dir) / "checkpoints"
     if not ckpt.is_dir():
         return []
-    found = [(int(m[1]), p) for p in ckpt.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
+    found = [p for p in ckpt.iterdir() if _STEP_DIR.match(p.name) and p.is_dir()]
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The training step a checkpoint folder holds, read from the `step-N` name this module gives it."""
+    if not (m := _STEP_DIR.match(Path(folder).name)):
+        raise ValueError(f"{folder}: not a checkpoint folder (step-N)")
+    return int(m[1])
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

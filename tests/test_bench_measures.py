@@ -228,3 +228,30 @@ def test_a_run_cut_with_its_sitting_resumes_from_its_last_checkpoint_and_a_finis
     (out / "checkpoints" / f"step-{3 * SITTING_STEPS}").mkdir()
     train(ctx, long.method, 0)
     assert len(ran) == 2 and (out / "done").read_text() == f"{3 * SITTING_STEPS}\n"
+
+
+def test_a_resumed_veco_run_plugs_out_once_and_again_only_when_no_plugged_out_folder_was_written(tmp_path, monkeypatch):
+    from bench.run import run_dir, train
+    from bench.study import Arm
+
+    def fake_sh(ctx, command):  # each command writes the folder it names, as the CLI's atomic writes do on success
+        ran.append(command)
+        flag = "--run-dir" if "--run-dir" in command else "--out"
+        Path(command[command.index(flag) + 1]).mkdir(parents=True, exist_ok=True)
+
+    ran: list = []
+    monkeypatch.setattr("bench.run.sh", fake_sh)
+    veco = Arm("veco-toy", "veco", ("trainer.train_only_until=1",))
+    c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), method=veco)
+    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    out = run_dir(ctx, veco, 0)
+    train(ctx, veco, 0)
+    assert [cmd[cmd.index("plug-out") + 2] for cmd in ran if "plug-out" in cmd] == [str(out)]
+    (out / "done").unlink()  # cut after plug-out: the plugged-out encoder is kept, not rewritten over itself
+    (out / "checkpoints" / f"step-{c.setup.budget.steps}").mkdir(parents=True)
+    train(ctx, veco, 0)
+    assert sum("plug-out" in cmd for cmd in ran) == 1
+    (out / "done").unlink()  # cut during plug-out: its atomic write left no folder, so it runs again
+    (out / "plugged-out").rmdir()
+    train(ctx, veco, 0)
+    assert sum("plug-out" in cmd for cmd in ran) == 2 and (out / "plugged-out").is_dir()
