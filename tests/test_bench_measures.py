@@ -201,18 +201,27 @@ def test_a_first_pass_with_one_seed_keeps_a_section_s_finished_second_seeds(tmp_
     assert results[trained[0].name]["1"] == {"seed": 1}  # not dropped from the section by a one-seed pass
 
 
+def record_commands(monkeypatch) -> list:
+    """bench.run's commands, recorded instead of run; each writes the folder it names (`--run-dir` or `--out`), as
+    the CLI's atomic writes do on success."""
+
+    def fake_sh(ctx, command):
+        ran.append(command)
+        flag = "--run-dir" if "--run-dir" in command else "--out"
+        Path(command[command.index(flag) + 1]).mkdir(parents=True, exist_ok=True)
+
+    ran: list = []
+    monkeypatch.setattr("bench.run.sh", fake_sh)
+    return ran
+
+
 def test_a_run_cut_with_its_sitting_resumes_from_its_last_checkpoint_and_a_finished_one_is_not_retrained(
     tmp_path, monkeypatch
 ):
     from bench.run import SITTING_STEPS, run_dir, train
     from bench.study import Budget
 
-    def fake_sh(ctx, command):  # the training writes its folder
-        ran.append(command)
-        Path(command[command.index("--run-dir") + 1]).mkdir(parents=True, exist_ok=True)
-
-    ran: list = []
-    monkeypatch.setattr("bench.run.sh", fake_sh)
+    ran = record_commands(monkeypatch)
     c = STUDY.comparison("ppa-vs-start")
     long = dataclasses.replace(c, setup=dataclasses.replace(c.setup, budget=Budget(steps=3 * SITTING_STEPS)))
     ctx = Context(Section("toy", [long]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
@@ -234,13 +243,7 @@ def test_a_resumed_veco_run_plugs_out_once_and_again_only_when_no_plugged_out_fo
     from bench.run import run_dir, train
     from bench.study import Arm
 
-    def fake_sh(ctx, command):  # each command writes the folder it names, as the CLI's atomic writes do on success
-        ran.append(command)
-        flag = "--run-dir" if "--run-dir" in command else "--out"
-        Path(command[command.index(flag) + 1]).mkdir(parents=True, exist_ok=True)
-
-    ran: list = []
-    monkeypatch.setattr("bench.run.sh", fake_sh)
+    ran = record_commands(monkeypatch)
     veco = Arm("veco-toy", "veco", ("trainer.train_only_until=1",))
     c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), method=veco)
     ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
