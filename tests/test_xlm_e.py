@@ -51,7 +51,7 @@ def test_gated_bias_equals_the_plain_relative_bias_when_its_gates_are_held_const
     H, hs, T = 4, 8, 9
     plain, gated = RelativePositionBias(H), GatedRelativePositionBias(H, hs)
     gated.relative.table.weight.data.copy_(plain.table.weight.data)
-    relative = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).expand(2, T, T)
+    relative = torch.arange(T).expand(2, T)  # position ids
     q = torch.randn(2, H, T, hs)
     with torch.no_grad():
         gated.gates.weight.zero_()  # u = v = 0: both gates are σ(0) = 1/2 whatever the query
@@ -73,8 +73,7 @@ def test_gated_bias_for_one_query_and_key_matches_a_hand_computation():
         gated.gates.weight.normal_()
         gated.w.copy_(torch.tensor([0.7, -1.3]))
     q = torch.randn(1, H, T, hs)
-    relative = (torch.arange(T)[None, :] - torch.arange(T)[:, None])[None]  # (1, T, T): pos_j - pos_i
-    bias = gated(q, relative)
+    bias = gated(q, torch.arange(T)[None])  # position ids (1, T)
     i, j = 1, 4  # j - i = 3 < 8: its own bucket, 16 + 3 (the positive direction's half)
     u, v = gated.gates.weight.tolist()
     for h in range(H):

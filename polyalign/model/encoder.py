@@ -205,7 +205,7 @@ class Attention(nn.Module):
         self.output = nn.Linear(C, C)
         self.position_bias = None if cross else build_position_bias(c)
 
-    def forward(self, x, mask, memory=None, relative_positions=None):
+    def forward(self, x, mask, memory=None, position_ids=None):
         B, T, C = x.shape
         H = self.num_heads
         if self.cross:
@@ -214,11 +214,14 @@ class Attention(nn.Module):
             k, v = self.key_value(memory).view(B, S, 2, H, C // H).permute(2, 0, 3, 1, 4)  # 2 x (B, H, S, hs)
         else:
             q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hs)
-        if self.position_bias is not None:
-            bias = self.position_bias(q, relative_positions)  # (B or 1, H, T, T)
-            # (B, H, T, T): bias where allowed, -inf elsewhere
-            mask = bias if mask is None else torch.where(mask, bias, float("-inf"))
-        y = attend(q, k, v, mask, self.attention_dropout)  # (B, H, T, hs)
+        if self.position_bias is not None and self.position_bias.fused(q, self.attention_dropout):
+            y = self.position_bias.attend(q, k, v, mask, position_ids)  # (B, H, T, hs), FlexAttention
+        else:
+            if self.position_bias is not None:
+                bias = self.position_bias(q, position_ids)  # (B, H, T, T)
+                # (B, H, T, T): bias where allowed, -inf elsewhere
+                mask = bias if mask is None else torch.where(mask, bias, float("-inf"))
+            y = attend(q, k, v, mask, self.attention_dropout)  # (B, H, T, hs)
         return self.output(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
 
 
@@ -252,10 +255,8 @@ class Layer(nn.Module):
             return x + self.dropout(fn(norm(x)))
         return norm(x + self.dropout(fn(x)))
 
-    def forward(self, x, mask, relative_positions=None, memory=None, memory_mask=None):
-        x = self._sublayer(
-            x, self.attention_norm, lambda h: self.attention(h, mask, relative_positions=relative_positions)
-        )
+    def forward(self, x, mask, position_ids=None, memory=None, memory_mask=None):
+        x = self._sublayer(x, self.attention_norm, lambda h: self.attention(h, mask, position_ids=position_ids))
         if memory is not None:
             if self.cross_attention is None:
                 raise ValueError(
@@ -334,9 +335,6 @@ class Encoder(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         mask = expand_attention_mask(attention_mask, B, T, T, input_ids.device)
-        relative_positions = None
-        if self.config.position_bias != "none":
-            relative_positions = position_ids[:, None, :] - position_ids[:, :, None]  # (B, T, T): j - i
         if memory is not None:
             if not isinstance(memory, torch.Tensor) or memory.dim() != 3:
                 raise ValueError("memory must be one (B, S, C) tensor, read by every layer's cross-attention")
@@ -345,7 +343,7 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, position_ids, token_type_ids, language_ids)
         hidden_states = [x] if output_hidden_states else None
         for layer in self.layers[:num_layers]:
-            args = (x, mask, relative_positions, memory, memory_mask)
+            args = (x, mask, position_ids, memory, memory_mask)
             if self.checkpoint_layers and self.training and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False)
             else:

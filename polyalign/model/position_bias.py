@@ -1,8 +1,10 @@
 """Additive attention biases computed from relative positions (one module per layer).
 
-Interface: `bias(q, relative_positions) -> (B, H, T, T)`, where q is the layer's queries (B, H, T, hs) and
-relative_positions[b, i, j] = pos_j - pos_i. A bias that ignores q (plain relative) still takes it, so a
-gated variant that reads q (XLM-E §3.3) plugs into the same place.
+Interface: `bias(q, position_ids) -> (B, H, T, T)`, the materialised bias for q, the layer's queries (B, H, T, hs),
+and position_ids (B, T); the bias of query i and key j depends on pos_j - pos_i. A bias that ignores q (plain
+relative) still takes it, so a gated variant that reads q (XLM-E §3.3) plugs into the same place.
+`bias.attend(q, k, v, mask, position_ids)` is the same attention without the materialised bias (FlexAttention,
+model/biased_attention.py); `bias.fused(q, dropout)` says which of the two the layer takes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import math
 
 import torch
 from torch import nn
+
+from polyalign.model.biased_attention import flex_relative_attention
 
 
 def relative_position_bucket(
@@ -28,6 +32,11 @@ def relative_position_bucket(
     return bucket + torch.where(is_small, n, large)
 
 
+KERNELS = ("auto", "flex", "materialised")
+"""How a biased layer attends: `auto` is FlexAttention on CUDA (the materialised bias keeps SDPA off its flash
+kernel there) and the materialised bias elsewhere (on a CPU three plain ops are the faster ones, see `attend`)."""
+
+
 class RelativePositionBias(nn.Module):
     """A learned scalar per (bucket, head) added to the attention logits."""
 
@@ -35,10 +44,39 @@ class RelativePositionBias(nn.Module):
         super().__init__()
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, num_heads)
+        self.kernel = "auto"
+        """One of `KERNELS`; set by benchmarks and exactness tests, not by recipes."""
+        # The bucket of every distance -max_distance..max_distance (farther ones share the last of their side),
+        # looked up by both kernels: a gather instead of a logarithm per score.
+        distances = torch.arange(-max_distance, max_distance + 1)
+        self.register_buffer(
+            "buckets", relative_position_bucket(distances, num_buckets, max_distance), persistent=False
+        )
 
-    def forward(self, q: torch.Tensor, relative_positions: torch.Tensor) -> torch.Tensor:
-        buckets = relative_position_bucket(relative_positions, self.num_buckets, self.max_distance)  # (B, T, T)
+    def forward(self, q: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        relative = position_ids[:, None, :] - position_ids[:, :, None]  # (B, T, T): pos_j - pos_i
+        M = self.max_distance
+        buckets = self.buckets[relative.clamp(-M, M) + M]  # (B, T, T)
         return self.table(buckets).permute(0, 3, 1, 2).to(q.dtype)  # (B, H, T, T)
+
+    def fused(self, q: torch.Tensor, dropout: nn.Dropout) -> bool:
+        """Whether the layer attends through `attend` (FlexAttention) rather than the materialised bias.
+        FlexAttention has no attention dropout: a layer that drops attention weights takes the materialised bias."""
+        if self.kernel == "materialised" or (dropout.training and dropout.p > 0):
+            return False
+        return self.kernel == "flex" or q.device.type == "cuda"
+
+    def attend(self, q, k, v, mask, position_ids: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(q kᵀ / √hs + bias, mask) v without the (B, H, T, T) bias, the bias of query i multiplied by
+        scale (B, H, T) when given; mask as `attend` takes it, or a FlexAttention BlockMask. (B, H, T, hs)."""
+        return flex_relative_attention(q, k, v, self.per_bucket(q, scale), position_ids, self.buckets, mask)
+
+    def per_bucket(self, q: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+        """E[b, h, i, k] = scale[b, h, i]·d[h, k], fp32 (B, H, T, buckets). One row of cells per query even without
+        a scale: FlexAttention's gradient adds then spread over B·H·T·buckets cells instead of buckets·H."""
+        B, H, T, _ = q.shape
+        d = self.table.weight.float().t()[None, :, None, :]  # (1, H, 1, nb)
+        return d.expand(B, H, T, self.num_buckets).contiguous() if scale is None else scale.float()[..., None] * d
 
 
 class GatedRelativePositionBias(nn.Module):
@@ -56,11 +94,19 @@ class GatedRelativePositionBias(nn.Module):
         self.gates = nn.Linear(head_size, 2, bias=False)  # the columns are u and v
         self.w = nn.Parameter(torch.ones(num_heads))  # 1-D: no weight decay, like other gains
 
-    def forward(self, q: torch.Tensor, relative_positions: torch.Tensor) -> torch.Tensor:
-        d = self.relative(q, relative_positions)  # (B, H, T, T)
+    def forward(self, q: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        d = self.relative(q, position_ids)  # (B, H, T, T)
+        return self.query_scale(q)[..., None].to(d.dtype) * d  # (B, H, T, T)
+
+    def query_scale(self, q: torch.Tensor) -> torch.Tensor:
         update, reset = torch.sigmoid(self.gates(q)).unbind(-1)  # 2 x (B, H, T): one value per query i
-        scale = 1 + update + (1 - update) * self.w[:, None] * reset  # (B, H, T)
-        return scale[..., None].to(d.dtype) * d  # (B, H, T, T)
+        return 1 + update + (1 - update) * self.w[:, None] * reset  # (B, H, T)
+
+    def fused(self, q: torch.Tensor, dropout: nn.Dropout) -> bool:
+        return self.relative.fused(q, dropout)
+
+    def attend(self, q, k, v, mask, position_ids: torch.Tensor) -> torch.Tensor:
+        return self.relative.attend(q, k, v, mask, position_ids, scale=self.query_scale(q))
 
 
 # An explicit registry: config name -> constructor taking the EncoderConfig.

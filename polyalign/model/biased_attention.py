@@ -1,0 +1,75 @@
+"""Attention with a relative position bias that never materialises the (B, H, T, T) bias: FlexAttention.
+
+A relative (T5 §2.1) or gated relative (XLM-E §3.3, Eq. 7) bias is
+    bias[b, h, i, j] = scale[b, h, i] · d[h, bucket(pos[b, j] - pos[b, i])]      (scale = 1 without gates)
+so all of it lives in one small per-bucket table per query,
+    E[b, h, i, k] = scale[b, h, i] · d[h, k]                                      (B, H, T, buckets)
+which autograd builds (and differentiates) outside the kernel; the kernel's score_mod only reads
+E[b, h, i, bucket(j - i)]. Why E and not d and the gates themselves: FlexAttention accumulates the gradient of a
+tensor its score_mod reads with an atomic add per score, so B·H·T² adds onto a 32 x H table collide on a few hundred
+addresses (the naive rewrite runs slower than the materialised bias); onto E, every query row has its own cells,
+and autograd turns dE into d(scale) = Σ_k dE·d and d(d) = Σ_{b,i} dE·scale with two small reductions.
+
+The bucket of a distance comes from a lookup table over [-max_distance, max_distance] (every farther distance shares
+the last bucket of its direction), filled by the same function as the materialised path's buckets, so both paths
+bucket every distance alike.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+FLEX_KERNEL_OPTIONS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32}
+"""Triton tile sizes on CUDA: the defaults ran out of shared memory on Hopper once the score_mod's table takes
+gradients (its atomic adds need registers and shared memory beside q, k, v and dO); smaller tiles fit."""
+
+
+def flex_relative_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    per_bucket: torch.Tensor,
+    positions: torch.Tensor,
+    buckets: torch.Tensor,
+    mask: torch.Tensor | BlockMask | None = None,
+    kernel_options: dict | None = None,
+) -> torch.Tensor:
+    """softmax(q kᵀ / √hs + bias, masked) v with bias[b, h, i, j] = per_bucket[b, h, i, bucket(pos_j - pos_i)].
+
+    q, k, v: (B, H, T, hs); per_bucket: (B, H, T, nb) fp32; positions: (B, T) integer positions; buckets: the bucket
+    of each distance -M..M (2M + 1,), farther distances clamped to ±M; mask: boolean, broadcastable to (B, 1, T, T)
+    (True = may see), a FlexAttention BlockMask (document masks of packed rows), or None. Returns (B, H, T, hs).
+    On CUDA it runs compiled (FlexAttention's fused Triton kernels); elsewhere FlexAttention's reference math.
+    """
+    B, _, T, _ = q.shape
+    dense = None
+    if isinstance(mask, torch.Tensor):
+        dense = mask.expand(B, 1, mask.shape[-2], mask.shape[-1])[:, 0]  # (B, T or 1, T)
+    block_mask = mask if isinstance(mask, BlockMask) else None
+    if q.device.type != "cuda":
+        return _flex(q, k, v, per_bucket, positions, buckets, dense, block_mask, kernel_options)
+    options = FLEX_KERNEL_OPTIONS if kernel_options is None else kernel_options
+    flex = _flex if torch.compiler.is_compiling() else _compiled()  # inside a compiled model: traced with it
+    return flex(q, k, v, per_bucket, positions, buckets, dense, block_mask, options)
+
+
+def _flex(q, k, v, per_bucket, positions, buckets, dense, block_mask, kernel_options):
+    M = (buckets.shape[0] - 1) // 2  # max_distance
+    key_padding = dense is not None and dense.shape[1] == 1
+
+    def score_mod(score, b, h, i, j):
+        distance = (positions[b, j] - positions[b, i]).clamp(-M, M)
+        score = score + per_bucket[b, h, i, buckets[distance + M]]
+        if dense is None:
+            return score
+        return torch.where(dense[b, 0, j] if key_padding else dense[b, i, j], score, -float("inf"))
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, kernel_options=kernel_options)
+
+
+@functools.cache
+def _compiled():
+    return torch.compile(_flex)  # inlined when the whole model is compiled (trainer.compile)
