@@ -93,3 +93,12 @@ def test_align_on_cuda(gpu_run):
     aligner = Aligner(loaded, encoding="pair", batch_tokens=4096, precision="bf16")
     links = aligner.align([(s.split(), t.split()) for s, t in zip(lines, targets, strict=True)], "ot", 1, None)
     assert len(links) == 8 and any(links)
+
+
+@pytest.mark.parametrize("position_bias", ["relative", "gated_relative"])
+def test_flex_attention_bias_equals_the_materialised_bias_on_cuda(position_bias):
+    """The compiled Triton kernels (tests/test_biased_attention.py checks the same math on the CPU): outputs and
+    every parameter's gradient, fp32, a padding mask, a length that is no multiple of the tiles."""
+    from tests.test_biased_attention import assert_kernels_train_alike
+
+    assert_kernels_train_alike(position_bias, torch.device("cuda"), length=50, atol=1e-4)

@@ -134,20 +134,24 @@ def polyalign_mlm(preset: SpeedPreset, device, checkpointing: bool = False, comp
 
 def transformers_mlm(preset: SpeedPreset, device):
     """XLMRobertaForMaskedLM with the configuration polyalign's export writes for the same model."""
+    config = encoder_config(preset)
+    model = xlmr_masked_lm(config, special_tokens(config.vocab_size), device)
+    inputs = ("input_ids", "attention_mask", "labels")
+    return model, lambda batch: model(**{k: batch[k] for k in inputs}).loss
+
+
+def xlmr_masked_lm(config: EncoderConfig, special: SpecialTokens, device):
+    """XLMRobertaForMaskedLM, in training mode on `device`, configured as polyalign's export maps `config`."""
     from types import SimpleNamespace
 
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
 
     from polyalign.model.hf import xlmr_config
 
-    config = encoder_config(preset)
-    special = special_tokens(config.vocab_size)
     mapped = xlmr_config(SimpleNamespace(config=config), SimpleNamespace(special=special), 1)
     torch.manual_seed(0)
-    with torch.device(device):
-        model = XLMRobertaForMaskedLM(XLMRobertaConfig.from_dict(mapped))
-    inputs = ("input_ids", "attention_mask", "labels")
-    return model.train(), lambda batch: model(**{k: batch[k] for k in inputs}).loss
+    with torch.device(device):  # built where it trains: initialising 278M parameters on the CPU takes seconds
+        return XLMRobertaForMaskedLM(XLMRobertaConfig.from_dict(mapped)).train()
 
 
 def training_step(module: torch.nn.Module, loss_of, learning_rate: float, autocast=None) -> Callable[[dict], float]:

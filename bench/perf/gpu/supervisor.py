@@ -16,6 +16,7 @@ from bench.perf.gpu.alignment import step_alignment
 from bench.perf.gpu.environment import step_environment
 from bench.perf.gpu.evidence import step_evidence
 from bench.perf.gpu.gpu_tests import step_gpu_tests
+from bench.perf.gpu.kernels import step_kernels
 from bench.perf.gpu.page import page
 from bench.perf.gpu.step import ENTRY, ROOT, child_env, end_tree, one_line
 from bench.perf.gpu.tatoeba import step_tatoeba
@@ -27,11 +28,12 @@ TOTAL_BUDGET_S = 575  # one call's steps, under its command's timeout so a cut s
 
 STEPS = {  # name: (title, budget in seconds on the GPU, function)
     "environment": ("1. Environment", 15, step_environment),
-    "gpu_tests": ("2. torchrun pretrain + resume, DDP probe, pytest -m gpu", 100, step_gpu_tests),
-    "throughput": ("3. Training throughput (XLM-R base size)", 120, step_throughput),
-    "alignment": ("4. Word alignment: polyalign vs transformers, AER", 110, step_alignment),
-    "tatoeba": ("5. Tatoeba-14 with a layer sweep", 55, step_tatoeba),
-    "evidence": ("6. Evidence above CPU scale: XLM-E vs MLM + TLM at 3e16 FLOPs", 565, step_evidence),
+    "gpu_tests": ("2. torchrun pretrain + resume, DDP probe, pytest -m gpu", 150, step_gpu_tests),
+    "kernels": ("3. Attention with XLM-E's gated bias: flash, materialised, FlexAttention", 90, step_kernels),
+    "throughput": ("4. Training throughput: every objective at XLM-R-base size on real data", 420, step_throughput),
+    "alignment": ("5. Word alignment: polyalign vs transformers, AER", 110, step_alignment),
+    "tatoeba": ("6. Tatoeba-14 with a layer sweep", 55, step_tatoeba),
+    "evidence": ("7. Evidence above CPU scale: XLM-E vs MLM + TLM at 3e16 FLOPs", 565, step_evidence),
 }
 DRY_BUDGET_S = 120  # per step on a busy 2-core CPU: the dry run's steps take seconds, a budget is a safety net
 DRY_BUDGETS_S = {"evidence": 420}  # two tiny trainings and their measures through the CLI: minutes on 2 cores

@@ -1,87 +1,215 @@
-"""Step 3 of the GPU check: training throughput at XLM-R base size, polyalign's MLM step against transformers'
-XLMRobertaForMaskedLM on the same batches (bench/perf/speed.py), then polyalign with activation checkpointing and
-with torch.compile. tokens/s, MFU against the card's dense bf16 peak, peak memory."""
+"""Step 4 of the GPU check, training throughput, as users train: every objective through the trainer's own step
+(polyalign/train: `build_run`, `start_loader`, `train_step`, as `polyalign pretrain` runs them) at XLM-R-base size
+(12 x 768, 12 heads, FFN 3072, 512 positions, the pack's vocabulary) on the carried data pack's real text, in
+packed rows (`data.pack=true`) where the data layer has them. Per recipe: tokens/s (real tokens), MFU from the
+objectives' own FLOP count against the card's dense bf16 peak and against the measured 8192^3 bf16 matmul, peak
+memory. Beside transformers where a peer exists (MLM: XLMRobertaForMaskedLM) on the same batches in turn
+(bench/perf/speed.py's `compare_on_same_batches`); XLM-E with and without its gated relative bias."""
 
 from __future__ import annotations
 
-from bench.perf.gpu.environment import peak_bf16_tflops
+import dataclasses
+import time
+from pathlib import Path
+
 from bench.perf.gpu.step import NO_CUDA, UNFINISHED, Step, device_name, one_line
+
+GPU_SIZES = (
+    "model.hidden_size=768",
+    "model.num_layers=12",
+    "model.num_heads=12",
+    "model.ffn_size=3072",
+    "model.max_positions=512",
+    "data.mono.max_tokens=16384",
+    "data.parallel.max_tokens=16384",
+    "trainer.loader_workers=4",
+)
+DRY_SIZES = (
+    "model.hidden_size=32",
+    "model.num_layers=2",
+    "model.num_heads=2",
+    "model.ffn_size=64",
+    "data.mono.max_tokens=512",
+    "data.parallel.max_tokens=512",
+    "trainer.loader_workers=0",
+)
+COLD = ("trainer.train_only=[]",)  # every parameter trains: a random start has no pretrained part to hold
+ARMS = {  # arm: (recipe, overrides, beside transformers); together they train every registered objective
+    "mlm": ("mlm", (), False),
+    "mlm beside transformers XLMRobertaForMaskedLM": ("mlm", (), True),
+    "xlm (MLM + TLM)": ("xlm", (), False),
+    "xlm-e (MRTD + TRTD), gated relative bias": ("xlm-e", (), False),
+    "xlm-e without its gated bias (absolute positions)": (
+        "xlm-e",
+        ("model.position_bias=none", "model.absolute_positions=true"),
+        False,
+    ),
+    "xlm-align (MLM + DWA)": ("xlm-align", (), False),
+    "ernie-m (MLM + TLM + CAMLM + BTMLM)": ("ernie-m", (), False),
+    "veco (CA-MLM + TLM)": ("veco", COLD, False),
+    "ppa (MoCo)": ("ppa", (), False),
+    "quickstart (contrast + TLM)": ("quickstart", (), False),
+    "self-align": ("self-align", (*COLD, "objectives.0.config.allow_cold_start=true"), False),
+}
+WARMUP, STEPS, DRY_STEPS = 3, 10, 1
+PACK = "data.pack=true"
 
 
 def step_throughput(step: Step) -> None:
     import torch
 
-    from bench.perf.speed import PRESETS, polyalign_mlm, special_tokens, synthetic_batch, transformers_mlm
+    from bench.perf.gpu.evidence import pack_for
 
     if not torch.cuda.is_available() and not step.dry_run:
         step.part("all", status=NO_CUDA)
         return
-    s, backend, device = PRESETS[step.sizes.throughput], step.sizes.compile_backend, torch.device(device_name(step))
-    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
-    peak = peak_bf16_tflops(name) if device.type == "cuda" else None
+    pack = pack_for(step)
+    if pack is None:
+        step.part("all", status="skipped: no data pack (python bench/perf/gpu_pack.py; carry bench/work/gpu-pack)")
+        return
+    device = torch.device(device_name(step))
+    peaks = peak_rates(step, device)
+    packed = packing_known()
     step.note(
-        f"{s.model['num_layers']} layers x {s.model['hidden_size']}, vocabulary "
-        f"{s.model['vocab_size']:,}, batch {s.batch} x {s.length} tokens, bf16 autocast, dropout {s.dropout}; "
-        f"{s.warmup} warm-up steps, then up to {s.steps} timed; MFU = model FLOPs (polyalign/flops.py, MLM head at "
-        f"masked positions only) / {peak or 'unknown'} TFLOP/s ({name}); a step = forward, loss, backward, "
-        "clipping, fused AdamW (bench/perf/speed.py's training_step, the same for both stacks)"
+        f"recipes at {'tiny' if step.dry_run else 'XLM-R-base'} size ({', '.join(sizes(step))}) on {pack}, "
+        f"{'packed rows (data.pack=true)' if packed else 'padded rows: data.pack is not a recipe key here'}; "
+        f"{WARMUP} warm-up steps, then up to {STEPS} timed (each waits for the device); MFU = the objectives' own "
+        f"FLOP count per second / {peaks}"
     )
-    special = special_tokens(s.model["vocab_size"])
-    batches = [synthetic_batch(s.batch, s.length, seed, special) for seed in range(2)]
-    arms = {
-        "polyalign": lambda: polyalign_mlm(s, device),
-        "transformers": lambda: transformers_mlm(s, device),
-        "polyalign + activation checkpointing": lambda: polyalign_mlm(s, device, checkpointing=True),
-        f"polyalign + torch.compile ({backend})": lambda: polyalign_mlm(s, device, compile_backend=backend),
-    }
-    for arm, build in arms.items():
-        # An arm may start only with time left for its warm-up and steps; otherwise say so and go on.
-        if step.left() < 15 and not step.dry_run:
+    for arm, (recipe_name, overrides, peer) in ARMS.items():
+        if step.left() < 20 and not step.dry_run:
             step.part(arm, status="skipped: step budget spent")
             continue
-        step.part(arm, status=UNFINISHED)
+        step.part(arm, status=UNFINISHED, recipe=recipe_name, packed=packed)
         try:
-            step.part(arm, **measure_arm(build, batches, s, device, peak, step))
+            recipe = arm_recipe(recipe_name, pack, [*sizes(step), *overrides, *([PACK] if packed else [])])
+            step.part(arm, **measure_recipe(recipe, step, peer))
         except Exception as e:  # noqa: BLE001  (an out-of-memory arm must not take the others with it)
             step.part(arm, status=f"failed: {type(e).__name__}: {one_line(str(e))}")
         release(device)
 
 
-def measure_arm(build, batches: list[dict], s, device, peak: float | None, step: Step) -> dict:
-    """One arm alone on the device (four XLM-R-base copies and their AdamW states need not fit at once): warm-up
-    steps (compilation included), then timed steps until the preset's count or the step's budget."""
+def sizes(step: Step) -> tuple[str, ...]:
+    return DRY_SIZES if step.dry_run else GPU_SIZES
+
+
+def packing_known() -> bool:
+    """Whether this checkout's recipes know `data.pack` (packed rows); without it the arms run padded rows."""
+    from polyalign.config import load_recipe
+    from polyalign.io import DataError
+
+    try:
+        load_recipe("mlm", [PACK])
+    except DataError:
+        return False
+    return True
+
+
+def arm_recipe(name: str, pack: Path, overrides: list[str]):
+    from polyalign.config import load_recipe
+
+    return load_recipe(name, [f"data.prepared={pack / 'prepared'}", "trainer.warmup_steps=1", *overrides])
+
+
+def peak_rates(step: Step, device) -> str:
+    """The two peaks MFU is read against (also kept on the step's record)."""
     import torch
 
-    from bench.perf.speed import compare_on_same_batches, encoder_config, mlm_model_flops, training_step
+    from bench.perf.gpu.environment import peak_bf16_tflops
 
-    cuda = device.type == "cuda"
+    sheet = peak_bf16_tflops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
+    measured = matmul_peak_tflops(device, 256 if step.dry_run else 8192)
+    step.result["peaks"] = {"data_sheet_tflops": sheet, "measured_matmul_tflops": measured}
+    step.save()
+    return f"{sheet or 'unknown'} (data sheet) and {measured:.0f} TFLOP/s (measured bf16 matmul)"
+
+
+def measure_recipe(recipe, step: Step, peer: bool) -> dict:
+    """Build the run as `polyalign pretrain` does, then time its `train_step`s (the loader included); with `peer`,
+    round-robin with transformers' XLMRobertaForMaskedLM on the same MLM batches."""
+    import torch
+
+    from bench.perf.speed import compare_on_same_batches, training_step, xlmr_masked_lm
+    from polyalign.device import to_device
+    from polyalign.train.loop import start_loader, train_step
+    from polyalign.train.run import build_run
+
+    cuda = torch.cuda.is_available() and not step.dry_run
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16)
+    run, _ = build_run(recipe, step.work / "runs" / recipe.name)  # writes nothing: this never saves
+    loader = start_loader(run)
+    steps = DRY_STEPS if step.dry_run else STEPS
+    try:
+        items = [next(loader) for _ in range(WARMUP + steps)]  # the same batches for every arm of the round
+    finally:
+        loader.close()
+    flops_before = []
 
-    def arm_step():
-        module, loss_of = build()
-        return training_step(module, loss_of, s.learning_rate, autocast)
+    def ours(item) -> float:
+        flops_before.append(run.window.flops)
+        train_step(run, dataclasses.replace(item, step=run.step))
+        return float(run.window.loss)  # waits for the device
 
-    run = compare_on_same_batches({"arm": arm_step}, batches, s.warmup, s.steps, keep_going=lambda: step.left() > 5)[
-        "arm"
-    ]
-    done, seconds = len(run["seconds"]), sum(run["seconds"])
-    config = encoder_config(s)
-    flops = [mlm_model_flops(config, b) for b in batches]
-    tflops = sum(flops[(s.warmup + i) % len(batches)] for i in range(done)) / seconds / 1e12
+    arms = {"polyalign": lambda: ours}
+    if peer:
+        hf = xlmr_masked_lm(run.module.model.config, run.tokenizer.special, run.device)
+        inputs = ("input_ids", "attention_mask", "labels")
+
+        def hf_loss(item):
+            batch = to_device(item.slots[0]["mlm"], run.device)
+            return hf(**{k: batch[k] for k in inputs}).loss
+
+        autocast = torch.autocast(run.device.type, dtype=torch.bfloat16)
+        arms["transformers XLMRobertaForMaskedLM"] = lambda: training_step(hf, hf_loss, recipe.trainer.lr, autocast)
+    t0 = time.perf_counter()
+    measured = compare_on_same_batches(arms, items, WARMUP, steps, keep_going=lambda: step.left() > 10)
+    flops = run.window.flops - flops_before[WARMUP]
+    tokens = sum(item.tokens for item in items[WARMUP : WARMUP + len(measured["polyalign"]["seconds"])])
+    record = rates(measured["polyalign"], tokens, flops, step.result["peaks"])
+    # Beside transformers, both stacks' weights and optimizer states are on the card at once.
+    record["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else "n/a (CPU)"
+    record["seconds_in_all"] = time.perf_counter() - t0
+    for name, run_of_peer in measured.items():
+        if name != "polyalign":
+            record[name] = rates(run_of_peer, tokens, flops, step.result["peaks"])
+            record["speedup_over_transformers"] = record[name]["s_per_step"] / record["s_per_step"]
+    return record
+
+
+def rates(measured: dict, tokens: int, flops: float, peaks: dict) -> dict:
+    """tokens/s and MFU of timed steps; `flops` the objectives' count over those steps (the same for a peer)."""
+    seconds, done = sum(measured["seconds"]), len(measured["seconds"])
+    tflops = flops / seconds / 1e12
+    sheet, matmul = peaks["data_sheet_tflops"], peaks["measured_matmul_tflops"]
     return {
         "status": "ok",
         "steps": done,
         "s_per_step": seconds / done,
-        "tokens_per_s": done * s.batch * s.length / seconds,
+        "tokens_per_s": tokens / seconds,
         "model_tflops_per_s": tflops,
-        "mfu_percent": 100 * tflops / peak if peak else "unknown",
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else "n/a (CPU)",
-        "warmup_seconds": run["warmup_seconds"],
-        "last_loss": run["losses"][-1],
+        "mfu_percent": 100 * tflops / sheet if sheet else "unknown",
+        "mfu_percent_of_measured_matmul": 100 * tflops / matmul,
+        "warmup_seconds": measured["warmup_seconds"],
+        "last_loss": measured["losses"][-1],
     }
+
+
+def matmul_peak_tflops(device, n: int, seconds: float = 1.0) -> float:
+    """TFLOP/s of an n x n x n bf16 matrix product, repeated for `seconds`: what the card sustains on dense work."""
+    import torch
+
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    (a @ b).sum().item()  # warm-up (cuBLAS handle and kernel choice)
+    count, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        count += 1
+        if device.type == "cuda" and count % 10 == 0:
+            torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return 2 * n**3 * count / (time.perf_counter() - t0) / 1e12
 
 
 def release(device) -> None:
@@ -92,4 +220,4 @@ def release(device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    torch._dynamo.reset()  # a compiled arm's graphs hold the model
+    torch._dynamo.reset()  # a compiled run's graphs hold its model

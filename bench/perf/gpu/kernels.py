@@ -1,0 +1,127 @@
+"""Step 3 of the GPU check: attention with XLM-E's gated relative bias (§3.3, Eq. 7) on the card, forward +
+backward of one layer's attention at XLM-R-base shape (B 64, H 12, T 512, hs 64, bf16): SDPA's flash kernel without
+a bias (the bound), the materialised (B, H, T, T) bias, and FlexAttention (model/biased_attention.py) with its tile
+sizes and with torch's defaults; then FlexAttention's values and gradients against the materialised bias in fp32
+on the card (the compiled Triton kernels that the CPU tests cannot run)."""
+
+from __future__ import annotations
+
+import time
+
+from bench.perf.gpu.step import UNFINISHED, Step, device_name, one_line
+
+SHAPE, DRY_SHAPE = (64, 12, 512, 64), (2, 2, 16, 8)  # B, H, T, hs
+REPEATS, WARMUP = 10, 3
+
+
+def step_kernels(step: Step) -> None:
+    import torch
+
+    from polyalign.model.biased_attention import FLEX_KERNEL_OPTIONS
+
+    device = torch.device(device_name(step))
+    B, H, T, hs = DRY_SHAPE if step.dry_run else SHAPE
+    step.note(
+        f"one layer's attention, forward + backward (q, k, v and the bias's table, gates and w), B {B}, H {H}, "
+        f"T {T}, hs {hs}, bf16, no mask; median of {REPEATS} after {WARMUP} warm-up calls (compilation included)"
+    )
+    cuda = device.type == "cuda"
+    arms = {
+        "SDPA without a bias (flash on CUDA)": ("none", None),
+        "materialised gated bias + SDPA": ("materialised", None),
+        "FlexAttention, polyalign's tile sizes": ("flex", FLEX_KERNEL_OPTIONS),
+        "FlexAttention, torch's default tile sizes": ("flex", {}),
+    }
+    for arm, (kernel, options) in arms.items():
+        if kernel == "flex" and not cuda:
+            step.part(arm, status="skipped: no CUDA (FlexAttention has no CPU backward; see test_biased_attention.py)")
+            continue
+        step.part(arm, status=UNFINISHED)
+        try:
+            step.part(arm, status="ok", ms=1000 * time_attention(kernel, options, (B, H, T, hs), device))
+        except Exception as e:  # noqa: BLE001  (a kernel that does not fit must not take the others with it)
+            step.part(arm, status=f"failed: {type(e).__name__}: {one_line(str(e))}")
+    if cuda:
+        step.part("FlexAttention vs materialised, fp32", status=UNFINISHED)
+        step.part("FlexAttention vs materialised, fp32", **exactness(device))
+
+
+def gated_bias(H: int, hs: int, device):
+    import torch
+
+    from polyalign.model.position_bias import GatedRelativePositionBias
+
+    torch.manual_seed(0)
+    bias = GatedRelativePositionBias(H, hs).to(device)
+    with torch.no_grad():
+        for p in bias.parameters():
+            p.normal_()
+    return bias
+
+
+def attention(kernel: str, options, bias, q, k, v, positions):
+    import torch.nn.functional as F
+
+    from polyalign.model.biased_attention import flex_relative_attention
+
+    if kernel == "none":
+        return F.scaled_dot_product_attention(q, k, v)
+    if kernel == "materialised":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias(q, positions))
+    scale = bias.query_scale(q)
+    table = bias.relative
+    return flex_relative_attention(q, k, v, table.per_bucket(q, scale), positions, table.buckets, None, options)
+
+
+def time_attention(kernel: str, options, shape, device) -> float:
+    import statistics
+
+    import torch
+
+    B, H, T, hs = shape
+    bias = gated_bias(H, hs, device)
+    q, k, v = (torch.randn(B, H, T, hs, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    positions = torch.arange(T, device=device).expand(B, T)
+    seconds = []
+    for i in range(WARMUP + REPEATS):
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = attention(kernel, options, bias, q, k, v, positions)
+        out.float().sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= WARMUP:
+            seconds.append(time.perf_counter() - t0)
+    return statistics.median(seconds)
+
+
+def exactness(device) -> dict:
+    """Largest absolute difference, output and every gradient, compiled FlexAttention against the materialised
+    bias in fp32 at a length that is no multiple of the tiles, with a key-padding mask."""
+    import torch
+
+    B, H, T, hs = 2, 4, 200, 64
+    bias = gated_bias(H, hs, device)
+    q, k, v = (torch.randn(B, H, T, hs, device=device, requires_grad=True) for _ in range(3))
+    positions = torch.arange(T, device=device).expand(B, T)
+    mask = (torch.arange(T, device=device) < torch.tensor([[T], [T - 37]], device=device))[:, None, None, :]
+    cotangent = torch.randn(B, H, T, hs, device=device)
+    results = []
+    for kernel in ("materialised", "flex"):
+        bias.relative.kernel = kernel
+        bias.zero_grad()
+        for t in (q, k, v):
+            t.grad = None
+        if kernel == "flex":
+            out = bias.attend(q, k, v, mask, positions)
+        else:
+            additive = bias(q, positions).masked_fill(~mask, -torch.inf)
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive)
+        (out * cotangent).sum().backward()
+        grads = {"q": q.grad, "k": k.grad, "v": v.grad} | {n: p.grad for n, p in bias.named_parameters()}
+        results.append({"output": out.detach()} | {n: g.clone() for n, g in grads.items()})
+    reference, flex = results
+    differences = {name: float((flex[name] - reference[name]).abs().max()) for name in reference}
+    worst = max(d / max(float(reference[n].abs().max()), 1e-12) for n, d in differences.items())
+    status = "ok" if worst < 1e-3 else f"failed: relative difference {worst:.2e} (over 1e-3)"
+    return {"status": status, "largest_relative_difference": worst, "max_abs_difference": differences}
