@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.perf.gpu.throughput import ARMS
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "perf" / "gpu_check.py"
-STEPS = ["environment", "gpu_tests", "throughput", "alignment", "tatoeba", "evidence"]
+STEPS = ["environment", "gpu_tests", "kernels", "throughput", "alignment", "tatoeba", "evidence"]
 STATUS = re.compile(r"^(ok|skipped: .+|failed: .+)$")
 
 
@@ -54,8 +56,16 @@ def test_the_dry_run_measures_what_each_step_is_for(dry_run):
     steps = {s["name"]: s["parts"] for s in dry_run[0]["steps"]}
     assert steps["gpu_tests"]["torchrun pretrain + resume"]["status"] == "ok"  # every step logged, both checkpoints
     assert steps["gpu_tests"]["torchrun DDP probe"]["backend"] == "gloo"
+    kernels = steps["kernels"]
+    assert all(
+        kernels[arm]["ms"] > 0 for arm in ("SDPA without a bias (flash on CUDA)", "materialised gated bias + SDPA")
+    )
     arms = steps["throughput"]
-    assert len(arms) == 4 and all(a["status"] == "ok" and a["tokens_per_s"] > 0 for a in arms.values())
+    assert list(arms) == list(ARMS)  # every recipe, so every registered objective, trained through train_step
+    assert all(
+        a["status"] == "ok" and a["tokens_per_s"] > 0 and a["mfu_percent_of_measured_matmul"] > 0 for a in arms.values()
+    )
+    assert arms["mlm beside transformers XLMRobertaForMaskedLM"]["speedup_over_transformers"] > 0
     plain = steps["alignment"]["transformers (SimAlign's way)"]
     assert plain["status"] == "ok" and plain["links_f1"] > 0.9  # the same computation: the same links up to bf16
     assert steps["alignment"]["polyalign align"]["pairs_per_s"] > 0
@@ -124,3 +134,13 @@ def test_a_part_may_record_a_measurement_called_name(tmp_path):
     """The environment step records the GPU's `name`: on the first GPU this raised a TypeError (part's own name)."""
     step = gpu_check().Step("environment", tmp_path, tmp_path / "logs", deadline=0.0, dry_run=True)
     assert step.part("gpu", status="ok", name="NVIDIA H200") == {"status": "ok", "name": "NVIDIA H200"}
+
+
+def test_the_throughput_arms_train_every_registered_objective():
+    from polyalign.config import load_recipe
+    from polyalign.objectives import OBJECTIVES
+
+    trained = {
+        o.name for recipe, overrides, _ in ARMS.values() for o in load_recipe(recipe, list(overrides)).objectives
+    }
+    assert trained == set(OBJECTIVES)

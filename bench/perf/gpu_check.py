@@ -1,35 +1,24 @@
-"""One prepared GPU check (issues 34, 46): every path polyalign runs on a GPU, how fast, and one paper claim above
-CPU scale, in two commands that fit one 15-minute loan of the GPU machine.
+"""One prepared GPU check: every path polyalign runs on a GPU, how fast, and one paper claim above CPU scale, in
+calls that fit the loans of the GPU machine (15 minutes of device time each, the start and every wait included).
 
-THE PLAN (device seconds; the loan's 900 include the machine's start and every wait). Measured on the first loan
-(one H200, 2026-11-26, bench/results/gpu/gpu_check.md): start and transfers ~30; call 1 179; call 2 489 with the
-XLM-E arm cut at 1.9e16 FLOPs by a 3-minute guard (it ran at 105 model TFLOP/s, MLM + TLM at 225). The second loan
-(one H200, 2026-11-27, bench/results/gpu/loan2.md) ran the evidence step alone: XLM-E finished its 641 steps in 4.8
-minutes, but the step needs ~10.1 minutes (probes 0.4, MLM + TLM 2.4 + measures 1.2, XLM-E 4.9 + measures 1.2) and
-the call's limit cut it after one gold set. So call 2 now keeps its runs in a fixed `--work` folder and is made
-twice on the warm machine (call 2b finds the trainings and the measures already done and finishes the rest).
-The third loan (one H200, 2026-11-27, bench/results/gpu/loan3/) ran that: call 2 578 s (both trainings, all measures but
-XLM-E's last), call 2b 66 s, 688 s held with the start; the verdict was reached at equal FLOPs. Its call 2 was cut by
-the command's own `timeout 578` before the supervisor's 590-s step budget, so call 2's record reads 'not reached';
-the step budget is now 565 s and the total 575, under the command's timeout, so a cut step is recorded as cut.
+THE PLAN for a loan (device seconds, budgets from bench/perf/gpu/supervisor.py):
   start of the machine and transfers                                     ~30-120
-  call 1 (timeout_s 260): environment, gpu tests, throughput             budgets 15 + 100 + 120 = 235
-  call 2 (timeout_s 600, at once while warm): the evidence step          budget 565: probes ~40, MLM + TLM ~135,
-                                                                         XLM-E ~290 (5-minute guard), measures ~110
-  call 2b (if call 2 was cut): the rest of the evidence step             ~80
+  call 1 (timeout_s 320): environment, gpu tests, kernels                budgets 15 + 150 + 120 = 285
+  call 2 (timeout_s 460, at once while warm): throughput                 budget 420: 11 recipes, each ~10 to build,
+                                                                         3 warm-up and 10 timed steps (~0.1-0.5 s);
+                                                                         XLM-E's first step compiles FlexAttention
   the 30 s idle before give_back                                         ~30
-  total                                                                  ~970: over 900 with call 1, so a loan
-                                                                         after the first two runs calls 2 and 2b
-                                                                         only (call 1's steps passed on loan 1)
-The commands (here first: `python bench/perf/gpu_pack.py`, then carry the pack and the wheels the image lacks):
+  total                                                                  ~830-900
+Alignment, Tatoeba and the evidence step run on a loan of their own: `--steps alignment,tatoeba`, and
+`--steps evidence --work /tmp/gcw` (made twice on the warm machine when the first call is cut: the second finds the
+trainings and measures already done in --work and finishes the rest).
+The commands (here first: `python bench/perf/gpu_pack.py`, then carry bench/work/gpu-pack and .whl, the wheels the
+image lacks):
   call 1: pip install --target /tmp/site .whl/*.whl; PYTHONPATH=/tmp/site POLYALIGN_COMMIT=<hash>
-          timeout 250 python3 bench/perf/gpu_check.py --steps environment,gpu_tests,throughput --out /tmp/gc;
+          timeout 305 python3 bench/perf/gpu_check.py --steps environment,gpu_tests,kernels --out /tmp/gc;
           tar czf $OUT/gpu_check.tgz -C /tmp/gc .; cp /tmp/gc/gpu_check.json $OUT/call1.json
-  call 2: the same with --steps evidence --work /tmp/gcw, timeout 585, $OUT/call2.json (the image's typer needs the
-          carried one); call 2b: the same command again at once if call 2 was cut (~80 s more)
+  call 2: the same with --steps throughput, timeout 450, $OUT/call2.json
   here:   python bench/perf/gpu_check.py --combine call1.json call2.json --out bench/results/gpu
-          (then copy evidence/xlm-e-gpu.json to bench/results/evidence/sections/ and `python -m bench.page evidence`)
-Steps 4 and 5 (alignment, Tatoeba speed) run when a loan has time left: `--steps alignment,tatoeba`.
 
 Usage on the device machine: python3 bench/perf/gpu_check.py --out $OUT [--steps a,b]
 Every step at tiny sizes on the CPU, to check the script itself (a few minutes; tests/test_gpu_check.py):
@@ -42,15 +31,18 @@ as failed, with what it had measured so far, and the next one starts):
 1. environment: GPU, memory, driver / CUDA / torch versions, bf16, SDPA's flash kernel.
 2. gpu tests: `torchrun --nproc_per_node 1 -m polyalign.cli pretrain xlm` with trainer.distributed=ddp through a
    checkpoint, then `--resume`; a torchrun DDP probe on NCCL (gloo on CPU); `pytest -m gpu tests/test_gpu.py`.
-3. throughput: an XLM-R-base-sized encoder (12 x 768, 12 heads, FFN 3072, vocabulary 250,002, sequences of 512,
-   bf16 autocast), polyalign's MLM step against transformers' XLMRobertaForMaskedLM on the same batches with
-   the same AdamW; then polyalign with activation checkpointing and with torch.compile. tokens/s, MFU against
-   the card's dense bf16 peak, peak memory.
-4. alignment: `polyalign align` (argmax, layer 8) on 20,000 sentence pairs against the same computation written
+3. kernels: one layer's attention, forward + backward, at XLM-R-base shape (B 64, H 12, T 512, hs 64, bf16): SDPA's
+   flash kernel without a bias, XLM-E's gated relative bias materialised, and through FlexAttention (its tile sizes
+   and torch's); FlexAttention's values and gradients against the materialised bias in fp32 (bench/perf/gpu/kernels.py).
+4. throughput: every recipe (so every objective) through the trainer's own step at XLM-R-base size on the data
+   pack, packed rows where `data.pack` exists; tokens/s, MFU against the data sheet's bf16 peak and the measured
+   8192^3 matmul, peak memory; MLM beside transformers' XLMRobertaForMaskedLM; XLM-E with and without its gated
+   bias (bench/perf/gpu/throughput.py).
+5. alignment: `polyalign align` (argmax, layer 8) on 20,000 sentence pairs against the same computation written
    plainly with transformers (SimAlign's way), and `polyalign evaluate alignment`, with multilingual-e5-small
    (models/multilingual-e5-small; else `polyalign import-e5`; else a randomly initialised model of its shape).
-5. tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all` with the same model, seconds.
-6. evidence: the evidence study's section xlm-e-gpu (XLM-E vs MLM + TLM from scratch, 3e16 FLOPs per arm, 12 x 768)
+6. tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all` with the same model, seconds.
+7. evidence: the evidence study's section xlm-e-gpu (XLM-E vs MLM + TLM from scratch, 3e16 FLOPs per arm, 12 x 768)
    on the carried data pack, measured and judged by the evidence page's rule (bench/perf/gpu/evidence.py).
 A step records `ok`, `skipped: <reason>` or `failed: <one line>`, and so does each of its parts.
 """

@@ -25,6 +25,7 @@ def step_gpu_tests(step: Step) -> None:
 def pytest_part(step: Step) -> None:
     """tests/test_gpu.py skips itself without CUDA: on the CPU (--dry-run) this checks the command runs."""
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-p", "no:cacheprovider"]
+    command += ["--durations=0"]  # where the budget goes, in the log
     status, seconds = run_command(step, "pytest", command)
     log = step.log("pytest")
     counts = re.findall(r"^=*\s*(\d+ \w+.*) in [\d.]+s", log.read_text(errors="replace"), re.M) if log.is_file() else []

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from bench.perf.gpu.step import NO_CUDA, UNFINISHED, Step, device_name, one_line
+from bench.perf.gpu.step import NO_CUDA, UNFINISHED, Step, device_name, one_line, sample_prepared
 
 GPU_SIZES = (
     "model.hidden_size=768",
@@ -44,36 +44,40 @@ ARMS = {  # arm: (recipe, overrides, beside transformers); together they train e
         ("model.position_bias=none", "model.absolute_positions=true"),
         False,
     ),
-    "xlm-align (MLM + DWA)": ("xlm-align", (), False),
+    "xlm-align (MLM + DWA)": ("xlm-align", ("objectives.1.config.allow_cold_start=true",), False),
     "ernie-m (MLM + TLM + CAMLM + BTMLM)": ("ernie-m", (), False),
     "veco (CA-MLM + TLM)": ("veco", COLD, False),
     "ppa (MoCo)": ("ppa", (), False),
     "quickstart (contrast + TLM)": ("quickstart", (), False),
     "self-align": ("self-align", (*COLD, "objectives.0.config.allow_cold_start=true"), False),
 }
-WARMUP, STEPS, DRY_STEPS = 3, 10, 1
+WARMUP, STEPS = 3, 10  # the dry run: 1 and 1
 PACK = "data.pack=true"
 
 
 def step_throughput(step: Step) -> None:
     import torch
 
-    from bench.perf.gpu.evidence import pack_for
+    from bench.perf.gpu_pack import DEFAULT_PACK
 
     if not torch.cuda.is_available() and not step.dry_run:
         step.part("all", status=NO_CUDA)
         return
-    pack = pack_for(step)
-    if pack is None:
+    if step.dry_run:  # the bundled sample, prepared once for the check (the gpu tests' step prepares it too)
+        prepared = sample_prepared(step)
+    elif (DEFAULT_PACK / "pack.json").is_file():
+        prepared = DEFAULT_PACK / "prepared"
+    else:
         step.part("all", status="skipped: no data pack (python bench/perf/gpu_pack.py; carry bench/work/gpu-pack)")
         return
     device = torch.device(device_name(step))
     peaks = peak_rates(step, device)
     packed = packing_known()
     step.note(
-        f"recipes at {'tiny' if step.dry_run else 'XLM-R-base'} size ({', '.join(sizes(step))}) on {pack}, "
+        f"recipes at {'tiny' if step.dry_run else 'XLM-R-base'} size ({', '.join(sizes(step))}) on {prepared}, "
         f"{'packed rows (data.pack=true)' if packed else 'padded rows: data.pack is not a recipe key here'}; "
-        f"{WARMUP} warm-up steps, then up to {STEPS} timed (each waits for the device); MFU = the objectives' own "
+        f"{counts(step)[0]} warm-up steps, then up to {counts(step)[1]} timed (each waits for the device); MFU = the "
+        "objectives' own "
         f"FLOP count per second / {peaks}"
     )
     for arm, (recipe_name, overrides, peer) in ARMS.items():
@@ -82,7 +86,7 @@ def step_throughput(step: Step) -> None:
             continue
         step.part(arm, status=UNFINISHED, recipe=recipe_name, packed=packed)
         try:
-            recipe = arm_recipe(recipe_name, pack, [*sizes(step), *overrides, *([PACK] if packed else [])])
+            recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides, *([PACK] if packed else [])])
             step.part(arm, **measure_recipe(recipe, step, peer))
         except Exception as e:  # noqa: BLE001  (an out-of-memory arm must not take the others with it)
             step.part(arm, status=f"failed: {type(e).__name__}: {one_line(str(e))}")
@@ -105,10 +109,15 @@ def packing_known() -> bool:
     return True
 
 
-def arm_recipe(name: str, pack: Path, overrides: list[str]):
+def arm_recipe(name: str, prepared: Path, overrides: list[str]):
     from polyalign.config import load_recipe
 
-    return load_recipe(name, [f"data.prepared={pack / 'prepared'}", "trainer.warmup_steps=1", *overrides])
+    return load_recipe(name, [f"data.prepared={prepared}", "trainer.warmup_steps=1", *overrides])
+
+
+def counts(step: Step) -> tuple[int, int]:
+    """Warm-up and timed steps of an arm."""
+    return (1, 1) if step.dry_run else (WARMUP, STEPS)
 
 
 def peak_rates(step: Step, device) -> str:
@@ -139,17 +148,18 @@ def measure_recipe(recipe, step: Step, peer: bool) -> dict:
         torch.cuda.reset_peak_memory_stats()
     run, _ = build_run(recipe, step.work / "runs" / recipe.name)  # writes nothing: this never saves
     loader = start_loader(run)
-    steps = DRY_STEPS if step.dry_run else STEPS
+    warmup, steps = counts(step)
     try:
-        items = [next(loader) for _ in range(WARMUP + steps)]  # the same batches for every arm of the round
+        items = [next(loader) for _ in range(warmup + steps)]  # the same batches for every arm of the round
     finally:
         loader.close()
     flops_before = []
 
     def ours(item) -> float:
         flops_before.append(run.window.flops)
+        summed = run.window.loss  # the window adds up the steps' losses on the device
         train_step(run, dataclasses.replace(item, step=run.step))
-        return float(run.window.loss)  # waits for the device
+        return float(run.window.loss - (0.0 if summed is None else summed))  # waits for the device
 
     arms = {"polyalign": lambda: ours}
     if peer:
@@ -163,9 +173,9 @@ def measure_recipe(recipe, step: Step, peer: bool) -> dict:
         autocast = torch.autocast(run.device.type, dtype=torch.bfloat16)
         arms["transformers XLMRobertaForMaskedLM"] = lambda: training_step(hf, hf_loss, recipe.trainer.lr, autocast)
     t0 = time.perf_counter()
-    measured = compare_on_same_batches(arms, items, WARMUP, steps, keep_going=lambda: step.left() > 10)
-    flops = run.window.flops - flops_before[WARMUP]
-    tokens = sum(item.tokens for item in items[WARMUP : WARMUP + len(measured["polyalign"]["seconds"])])
+    measured = compare_on_same_batches(arms, items, warmup, steps, keep_going=lambda: step.left() > 10)
+    flops = run.window.flops - flops_before[warmup]
+    tokens = sum(item.tokens for item in items[warmup : warmup + len(measured["polyalign"]["seconds"])])
     record = rates(measured["polyalign"], tokens, flops, step.result["peaks"])
     # Beside transformers, both stacks' weights and optimizer states are on the card at once.
     record["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else "n/a (CPU)"
