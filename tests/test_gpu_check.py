@@ -65,7 +65,7 @@ def test_the_dry_run_measures_what_each_step_is_for(dry_run):
     assert all(
         a["status"] == "ok" and a["tokens_per_s"] > 0 and a["mfu_percent_of_measured_matmul"] > 0 for a in arms.values()
     )
-    assert arms["mlm beside transformers XLMRobertaForMaskedLM"]["speedup_over_transformers"] > 0
+    assert all(arms[arm]["speedup_over_transformers"] > 0 for arm, (_, _, peer) in ARMS.items() if peer)
     plain = steps["alignment"]["transformers (SimAlign's way)"]
     assert plain["status"] == "ok" and plain["links_f1"] > 0.9  # the same computation: the same links up to bf16
     assert steps["alignment"]["polyalign align"]["pairs_per_s"] > 0

@@ -4,7 +4,7 @@ calls that fit the loans of the GPU machine (15 minutes of device time each, the
 THE PLAN for a loan (device seconds, budgets from bench/perf/gpu/supervisor.py):
   start of the machine and transfers                                     ~30-120
   call 1 (timeout_s 320): environment, gpu tests, kernels                budgets 15 + 150 + 120 = 285
-  call 2 (timeout_s 460, at once while warm): throughput                 budget 420: 11 recipes, each ~10 to build,
+  call 2 (timeout_s 460, at once while warm): throughput                 budget 420: 12 arms, each ~10 to build,
                                                                          3 warm-up and 10 timed steps (~0.1-0.5 s);
                                                                          XLM-E's first step compiles FlexAttention
   the 30 s idle before give_back                                         ~30
@@ -36,7 +36,7 @@ as failed, with what it had measured so far, and the next one starts):
    and torch's); FlexAttention's values and gradients against the materialised bias in fp32 (bench/perf/gpu/kernels.py).
 4. throughput: every recipe (so every objective) through the trainer's own step at XLM-R-base size on the data
    pack, packed rows where `data.pack` exists; tokens/s, MFU against the data sheet's bf16 peak and the measured
-   8192^3 matmul, peak memory; MLM beside transformers' XLMRobertaForMaskedLM; XLM-E with and without its gated
+   8192^3 matmul, peak memory; MLM beside XLMRobertaForMaskedLM, MRTD beside ELECTRA; XLM-E with and without its gated
    bias (bench/perf/gpu/throughput.py).
 5. alignment: `polyalign align` (argmax, layer 8) on 20,000 sentence pairs against the same computation written
    plainly with transformers (SimAlign's way), and `polyalign evaluate alignment`, with multilingual-e5-small

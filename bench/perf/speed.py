@@ -135,13 +135,12 @@ def polyalign_mlm(preset: SpeedPreset, device, checkpointing: bool = False, comp
 def transformers_mlm(preset: SpeedPreset, device):
     """XLMRobertaForMaskedLM with the configuration polyalign's export writes for the same model."""
     config = encoder_config(preset)
-    model = xlmr_masked_lm(config, special_tokens(config.vocab_size), device)
-    inputs = ("input_ids", "attention_mask", "labels")
-    return model, lambda batch: model(**{k: batch[k] for k in inputs}).loss
+    return xlmr_mlm(config, special_tokens(config.vocab_size), device)
 
 
-def xlmr_masked_lm(config: EncoderConfig, special: SpecialTokens, device):
-    """XLMRobertaForMaskedLM, in training mode on `device`, configured as polyalign's export maps `config`."""
+def xlmr_mlm(config: EncoderConfig, special: SpecialTokens, device):
+    """XLMRobertaForMaskedLM in training mode on `device`, configured as polyalign's export maps `config`;
+    (module, loss of an MLM batch)."""
     from types import SimpleNamespace
 
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
@@ -151,7 +150,43 @@ def xlmr_masked_lm(config: EncoderConfig, special: SpecialTokens, device):
     mapped = xlmr_config(SimpleNamespace(config=config), SimpleNamespace(special=special), 1)
     torch.manual_seed(0)
     with torch.device(device):  # built where it trains: initialising 278M parameters on the CPU takes seconds
-        return XLMRobertaForMaskedLM(XLMRobertaConfig.from_dict(mapped)).train()
+        model = XLMRobertaForMaskedLM(XLMRobertaConfig.from_dict(mapped)).train()
+    inputs = ("input_ids", "attention_mask", "labels")
+    return model, lambda batch: model(**{k: batch[k] for k in inputs}).loss
+
+
+def electra_rtd(config: EncoderConfig, special: SpecialTokens, device, discriminator_weight: float = 50.0):
+    """transformers' ELECTRA for replaced token detection at polyalign's RTD sizes: an ElectraForMaskedLM generator
+    of a third of the layers sharing the token embeddings with an ElectraForPreTraining discriminator (ELECTRA
+    §3.2, XLM-E Table 6); (module, loss of an MRTD batch) with loss L_G + λ·L_D, as the MRTD objective's."""
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+    from polyalign.model.hf import hf_sizes
+    from polyalign.objectives.rtd import corrupt, generator_config, replaced_token_labels, sample_replacements
+
+    def electra(c: EncoderConfig) -> ElectraConfig:
+        return ElectraConfig(**hf_sizes(c), embedding_size=c.hidden_size, max_position_embeddings=c.max_positions,
+                             hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.attention_dropout,
+                             layer_norm_eps=c.layer_norm_eps, pad_token_id=special.pad)  # fmt: skip
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        generator = ElectraForMaskedLM(electra(generator_config(config)))
+        discriminator = ElectraForPreTraining(electra(config))
+    generator.electra.embeddings.word_embeddings = discriminator.electra.embeddings.word_embeddings
+    module = torch.nn.ModuleDict({"generator": generator, "discriminator": discriminator}).train()
+
+    def loss_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        labels, mask = batch["labels"], batch["attention_mask"]
+        out = generator(input_ids=batch["input_ids"], attention_mask=mask, labels=labels)
+        masked = labels != -100
+        original = torch.where(masked, labels, batch["input_ids"])
+        corrupted = corrupt(original, masked, sample_replacements(out.logits[masked]))
+        replaced = replaced_token_labels(original, corrupted)
+        detected = discriminator(input_ids=corrupted, attention_mask=mask, labels=replaced)
+        return out.loss + discriminator_weight * detected.loss
+
+    return module, loss_of
 
 
 def training_step(module: torch.nn.Module, loss_of, learning_rate: float, autocast=None) -> Callable[[dict], float]:

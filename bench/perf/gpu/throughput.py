@@ -3,7 +3,8 @@
 (12 x 768, 12 heads, FFN 3072, 512 positions, the pack's vocabulary) on the carried data pack's real text, in
 packed rows (`data.pack=true`) where the data layer has them. Per recipe: tokens/s (real tokens), MFU from the
 objectives' own FLOP count against the card's dense bf16 peak and against the measured 8192^3 bf16 matmul, peak
-memory. Beside transformers where a peer exists (MLM: XLMRobertaForMaskedLM) on the same batches in turn
+memory. Beside transformers where a peer exists (MLM: XLMRobertaForMaskedLM; RTD: ELECTRA's generator and
+ElectraForPreTraining) on the same batches in turn
 (bench/perf/speed.py's `compare_on_same_batches`); XLM-E with and without its gated relative bias."""
 
 from __future__ import annotations
@@ -34,22 +35,24 @@ DRY_SIZES = (
     "trainer.loader_workers=0",
 )
 COLD = ("trainer.train_only=[]",)  # every parameter trains: a random start has no pretrained part to hold
-ARMS = {  # arm: (recipe, overrides, beside transformers); together they train every registered objective
-    "mlm": ("mlm", (), False),
-    "mlm beside transformers XLMRobertaForMaskedLM": ("mlm", (), True),
-    "xlm (MLM + TLM)": ("xlm", (), False),
-    "xlm-e (MRTD + TRTD), gated relative bias": ("xlm-e", (), False),
-    "xlm-e without its gated bias (absolute positions)": (
-        "xlm-e",
-        ("model.position_bias=none", "model.absolute_positions=true"),
-        False,
-    ),
-    "xlm-align (MLM + DWA)": ("xlm-align", ("objectives.1.config.allow_cold_start=true",), False),
-    "ernie-m (MLM + TLM + CAMLM + BTMLM)": ("ernie-m", (), False),
-    "veco (CA-MLM + TLM)": ("veco", COLD, False),
-    "ppa (MoCo)": ("ppa", (), False),
-    "quickstart (contrast + TLM)": ("quickstart", (), False),
-    "self-align": ("self-align", (*COLD, "objectives.0.config.allow_cold_start=true"), False),
+PEERS = {  # peer: (the transformers stack, the objective whose batches it trains on, its builder in speed.py)
+    "xlmr": ("transformers XLMRobertaForMaskedLM", "mlm", "xlmr_mlm"),
+    "electra": ("transformers ELECTRA (ElectraForMaskedLM + ElectraForPreTraining)", "mrtd", "electra_rtd"),
+}
+NO_GATED_BIAS = ("model.position_bias=none", "model.absolute_positions=true")
+ARMS = {  # arm: (recipe, overrides, transformers peer); together they train every registered objective
+    "mlm": ("mlm", (), None),
+    "mlm beside transformers XLMRobertaForMaskedLM": ("mlm", (), "xlmr"),
+    "xlm (MLM + TLM)": ("xlm", (), None),
+    "xlm-e (MRTD + TRTD), gated relative bias": ("xlm-e", (), None),
+    "xlm-e without its gated bias (absolute positions)": ("xlm-e", NO_GATED_BIAS, None),
+    "xlm-e-mono (MRTD) without its gated bias beside transformers ELECTRA": ("xlm-e-mono", NO_GATED_BIAS, "electra"),
+    "xlm-align (MLM + DWA)": ("xlm-align", ("objectives.1.config.allow_cold_start=true",), None),
+    "ernie-m (MLM + TLM + CAMLM + BTMLM)": ("ernie-m", (), None),
+    "veco (CA-MLM + TLM)": ("veco", COLD, None),
+    "ppa (MoCo)": ("ppa", (), None),
+    "quickstart (contrast + TLM)": ("quickstart", (), None),
+    "self-align": ("self-align", (*COLD, "objectives.0.config.allow_cold_start=true"), None),
 }
 WARMUP, STEPS = 3, 10  # the dry run: 1 and 1
 PACK = "data.pack=true"
@@ -133,12 +136,13 @@ def peak_rates(step: Step, device) -> str:
     return f"{sheet or 'unknown'} (data sheet) and {measured:.0f} TFLOP/s (measured bf16 matmul)"
 
 
-def measure_recipe(recipe, step: Step, peer: bool) -> dict:
-    """Build the run as `polyalign pretrain` does, then time its `train_step`s (the loader included); with `peer`,
-    round-robin with transformers' XLMRobertaForMaskedLM on the same MLM batches."""
+def measure_recipe(recipe, step: Step, peer: str | None) -> dict:
+    """Build the run as `polyalign pretrain` does, then time its `train_step`s (the loader included); with a
+    `peer` (of `PEERS`), round-robin with that transformers stack on the same batches."""
     import torch
 
-    from bench.perf.speed import compare_on_same_batches, training_step, xlmr_masked_lm
+    from bench.perf import speed
+    from bench.perf.speed import compare_on_same_batches, training_step
     from polyalign.device import to_device
     from polyalign.train.loop import start_loader, train_step
     from polyalign.train.run import build_run
@@ -162,16 +166,12 @@ def measure_recipe(recipe, step: Step, peer: bool) -> dict:
         return float(run.window.loss - (0.0 if summed is None else summed))  # waits for the device
 
     arms = {"polyalign": lambda: ours}
-    if peer:
-        hf = xlmr_masked_lm(run.module.model.config, run.tokenizer.special, run.device)
-        inputs = ("input_ids", "attention_mask", "labels")
-
-        def hf_loss(item):
-            batch = to_device(item.slots[0]["mlm"], run.device)
-            return hf(**{k: batch[k] for k in inputs}).loss
-
+    if peer is not None:
+        title, objective, builder = PEERS[peer]
+        module, loss_of = getattr(speed, builder)(run.module.model.config, run.tokenizer.special, run.device)
         autocast = torch.autocast(run.device.type, dtype=torch.bfloat16)
-        arms["transformers XLMRobertaForMaskedLM"] = lambda: training_step(hf, hf_loss, recipe.trainer.lr, autocast)
+        step_of = lambda item: loss_of(to_device(item.slots[0][objective], run.device))  # noqa: E731
+        arms[title] = lambda: training_step(module, step_of, recipe.trainer.lr, autocast)
     t0 = time.perf_counter()
     measured = compare_on_same_batches(arms, items, warmup, steps, keep_going=lambda: step.left() > 10)
     flops = run.window.flops - flops_before[warmup]
