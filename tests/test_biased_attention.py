@@ -93,6 +93,21 @@ def test_flex_attention_equals_the_materialised_bias_in_values_and_gradients(gat
     assert_gradients_close(grads, reference_grads, atol=1e-5)
 
 
+def test_a_block_mask_of_packed_sentences_attends_as_the_same_boolean_mask():
+    """Packed rows hand FlexAttention a BlockMask (whole blocks skipped) instead of a boolean mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    dense = block_diagonal()
+    block_mask = create_block_mask(lambda b, h, i, j: dense[b, 0, i, j], B, None, T, T, device="cpu")
+    bias = random_bias(gated=True)
+    reference, reference_grads = values_and_gradients(materialised, bias, dense)
+    out, grads = values_and_gradients(
+        lambda b, q, k, v, _, positions: b.attend(q, k, v, block_mask, positions), bias, dense
+    )
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+    assert_gradients_close(grads, reference_grads, atol=1e-5)
+
+
 def test_the_bucket_lookup_buckets_every_distance_as_the_t5_function():
     bias = RelativePositionBias(H, num_buckets=32, max_distance=128)
     distances = torch.arange(-600, 601)
