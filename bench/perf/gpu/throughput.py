@@ -42,11 +42,11 @@ PEERS = {  # peer: (the transformers stack, the objective whose batches it train
 NO_GATED_BIAS = ("model.position_bias=none", "model.absolute_positions=true")
 ARMS = {  # arm: (recipe, overrides, transformers peer); together they train every registered objective
     "mlm": ("mlm", (), None),
-    "mlm beside transformers XLMRobertaForMaskedLM": ("mlm", (), "xlmr"),
+    "mlm, in turn with transformers": ("mlm", (), "xlmr"),
     "xlm (MLM + TLM)": ("xlm", (), None),
     "xlm-e (MRTD + TRTD), gated relative bias": ("xlm-e", (), None),
     "xlm-e without its gated bias (absolute positions)": ("xlm-e", NO_GATED_BIAS, None),
-    "xlm-e-mono (MRTD) without its gated bias beside transformers ELECTRA": ("xlm-e-mono", NO_GATED_BIAS, "electra"),
+    "xlm-e-mono (MRTD) without its gated bias, in turn with transformers": ("xlm-e-mono", NO_GATED_BIAS, "electra"),
     "xlm-align (MLM + DWA)": ("xlm-align", ("objectives.1.config.allow_cold_start=true",), None),
     "ernie-m (MLM + TLM + CAMLM + BTMLM)": ("ernie-m", (), None),
     "veco (CA-MLM + TLM)": ("veco", COLD, None),
@@ -90,7 +90,10 @@ def step_throughput(step: Step) -> None:
         step.part(arm, status=UNFINISHED, recipe=recipe_name, packed=packed)
         try:
             recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides, *([PACK] if packed else [])])
-            step.part(arm, **measure_recipe(recipe, step, peer))
+            record, peers = measure_recipe(recipe, step, peer)
+            step.part(arm, **record)
+            for title, peer_record in peers.items():  # a row of its own in the step's table
+                step.part(f"{title}, the row above's batches", **peer_record)
         except Exception as e:  # noqa: BLE001  (an out-of-memory arm must not take the others with it)
             step.part(arm, status=f"failed: {type(e).__name__}: {one_line(str(e))}")
         release(device)
@@ -136,9 +139,9 @@ def peak_rates(step: Step, device) -> str:
     return f"{sheet or 'unknown'} (data sheet) and {measured:.0f} TFLOP/s (measured bf16 matmul)"
 
 
-def measure_recipe(recipe, step: Step, peer: str | None) -> dict:
+def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
     """Build the run as `polyalign pretrain` does, then time its `train_step`s (the loader included); with a
-    `peer` (of `PEERS`), round-robin with that transformers stack on the same batches."""
+    `peer` (of `PEERS`), round-robin with that transformers stack on the same batches. (ours, {peer: theirs})."""
     import torch
 
     from bench.perf import speed
@@ -180,11 +183,10 @@ def measure_recipe(recipe, step: Step, peer: str | None) -> dict:
     # Beside transformers, both stacks' weights and optimizer states are on the card at once.
     record["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else "n/a (CPU)"
     record["seconds_in_all"] = time.perf_counter() - t0
-    for name, run_of_peer in measured.items():
-        if name != "polyalign":
-            record[name] = rates(run_of_peer, tokens, flops, step.result["peaks"])
-            record["speedup_over_transformers"] = record[name]["s_per_step"] / record["s_per_step"]
-    return record
+    peers = {name: rates(m, tokens, flops, step.result["peaks"]) for name, m in measured.items() if name != "polyalign"}
+    for theirs in peers.values():
+        record["speedup_over_transformers"] = theirs["s_per_step"] / record["s_per_step"]
+    return record, peers
 
 
 def rates(measured: dict, tokens: int, flops: float, peaks: dict) -> dict:
