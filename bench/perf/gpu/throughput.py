@@ -76,12 +76,12 @@ def step_throughput(step: Step) -> None:
     device = torch.device(device_name(step))
     peaks = peak_rates(step, device)
     packed = packing_known()
+    warmup, timed = counts(step)
     step.note(
         f"recipes at {'tiny' if step.dry_run else 'XLM-R-base'} size ({', '.join(sizes(step))}) on {prepared}, "
         f"{'packed rows (data.pack=true)' if packed else 'padded rows: data.pack is not a recipe key here'}; "
-        f"{counts(step)[0]} warm-up steps, then up to {counts(step)[1]} timed (each waits for the device); MFU = the "
-        "objectives' own "
-        f"FLOP count per second / {peaks}"
+        f"{warmup} warm-up steps, then up to {timed} timed, each waiting for the device, on batches the loader made "
+        f"first; MFU = the objectives' own FLOP count per second / {peaks}"
     )
     for arm, (recipe_name, overrides, peer) in ARMS.items():
         if step.left() < 20 and not step.dry_run:
