@@ -140,8 +140,8 @@ def peak_rates(step: Step, device) -> str:
 
 
 def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
-    """Build the run as `polyalign pretrain` does, then time its `train_step`s (the loader included); with a
-    `peer` (of `PEERS`), round-robin with that transformers stack on the same batches. (ours, {peer: theirs})."""
+    """Build the run as `polyalign pretrain` does, then time its `train_step`s on batches its loader made first;
+    with a `peer` (of `PEERS`), round-robin with that transformers stack on the same batches. (ours, {peer: theirs})."""
     import torch
 
     from bench.perf import speed
