@@ -235,3 +235,29 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model, bitex
     assert expected.format(pairs=pairs) in err, err
     if case == "line counts differ":
         assert "short.txt has 2" in err
+
+
+RAW = [("Cherie, ich komme 2014 zurück.", "Cherie, I come back in 2014."), ("Ja!", "Yes!")]
+SPLIT = [("Cherie , ich komme 2014 zurück .", "Cherie , I come back in 2014 ."), ("Ja !", "Yes !")]
+
+
+def test_words_of_raw_text_split_punctuation_off():
+    from polyalign.align.bitext import words_of
+
+    expected = "Cherie , 2014 : « go » ok . . .".split()  # noqa: SIM905
+    assert words_of(["Cherie,", "2014:", "«go»", "ok..."]) == expected
+    assert [words_of(s.split()) for s, _ in RAW] == [s.split() for s, _ in SPLIT]
+
+
+def test_tokenize_aligns_raw_text_as_its_pre_split_words(tiny_model, tmp_path, capsys):
+    raw, split = tmp_path / "raw.txt", tmp_path / "split.txt"
+    raw.write_text("".join(f"{s} ||| {t}\n" for s, t in RAW), encoding="utf-8")
+    split.write_text("".join(f"{s} ||| {t}\n" for s, t in SPLIT), encoding="utf-8")
+    model = ["--model", str(tiny_model), "--method", "argmax"]
+    words = tmp_path / "words.txt"
+    tokenized, _ = run_align([*model, "--pairs", str(raw), "--tokenize", "--output-words", str(words)], capsys)
+    pre_split, _ = run_align([*model, "--pairs", str(split)], capsys)
+    as_is, _ = run_align([*model, "--pairs", str(raw)], capsys)
+    assert tokenized == pre_split and tokenized != as_is  # the links index the words with punctuation split off
+    for line, (s, t) in zip(words.read_text(encoding="utf-8").splitlines(), SPLIT, strict=True):
+        assert all(pair.split("<sep>")[0] in s.split() and pair.split("<sep>")[1] in t.split() for pair in line.split())
