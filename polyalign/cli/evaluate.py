@@ -155,14 +155,15 @@ def evaluate_alignment_command(
 
     flags = reading_flags(method, layer, softmax_threshold, encoding)
     reading = model_reading(model, flags)  # a bad alignment.json or layer stops here, before the model loads
-    console.print(f"evaluate alignment: {reading.describe()}; {precision.value}", highlight=False, soft_wrap=True)
     loaded = load_on_device(model, device, trust_pickle)
+    sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
+    console.print(f"evaluate alignment: {reading.describe()}; {precision.value}", highlight=False, soft_wrap=True)
     result = evaluate_alignment(
         loaded,
         gold,
         flags.method,
         layer,
-        wants_sweep(layers, out, loaded.model.config.num_layers),
+        sweep,
         flags.encoding,
         batch_tokens,
         progress=progress,
