@@ -143,7 +143,7 @@ Tokenize = Annotated[
     typer.Option(
         help="Split raw text into words first: at whitespace and around every punctuation character (BERT's "
         "pre-tokenizer from the `tokenizers` package: `Cherie,` -> `Cherie` `,`). The links then index those "
-        "words, the ones --output-words prints; without it, the words are the input's whitespace-separated tokens."
+        "words (the ones `align --output-words` prints); without it, the input's whitespace-separated tokens."
     ),
 ]
 AlignMethod = Annotated[
