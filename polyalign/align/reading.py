@@ -48,11 +48,15 @@ class Reading:
     """Where the setting was measured (empty for the generic default); `resolve_reading` adds the flags given."""
 
     def describe(self) -> str:
-        """`softmax at 0.1, layer 7, separate encoding (where it comes from)`: what commands print before work."""
+        """`softmax at 0.1, layer 7, separate encoding`: the setting alone."""
         threshold = f" at {self.softmax_threshold:g}" if self.method == "softmax" else ""
         layer = f", layer {self.layer}" if self.layer is not None else ""
         encoding = f", {self.encoding} encoding" if self.encoding else ""
-        return f"{self.method}{threshold}{layer}{encoding}" + (f" ({self.chosen_by})" if self.chosen_by else "")
+        return f"{self.method}{threshold}{layer}{encoding}"
+
+    def announce(self) -> str:
+        """The setting and where it comes from: what the commands print before they work."""
+        return self.describe() + (f" ({self.chosen_by})" if self.chosen_by else "")
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def align(
     loaded = options.load_on_device(model, device, trust_pickle)
     aligner = Aligner(loaded, batch_tokens=batch_tokens, precision=precision.value, **vars(flags))
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    console.print(f"align: {reading.describe()}; {precision.value}", highlight=False, soft_wrap=True)
+    console.print(f"align: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
     with ExitStack() as stack:
         links = stack.enter_context(atomic_text_file(out)) if out else sys.stdout
         cut = align_bitext(aligner, bitext, total, links, languages, output_prob, output_words, chunk, progress)

@@ -157,7 +157,7 @@ def evaluate_alignment_command(
     reading = model_reading(model, flags)  # a bad alignment.json or layer stops here, before the model loads
     loaded = load_on_device(model, device, trust_pickle)
     sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
-    console.print(f"evaluate alignment: {reading.describe()}; {precision.value}", highlight=False, soft_wrap=True)
+    console.print(f"evaluate alignment: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
     result = evaluate_alignment(
         loaded,
         gold,
