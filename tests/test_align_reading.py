@@ -143,6 +143,8 @@ def test_a_call_with_another_method_leaves_the_aligner_as_it_was(read_model):
     assert aligner.reading == before and aligner.encoding == "separate"
     assert aligner.align(PAIRS) == Aligner(load_model(read_model)).align(PAIRS)
     assert ot == Aligner(load_model(read_model), method="ot", layer=2).align(PAIRS)  # read with pair encoding
+    other = aligner.reading_as(softmax_threshold=0.3)  # as the bench scores several thresholds on one model
+    assert (other.softmax_threshold, aligner.softmax_threshold) == (0.3, 0.05) and other.model is aligner.model
 
 
 def test_resolution_order_flags_then_folder_then_fallback(read_model, tiny_model):
