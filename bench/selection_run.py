@@ -99,16 +99,14 @@ def alignment_scores(run: SelectionRun, folder: Path, encodings: tuple[str, ...]
     out: dict = {}
     for encoding in encodings:
         aligner = Aligner(loaded, encoding=encoding, softmax_threshold=SOFTMAX_THRESHOLD)  # `softmax`: at 1e-3
-        default = aligner.softmax_threshold
         for name in run.selection.gold_sets:
             gold = read_gold(run.path(run.selection.gold) / name)
             encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
             links = {}
             for threshold, named in by_threshold.items():
-                aligner.softmax_threshold = default if threshold is None else threshold
-                found = aligner.align_encoded(encoded, list(named), list(layers), gold.languages)
+                at = aligner if threshold is None else aligner.reading_as(softmax_threshold=threshold)
+                found = at.align_encoded(encoded, list(named), list(layers), gold.languages)
                 links |= {(named[method], layer): f for (method, layer), f in found.items()}
-            aligner.softmax_threshold = default
             score_halves(out, gold, name, encoding, links)
     return out
 

@@ -1,12 +1,12 @@
-"""`polyalign fit-aligner`: a word aligner fitted to the user's own bitext, and its links, in one command (issue 44).
+"""`polyalign fit-aligner`: a word aligner fitted to the user's own bitext, and its links, in one command.
 
-1) check the bitext (two line-aligned files or one `source ||| target` file) and the start model before anything is
-written; 2) prepare the bitext as a parallel corpus with the start's tokenizer; 3) self-train the start on it (recipe
-`self-align`: awesome-align's objective, embeddings held) for one pass in 16-pair batches, at most the recipe's 1,000
-steps, its schedule scaled to the steps; 4) pull the result halfway back to the start (WiSE-FT, as `interpolate
---weight 0.5`); 5) align the bitext with the recommended setting (the start folder's alignment.json, passed on to
-the aligner; else argmax two thirds up) into OUT/links.txt. As eflomal does, the links come from a model that has
-read the bitext it aligns.
+1) check the bitext (two line-aligned files or one `source ||| target` file), the start model, the reading and
+every setting before anything is written; 2) prepare the bitext as a parallel corpus with the start's tokenizer;
+3) self-train the start on it (recipe `self-align`: awesome-align's objective, embeddings held) for one pass in
+16-pair batches, at most the recipe's 1,000 steps, its schedule scaled to the steps; 4) pull the result back towards
+the start (WiSE-FT, as `interpolate --weight`); 5) align the bitext with the reading `resolve_reading` gives for the
+start's folder and the flags (recorded in the aligner's alignment.json) into OUT/links.txt. As eflomal does, the
+links come from a model that has read the bitext it aligns.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from polyalign.align.aligner import Aligner, default_encoding
+from polyalign.align.aligner import Aligner
 from polyalign.align.bitext import Bitext, check_bitext, read_bitext
-from polyalign.align.reading import read_reading
+from polyalign.align.reading import ReadingFlags, model_depth, resolve_reading, write_reading
 from polyalign.align.write import align_bitext, report_cut_pairs
 from polyalign.checkpoint import load_model, resolve_model_folder
 from polyalign.config import load_recipe
@@ -38,6 +38,12 @@ SCHEDULE_STRETCH = 3
 """`self-align` decays its learning rate over three times the steps it runs (3,000 for 1,000)."""
 WEIGHT = 0.5
 """WiSE-FT's halfway point back to the start (bench/results/e5.md: the best of the candidates on the dev halves)."""
+LR = 2e-5
+"""The `self-align` recipe's peak learning rate (awesome-align's)."""
+LOSS_NOTE = (
+    "the loss is minus the mean probability the model gives its own links (awesome-align's objective): "
+    "negative, it falls towards -1 as the links sharpen"
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,16 @@ class FitSettings:
     """Self-training steps (default: one pass over the bitext, at most 1,000)."""
     src_lang: str = "src"
     tgt_lang: str = "tgt"
-    layer: int | None = None
-    """Layer to align with (default: the start folder's alignment.json, else two thirds up, 8 of 12)."""
+    flags: ReadingFlags = ReadingFlags()
+    """The reading to align with, as `align`'s flags (None fields: the start folder's alignment.json, else the
+    fallback)."""
+    lr: float = LR
+    weight: float = WEIGHT
+    """WiSE-FT: the aligner is (1 - weight) x start + weight x self-trained."""
+    batch_tokens: int = 8192
+    """Padded tokens per encoding batch of the aligning."""
+    device: str = "cpu"
+    """Where the aligning runs (the self-training runs where `pretrain` runs)."""
     progress: bool = True
 
 
@@ -56,13 +70,14 @@ def default_steps(pairs: int) -> int:
     return max(1, min(MAX_STEPS, math.ceil(pairs / PAIRS_PER_STEP)))
 
 
-def self_align_overrides(prepared: Path, start: Path, steps: int) -> list[str]:
+def self_align_overrides(prepared: Path, start: Path, steps: int, lr: float = LR) -> list[str]:
     """The `self-align` recipe on the user's prepared bitext for `steps`, its schedule's shape kept: decay over three
     times the steps run, warm-up a tenth of them (the recipe's 100 of 1,000)."""
     return [
         f"data.prepared={prepared}",
         f"init_from={start}",
         f"trainer.max_steps={SCHEDULE_STRETCH * steps}",
+        f"trainer.lr={lr}",
         f"trainer.stop_at={steps}",
         f"trainer.warmup_steps={max(1, steps // 10)}",
         f"trainer.save_every={steps}",
@@ -76,6 +91,8 @@ def write_parallel(bitext: Bitext, folder: Path, src_lang: str, tgt_lang: str) -
     name = f"{src_lang}-{tgt_lang}"
     with open(folder / f"{name}.{src_lang}", "w") as src, open(folder / f"{name}.{tgt_lang}", "w") as tgt:
         for _, source, target in read_bitext(bitext):
+            if not source or not target:  # nothing to learn from (check_bitext named it)
+                continue
             src.write(" ".join(source) + "\n")
             tgt.write(" ".join(target) + "\n")
 
@@ -94,7 +111,8 @@ def fit_aligner(start: Path, bitext: Bitext, out: Path, settings: FitSettings = 
     if out.exists():
         raise DataError(f"{out}: already exists; choose another --out (nothing was written)")
     check_languages(settings.src_lang, settings.tgt_lang)
-    resolve_model_folder(start)  # a missing or wrong start is one line before anything is written
+    folder = resolve_model_folder(start)  # a missing or wrong start is one line before anything is written
+    reading = resolve_reading(folder, model_depth(folder), settings.flags)  # so is a bad reading or --layer
     pairs = check_bitext(bitext)
     steps = settings.steps or default_steps(pairs)
     out.mkdir(parents=True)
@@ -104,27 +122,32 @@ def fit_aligner(start: Path, bitext: Bitext, out: Path, settings: FitSettings = 
     run_prepare(discover_corpus(None, out / "bitext"), config)
     shutil.rmtree(out / "bitext")  # the user's files are the source; the copy was for `prepare` only
     console.rule(f"2) self-train the start on the bitext: {steps} steps of {PAIRS_PER_STEP} pairs")
-    recipe = load_recipe("self-align", self_align_overrides(out / "prepared", start, steps))
+    console.print(f"({LOSS_NOTE})", highlight=False)
+    recipe = load_recipe("self-align", self_align_overrides(out / "prepared", start, steps, settings.lr))
     summary = pretrain(recipe, out / "run", progress=settings.progress)
-    console.rule(f"3) halfway back to the start (WiSE-FT, weight {WEIGHT}), then align")
-    interpolate_folders(start, out / "run", WEIGHT, out / "aligner")
-    loaded = load_model(out / "aligner")
-    method = read_reading(out / "aligner").method  # the start's reading, passed on by interpolate_folders
-    aligner = Aligner(loaded, default_encoding(method))
-    layer = aligner.default_layer if settings.layer is None else settings.layer
+    console.rule(f"3) towards the start (WiSE-FT, weight {settings.weight:g}), then align: {reading.describe()}")
+    interpolate_folders(start, out / "run", settings.weight, out / "aligner")
+    if settings.flags != ReadingFlags():  # the aligner's folder reads as it was read here
+        write_reading(out / "aligner", replace(reading, chosen_by=f"fit-aligner, {reading.chosen_by}"))
+    loaded = load_model(out / "aligner", device=settings.device)
+    aligner = Aligner(loaded, batch_tokens=settings.batch_tokens, precision="bf16", **asdict(settings.flags))
     aligned_at = time.perf_counter()
     with atomic_text_file(out / "links.txt") as links:
-        cut = align_bitext(aligner, bitext, pairs, links, method, layer, progress=settings.progress)
+        cut = align_bitext(aligner, bitext, pairs, links, progress=settings.progress)
     report_cut_pairs(cut, bitext.source, loaded.model.config.max_positions)
     report = {
         "start": str(start),
         "bitext": [str(p) for p in bitext.paths()],
+        "tokenize": bitext.tokenize,
         "pairs": pairs,
         "steps": steps,
-        "weight": WEIGHT,
-        "method": method,
-        "softmax_threshold": aligner.softmax_threshold,
-        "layer": layer,
+        "lr": settings.lr,
+        "weight": settings.weight,
+        "method": aligner.reading.method,
+        "softmax_threshold": aligner.reading.softmax_threshold,
+        "layer": aligner.reading.layer,
+        "encoding": aligner.reading.encoding,
+        "reading": aligner.reading.describe(),
         "train_minutes": summary["command_seconds"] / 60,
         "align_seconds": time.perf_counter() - aligned_at,
         "minutes": (time.perf_counter() - t0) / 60,

@@ -10,8 +10,8 @@ from polyalign.align.aligner import Aligner
 from polyalign.checkpoint import load_model
 from polyalign.cli import app, main
 
-SOURCE = ["Der Hund schläft .", "Ja", "", "Das ist ein ☃ Test .", "Ein zweiter Satz , bitte ."]
-TARGET = ["The dog sleeps .", "Yes", "Empty source", "This is a test .", "A second sentence , please ."]
+SOURCE = ["Der Hund schläft .", "Ja", "Nur", "Das ist ein ☃ Test .", "Ein zweiter Satz , bitte ."]
+TARGET = ["The dog sleeps .", "Yes", "Only", "This is a test .", "A second sentence , please ."]
 
 
 def run_align(args: list[str], capsys) -> tuple[str, str]:
@@ -99,9 +99,10 @@ def test_the_python_aligner_uses_each_methods_own_encoding_unless_told(tiny_mode
     loaded = load_model(tiny_model)
     aligner = Aligner(loaded)
     pairs = [(s.split(), t.split()) for s, t in zip(SOURCE, TARGET, strict=True)]
+    reading = aligner.reading
     for method, encoding in (("ot", "pair"), ("argmax", "separate"), ("softmax", "separate")):
         assert aligner.align(pairs, method, 1) == Aligner(loaded, encoding).align(pairs, method, 1), method
-        assert aligner.encoding == encoding
+        assert aligner.reading == reading and aligner.encoding == "separate"  # a call leaves the aligner as it was
     # (the check above can fail: the two encodings give `ot` different links here)
     assert Aligner(loaded, "separate").align(pairs, "ot", 1) != Aligner(loaded, "pair").align(pairs, "ot", 1)
 
@@ -174,6 +175,50 @@ BAD_INPUTS = {
 }
 
 
+EMPTY_SIDES = {
+    "an empty line in --src": (
+        lambda src, tgt, pairs: ["--src", str(emptied(src, 3)), "--tgt", str(tgt)],
+        ("empty-src.txt:3 (an empty line)",),
+    ),
+    "an empty line in --tgt": (
+        lambda src, tgt, pairs: ["--src", str(src), "--tgt", str(emptied(tgt, 3))],
+        ("empty-tgt.txt:3 (an empty line)",),
+    ),
+    "an empty line in --pairs": (
+        lambda src, tgt, pairs: ["--pairs", str(emptied(pairs, 3))],
+        ("empty-pairs.txt:3 (an empty line)",),
+    ),
+    "an empty target side in --pairs": (
+        lambda src, tgt, pairs: ["--pairs", str(emptied(pairs, 3, "Nur ||| "))],
+        ("empty-pairs.txt:3 (an empty target side)",),
+    ),
+    "an empty source side in --pairs, raw text": (
+        lambda src, tgt, pairs: ["--pairs", str(emptied(pairs, 3, "  |||  Only")), "--tokenize"],
+        ("empty-pairs.txt:3 (an empty source side)",),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(EMPTY_SIDES))
+def test_an_empty_side_is_named_in_a_note_and_keeps_its_empty_line(case, tiny_model, bitext, capsys):
+    make_args, named = EMPTY_SIDES[case]
+    out, err = run_align(["--model", str(tiny_model), "--method", "argmax", *make_args(*bitext)], capsys)
+    lines = out.splitlines()
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and all(n in notes[0] for n in named), err
+    assert len(lines) == len(SOURCE) and lines[2] == ""  # the line kept, empty: output lines match input lines
+    assert all(lines[k] for k in (0, 3, 4))  # the other pairs are aligned
+
+
+def emptied(path, line: int, text: str = ""):
+    """A copy of `path` whose line `line` (1-based) is `text`: an empty line, or a pair with an empty side."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[line - 1] = text
+    copy = path.with_name(f"empty-{path.name}")
+    copy.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return copy
+
+
 def short(path):
     shorter = path.with_name("short.txt")
     shorter.write_text("one\ntwo\n", encoding="utf-8")
@@ -190,3 +235,29 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tiny_model, bitex
     assert expected.format(pairs=pairs) in err, err
     if case == "line counts differ":
         assert "short.txt has 2" in err
+
+
+RAW = [("Cherie, ich komme 2014 zurück.", "Cherie, I come back in 2014."), ("Ja!", "Yes!")]
+SPLIT = [("Cherie , ich komme 2014 zurück .", "Cherie , I come back in 2014 ."), ("Ja !", "Yes !")]
+
+
+def test_words_of_raw_text_split_punctuation_off():
+    from polyalign.align.bitext import words_of
+
+    expected = "Cherie , 2014 : « go » ok . . .".split()  # noqa: SIM905
+    assert words_of(["Cherie,", "2014:", "«go»", "ok..."]) == expected
+    assert [words_of(s.split()) for s, _ in RAW] == [s.split() for s, _ in SPLIT]
+
+
+def test_tokenize_aligns_raw_text_as_its_pre_split_words(tiny_model, tmp_path, capsys):
+    raw, split = tmp_path / "raw.txt", tmp_path / "split.txt"
+    raw.write_text("".join(f"{s} ||| {t}\n" for s, t in RAW), encoding="utf-8")
+    split.write_text("".join(f"{s} ||| {t}\n" for s, t in SPLIT), encoding="utf-8")
+    model = ["--model", str(tiny_model), "--method", "argmax"]
+    words = tmp_path / "words.txt"
+    tokenized, _ = run_align([*model, "--pairs", str(raw), "--tokenize", "--output-words", str(words)], capsys)
+    pre_split, _ = run_align([*model, "--pairs", str(split)], capsys)
+    as_is, _ = run_align([*model, "--pairs", str(raw)], capsys)
+    assert tokenized == pre_split and tokenized != as_is  # the links index the words with punctuation split off
+    for line, (s, t) in zip(words.read_text(encoding="utf-8").splitlines(), SPLIT, strict=True):
+        assert all(pair.split("<sep>")[0] in s.split() and pair.split("<sep>")[1] in t.split() for pair in line.split())

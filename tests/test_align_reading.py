@@ -98,3 +98,66 @@ def test_e5s_reading_is_the_aligner_the_e5_study_offers():
     summary = json.loads((ROOT / "bench/results/e5_summary.json").read_text(encoding="utf-8"))
     threshold = f"-{E5_READING.softmax_threshold:g}" if E5_READING.method == "softmax" else ""
     assert (summary["layer"], summary["method"]) == (E5_READING.layer, E5_READING.method + threshold)
+
+
+GOLD = ROOT / "polyalign" / "sample_data" / "word_alignment" / "de-en"
+
+
+def cli(args: list[str], capsys) -> str:
+    """Run `polyalign ARGS` through the real entry point; its stderr (a non-zero exit fails)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--no-progress"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 0, err
+    return err
+
+
+@pytest.mark.parametrize("flags", [[], ["--method", "argmax", "--layer", "2"], ["--softmax-threshold", "0.2"]])
+def test_evaluate_scores_the_links_align_writes_at_the_same_flags(read_model, tmp_path, capsys, flags):
+    from polyalign.align.aer import alignment_error_rate, read_gold
+    from polyalign.align.words import parse_pharaoh
+
+    links = tmp_path / "links.txt"
+    sides = ["--src", str(GOLD / "src.txt"), "--tgt", str(GOLD / "tgt.txt"), "--src-lang", "de", "--tgt-lang", "en"]
+    said_by_align = cli(["align", "--model", str(read_model), *sides, "--out", str(links), *flags], capsys)
+    gold = read_gold(GOLD)
+    expected = alignment_error_rate(
+        [parse_pharaoh(x) for x in links.read_text().splitlines()], gold.sure, gold.possible
+    )
+    said = cli(["evaluate", "alignment", "--model", str(read_model), "--gold", str(GOLD), "--out", str(tmp_path / "r"),
+                *flags], capsys)  # fmt: skip
+    scored = json.loads((tmp_path / "r" / "alignment.json").read_text(encoding="utf-8"))
+    assert (scored["aer"], scored["precision"], scored["recall"]) == pytest.approx(
+        (expected.aer, expected.precision, expected.recall), abs=0.006
+    )  # the JSON rounds to 2 decimals
+    reading = said_by_align.split("align: ")[1].split(";")[0]
+    assert f"evaluate alignment: {reading};" in said  # both print the one reading they used
+    if not flags:
+        assert "softmax at 0.05, layer 1, separate encoding" in reading  # the folder's own
+
+
+def test_a_call_with_another_method_leaves_the_aligner_as_it_was(read_model):
+    aligner = Aligner(load_model(read_model))
+    before = aligner.reading
+    ot = aligner.align(PAIRS, "ot", 2)
+    assert aligner.reading == before and aligner.encoding == "separate"
+    assert aligner.align(PAIRS) == Aligner(load_model(read_model)).align(PAIRS)
+    assert ot == Aligner(load_model(read_model), method="ot", layer=2).align(PAIRS)  # read with pair encoding
+    other = aligner.reading_as(softmax_threshold=0.3)  # as the bench scores several thresholds on one model
+    assert (other.softmax_threshold, aligner.softmax_threshold) == (0.3, 0.05) and other.model is aligner.model
+
+
+def test_resolution_order_flags_then_folder_then_fallback(read_model, tiny_model):
+    from polyalign.align.reading import ReadingFlags, resolve_reading
+
+    assert resolve_reading(read_model, 3) == Reading(
+        "softmax", 1, 0.05, "separate", "the folder's alignment.json: a test"
+    )
+    told = resolve_reading(read_model, 3, ReadingFlags(method="ot", softmax_threshold=0.3))
+    assert (told.method, told.layer, told.softmax_threshold, told.encoding) == ("ot", 1, 0.3, "pair")
+    assert "--method ot" in told.chosen_by and "a test" in told.chosen_by
+    fallback = resolve_reading(tiny_model, 3)
+    generic = ("argmax", 2, 1e-3, "separate")
+    assert (fallback.method, fallback.layer, fallback.softmax_threshold, fallback.encoding) == generic
+    with pytest.raises(DataError, match="--layer 4: the model has layers 0..3"):
+        resolve_reading(read_model, 3, ReadingFlags(layer=4))

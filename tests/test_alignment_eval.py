@@ -9,8 +9,9 @@ import torch
 from typer.testing import CliRunner
 
 from polyalign.align.aer import alignment_error_rate, read_gold
-from polyalign.align.aligner import Aligner, default_encoding
+from polyalign.align.aligner import Aligner
 from polyalign.align.extract import subword_links
+from polyalign.align.reading import default_encoding
 from polyalign.checkpoint import load_model
 from polyalign.cli import app
 from polyalign.data.layout import sentence_layout

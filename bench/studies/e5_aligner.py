@@ -44,6 +44,7 @@ def fit(run) -> None:
 def fit_from(run, label: str, model: Path) -> None:
     from polyalign.align.aer import read_gold
     from polyalign.align.reading import read_reading
+    from polyalign.align.words import parse_pharaoh
 
     relative, reading = str(model.relative_to(run.root)), read_reading(model).describe()
     record = run.results.setdefault("fit", {}).get(label, {})
@@ -64,10 +65,6 @@ def fit_from(run, label: str, model: Path) -> None:
         record["sets"][name] = fit_scores(gold, [parse_pharaoh(line) for line in lines])
         record["sets"][name]["fit"] = read_json(out / "fit.json")
         run.save()
-
-
-def parse_pharaoh(line: str) -> list[tuple[int, int]]:
-    return [(int(i), int(j)) for i, j in (link.split("-") for link in line.split())]
 
 
 def fit_scores(gold, links: list) -> dict[str, float]:

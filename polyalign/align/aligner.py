@@ -1,11 +1,9 @@
 """Word alignments for pre-tokenised sentence pairs from the hidden states of any polyalign model.
 
 One encoder call per batch of pairs gives every layer up to the deepest one asked for, so a layer sweep and
-several methods cost one encoding pass. The recommended setting, the defaults of `Aligner.align`, of
-`polyalign align` and the README's: the model folder's own reading (align/reading.py: for multilingual-e5-small
-and the aligner trained from it, softmax at 0.1 on layer 7, chosen on the gold sets' dev halves in
-bench/results/e5.md); without one, SimAlign's `argmax` two thirds of the way up (layer 8 of 12). Either way each
-sentence is encoded on its own (`separate`) unless the method is `ot`.
+several methods cost one encoding pass. An aligner reads as `resolve_reading` (align/reading.py) says, from the
+model folder's alignment.json and the arguments given, once, when it is made; a call that names another method or
+layer reads with a copy and leaves the aligner as it was.
 Two ways to encode a pair:
 - `pair` (default for `ot`: XLM-Align §3.1 and §4.3, and XLM-Align's released aligner, whose numbers the
   papers' tables report): the concatenated pair `<s> x </s> y </s>` with positions running on, as the released
@@ -22,6 +20,7 @@ words run on the padded batch with masks; only output formatting loops over pair
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 
 from polyalign.align.extract import METHODS, OTSettings, link_probabilities, subword_links
-from polyalign.align.reading import GENERIC_METHOD, read_reading
+from polyalign.align.reading import ReadingFlags, resolve_reading
 from polyalign.align.words import (
     gather_side,
     lift_max_to_words,
@@ -44,18 +43,14 @@ from polyalign.checkpoint import LoadedModel
 from polyalign.data.batching import length_batches
 from polyalign.data.layout import TLM_STYLES, pair_layout, sentence_layout
 from polyalign.io import DataError
-from polyalign.layers import check_layer, simalign_word_layer
 from polyalign.progress import tqdm
 
-ENCODINGS = ("separate", "pair")
 PAIR_STYLE = "ppa"
 """The layout of `pair` encoding for every model: positions run on across the pair (see the module docstring)."""
 PAIR_LAYOUT = "<s> x </s> y </s>, positions running on, for every model"
 """What alignment results record of the pair layout (results without it predate it: see PAIR_STYLE)."""
 PRECISIONS = ("bf16", "fp32")
 Links = list[tuple[int, int]]
-DEFAULT_METHOD = GENERIC_METHOD
-"""The method of a folder without its own reading (align/reading.py), with its encoding, `separate`."""
 
 
 @dataclass
@@ -70,12 +65,6 @@ class EncodedPair:
     cut_target: int = 0
 
 
-def default_encoding(method: str) -> str:
-    """`pair` for `ot` (XLM-Align's evaluation encodes the concatenated pair), `separate` for SimAlign's and
-    awesome-align's methods."""
-    return "pair" if method == "ot" else "separate"
-
-
 class Aligner:
     """Aligns batches of word-split sentence pairs with a loaded model (see the module docstring)."""
 
@@ -88,24 +77,20 @@ class Aligner:
         settings: OTSettings = OTSettings(),
         pair_style: str = PAIR_STYLE,
         softmax_threshold: float | None = None,
+        method: str | None = None,
+        layer: int | None = None,
     ):
-        """`encoding`: None encodes as each call of `align` asks for its method (`default_encoding`: `separate`,
-        `pair` for `ot`), and `separate` in `encode_words`/`align_encoded`. `softmax_threshold`: the `softmax`
-        method's (default: the folder's reading, else awesome-align's 1e-3). `pair_style`: the `pair` layout
-        (data/layout.py's TLM styles); anything but the default is for measuring what the layout itself does
-        (bench/probes/pair_layout.py)."""
-        self.encoding_per_method = encoding is None
-        encoding = encoding or default_encoding(DEFAULT_METHOD)
-        if encoding not in ENCODINGS:
-            raise DataError(f"--encoding {encoding}: use one of {', '.join(ENCODINGS)}")
+        """`encoding`, `softmax_threshold`, `method`, `layer`: the reading's flags (None: the folder's alignment.json,
+        else the fallback; `resolve_reading`). `pair_style`: the `pair` layout (data/layout.py's TLM styles);
+        anything but the default is for measuring what the layout itself does (bench/probes/pair_layout.py)."""
         if pair_style not in TLM_STYLES:
             raise DataError(f"pair_style {pair_style}: use one of {', '.join(TLM_STYLES)}")
-        self.pair_style = pair_style
         if precision not in PRECISIONS:
             raise DataError(f"--precision {precision}: use one of {', '.join(PRECISIONS)}")
-        self.loaded, self.encoding, self.batch_tokens, self.settings = loaded, encoding, batch_tokens, settings
-        self.reading = read_reading(loaded.folder)  # the folder's recommended method, layer and threshold
-        self.softmax_threshold = self.reading.softmax_threshold if softmax_threshold is None else softmax_threshold
+        self.num_layers = loaded.model.config.num_layers
+        self.flags = ReadingFlags(method, layer, softmax_threshold, encoding)
+        self.reading = resolve_reading(loaded.folder, self.num_layers, self.flags)
+        self.pair_style, self.loaded, self.batch_tokens, self.settings = pair_style, loaded, batch_tokens, settings
         self.model = loaded.model.eval()
         if precision == "bf16":
             # The whole encoder in bf16, a copy (the caller's model stays as it is): inference needs no fp32
@@ -114,20 +99,30 @@ class Aligner:
             self.model = copy.deepcopy(self.model).to(torch.bfloat16)
         self.special = loaded.tokenizer.special
         self.device = next(self.model.parameters()).device
-        self.num_layers = self.model.config.num_layers
         self.truncated = 0  # pairs whose tokens had to be cut to fit the position table
+
+    def reading_as(self, **flags) -> Aligner:
+        """The same aligner (sharing the model) reading with these flags on top of its own, e.g.
+        `reading_as(softmax_threshold=0.1)`; this aligner is left as it is."""
+        other = copy.copy(self)
+        other.flags = dataclasses.replace(self.flags, **flags)
+        other.reading = resolve_reading(self.loaded.folder, self.num_layers, other.flags)
+        return other
+
+    @property
+    def encoding(self) -> str:
+        return self.reading.encoding
+
+    @property
+    def softmax_threshold(self) -> float:
+        return self.reading.softmax_threshold
 
     @property
     def default_method(self) -> str:
-        """The folder's recommended method, or argmax."""
         return self.reading.method
 
     @property
     def default_layer(self) -> int:
-        """The folder's recommended layer, or two thirds of the depth (SimAlign's layer 8 of 12)."""
-        if self.reading.layer is None:
-            return simalign_word_layer(self.num_layers)
-        check_layer(self.reading.layer, self.num_layers)
         return self.reading.layer
 
     # -----------------------------------------------------------------------------------------------------
@@ -239,15 +234,17 @@ class Aligner:
         progress: bool = False,
         with_probabilities: bool = False,
     ) -> list:
-        """Word links (i, j) per pair, at one layer with one method (defaults: the folder's recommended reading, else
-        argmax two thirds up); `with_probabilities`: (links, probabilities) per pair (`align_encoded`)."""
-        method = self.default_method if method is None else method
-        layer = self.default_layer if layer is None else layer
-        check_layer(layer, self.num_layers)
-        if self.encoding_per_method:
-            self.encoding = default_encoding(method)
-        encoded = self.encode_words(pairs)
-        return self.align_encoded(encoded, [method], [layer], languages, progress, with_probabilities)[(method, layer)]
+        """Word links (i, j) per pair with the aligner's reading, or another `method` / `layer` for this call;
+        `with_probabilities`: (links, probabilities) per pair (`align_encoded`)."""
+        given = {k: v for k, v in (("method", method), ("layer", layer)) if v is not None}
+        aligner = self.reading_as(**given) if given else self
+        before = aligner.truncated
+        encoded = aligner.encode_words(pairs)
+        if aligner is not self:  # the pairs cut to the positions count on this aligner too
+            self.truncated += aligner.truncated - before
+        method, layer = aligner.reading.method, aligner.reading.layer
+        found = aligner.align_encoded(encoded, [method], [layer], languages, progress, with_probabilities)
+        return found[(method, layer)]
 
 
 def check_word_lists(pairs: Sequence) -> None:

@@ -1,41 +1,116 @@
-"""How a model folder reads best as a word aligner: `alignment.json` beside its weights.
+"""How a model is read as a word aligner, resolved in one place: the folder's `alignment.json`, then the user's
+flags, then the fallbacks.
 
 A model's best alignment layer and extraction are properties of the model, found on a dev split (for
 multilingual-e5-small and the aligner trained from it: layer 7, awesome-align's softmax extraction at 0.1, chosen on
-the gold sets' dev halves in bench/results/e5.md). A folder that carries the file is read that way by default by
-`polyalign align`, `fit-aligner` and the Python `Aligner`; any flag given still wins. A folder without it reads with
-the generic defaults: SimAlign's argmax two thirds of the way up (layer 8 of 12), each sentence encoded alone.
-`polyalign interpolate` and `fit-aligner` pass the start's file on to the folders they write.
+the gold sets' dev halves in bench/results/e5.md). `resolve_reading` is the one function that turns a folder and the
+flags given into the reading every consumer uses (`polyalign align`, `evaluate alignment`, `fit-aligner`, the Python
+`Aligner`, the bench): each flag given wins; a field no flag names comes from the folder's file; a field neither
+names falls back to the generic default (SimAlign's argmax two thirds of the way up, layer 8 of 12; awesome-align's
+softmax threshold 1e-3; each sentence encoded alone, or the concatenated pair for `ot`, as XLM-Align).
+`polyalign interpolate` and `fit-aligner` pass the file on to the folders they write.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from polyalign.align.extract import METHODS, SOFTMAX_THRESHOLD
-from polyalign.io import DataError
+from polyalign.checkpoint import CONFIG_FILE, resolve_model_folder
+from polyalign.io import DataError, read_json
+from polyalign.layers import check_layer, simalign_word_layer
 
 FILE = "alignment.json"
 GENERIC_METHOD = "argmax"
 """Without a folder's own reading: SimAlign's argmax, the method with no threshold to tune."""
+ENCODINGS = ("separate", "pair")
+
+
+def default_encoding(method: str) -> str:
+    """`pair` for `ot` (XLM-Align's evaluation encodes the concatenated pair), `separate` for SimAlign's and
+    awesome-align's methods."""
+    return "pair" if method == "ot" else "separate"
 
 
 @dataclass(frozen=True)
 class Reading:
-    """The recommended way to read links from a model: method, layer (None: two thirds up), softmax threshold."""
+    """A way to read links from a model. In a folder's `alignment.json` a field may be left to the fallback
+    (layer None: two thirds up; encoding None: the method's own); `resolve_reading` returns every field set."""
 
     method: str = GENERIC_METHOD
     layer: int | None = None
     softmax_threshold: float = SOFTMAX_THRESHOLD
+    encoding: str | None = None
     chosen_by: str = ""
-    """Where the setting was measured (empty for the generic default)."""
+    """Where the setting was measured (empty for the generic default); `resolve_reading` adds the flags given."""
 
     def describe(self) -> str:
+        """`softmax at 0.1, layer 7, separate encoding`: the setting alone."""
         threshold = f" at {self.softmax_threshold:g}" if self.method == "softmax" else ""
-        return f"{self.method}{threshold}" + (f", layer {self.layer}" if self.layer is not None else "")
+        layer = f", layer {self.layer}" if self.layer is not None else ""
+        encoding = f", {self.encoding} encoding" if self.encoding else ""
+        return f"{self.method}{threshold}{layer}{encoding}"
+
+    def announce(self) -> str:
+        """The setting and where it comes from: what the commands print before they work."""
+        return self.describe() + (f" ({self.chosen_by})" if self.chosen_by else "")
+
+
+@dataclass(frozen=True)
+class ReadingFlags:
+    """What the user asked for (a command's flags, the Python `Aligner`'s arguments); None: not given."""
+
+    method: str | None = None
+    layer: int | None = None
+    softmax_threshold: float | None = None
+    encoding: str | None = None
+
+    def given(self) -> list[str]:
+        """The flags given, as a command line writes them."""
+        named = [(f.name, getattr(self, f.name)) for f in fields(self)]
+        return [f"--{name.replace('_', '-')} {value}" for name, value in named if value is not None]
+
+
+def check_flags(flags: ReadingFlags) -> None:
+    """One line for a flag no model could read with (the layer is checked against the model's depth)."""
+    if flags.method is not None and flags.method not in METHODS:
+        raise DataError(f"--method {flags.method}: unknown alignment method; use one of {', '.join(METHODS)}")
+    if flags.encoding is not None and flags.encoding not in ENCODINGS:
+        raise DataError(f"--encoding {flags.encoding}: use one of {', '.join(ENCODINGS)}")
+    threshold = flags.softmax_threshold
+    if threshold is not None and not 0 <= threshold < 1:
+        raise DataError(f"--softmax-threshold {threshold}: use a probability in [0, 1), e.g. 0.001")
+
+
+def resolve_reading(folder: str | Path | None, num_layers: int, flags: ReadingFlags = ReadingFlags()) -> Reading:
+    """The reading to use: each flag given, else the folder's `alignment.json` (None: no folder), else the fallback;
+    every field set and checked against the model's `num_layers`."""
+    check_flags(flags)
+    own = read_reading(folder) if folder is not None else Reading()
+    method = flags.method or own.method
+    layer = flags.layer if flags.layer is not None else own.layer
+    layer = simalign_word_layer(num_layers) if layer is None else layer
+    check_layer(layer, num_layers)
+    threshold = own.softmax_threshold if flags.softmax_threshold is None else flags.softmax_threshold
+    # The folder's encoding only goes with its own method: a flagged method reads with that method's encoding.
+    encoding = flags.encoding or (own.encoding if flags.method is None else None) or default_encoding(method)
+    origin = [f"the folder's {FILE}: {own.chosen_by}"] if own.chosen_by else []
+    given = ["flags " + " ".join(flags.given())] if flags.given() else []
+    return Reading(method, layer, threshold, encoding, "; ".join(origin + given))
+
+
+def model_depth(folder: str | Path) -> int:
+    """The number of layers of a model folder (polyalign or Hugging Face), read from its config without loading it,
+    so that a bad --layer is refused before any work."""
+    config = read_json(resolve_model_folder(folder) / CONFIG_FILE)
+    encoder = config.get("encoder", config)
+    for key in ("num_layers", "num_hidden_layers"):
+        if isinstance(encoder.get(key), int):
+            return encoder[key]
+    raise DataError(f"{folder}: its {CONFIG_FILE} names no number of layers")
 
 
 def read_reading(folder: str | Path) -> Reading:
@@ -60,11 +135,14 @@ def read_reading(folder: str | Path) -> Reading:
         raise DataError(f"{path}: layer {reading.layer!r}; use a layer number (0 = the embeddings) or null")
     if not isinstance(reading.softmax_threshold, int | float) or not 0 <= reading.softmax_threshold < 1:
         raise DataError(f"{path}: softmax_threshold {reading.softmax_threshold!r}; use a probability in [0, 1)")
+    if reading.encoding is not None and reading.encoding not in ENCODINGS:
+        raise DataError(f"{path}: encoding {reading.encoding!r}; use one of {', '.join(ENCODINGS)} or null")
     return reading
 
 
 def write_reading(folder: str | Path, reading: Reading) -> None:
-    (Path(folder) / FILE).write_text(json.dumps(asdict(reading), indent=1) + "\n", encoding="utf-8")
+    data = {k: v for k, v in asdict(reading).items() if not (k == "encoding" and v is None)}
+    (Path(folder) / FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def pass_on(start: str | Path, out: str | Path) -> None:

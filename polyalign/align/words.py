@@ -95,3 +95,8 @@ def values_at_links(links: torch.Tensor, values: torch.Tensor) -> list[list[floa
 def pharaoh(links: list[tuple[int, int]]) -> str:
     """Links as a Pharaoh line: `i-j i-j ...` (0-based, source first)."""
     return " ".join(f"{i}-{j}" for i, j in links)
+
+
+def parse_pharaoh(line: str) -> list[tuple[int, int]]:
+    """A Pharaoh line (`pharaoh`'s output) back as links."""
+    return [(int(i), int(j)) for i, j in (link.split("-") for link in line.split())]

@@ -23,16 +23,15 @@ def align_bitext(
     bitext: Bitext,
     total: int,
     links: IO[str],
-    method: str,
-    layer: int,
     languages: tuple[str, str] | None = None,
     probabilities: Path | None = None,
     word_pairs: Path | None = None,
     chunk: int = 20000,
     progress: bool = True,
 ) -> list[tuple[int, EncodedPair]]:
-    """Align every pair of a checked bitext into `links` (and the optional files, written atomically); returns the
-    (line, pair) of every pair whose words ran past the model's positions."""
+    """Align every pair of a checked bitext with the aligner's reading into `links` (and the optional files, written
+    atomically); returns the (line, pair) of every pair whose words ran past the model's positions."""
+    method, layer = aligner.reading.method, aligner.reading.layer
     bar = tqdm(total=total, desc="align", unit="pair", dynamic_ncols=True, mininterval=1.0, disable=not progress)
     cut: list[tuple[int, EncodedPair]] = []
     scored = probabilities is not None  # link probabilities cost a softmax pass: only when asked for

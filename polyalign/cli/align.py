@@ -24,6 +24,7 @@ def align(
     src: options.SourceFile = None,
     tgt: options.TargetFile = None,
     pairs: options.PairsFile = None,
+    tokenize: options.Tokenize = False,
     out: Annotated[Path | None, typer.Option(help="Write the links to this new file (default: stdout).")] = None,
     output_prob: Annotated[
         Path | None,
@@ -39,15 +40,9 @@ def align(
             "(awesome-align's --output_word_file)."
         ),
     ] = None,
-    method: options.AlignMethod | None = None,
-    softmax_threshold: Annotated[
-        float | None,
-        typer.Option(
-            help="`softmax` only: both probabilities must exceed this (default: the model folder's alignment.json, "
-            "else awesome-align's 0.001; AccAlign uses 0.1)."
-        ),
-    ] = None,
-    layer: options.Layer = None,
+    method: options.AlignMethod = None,
+    softmax_threshold: options.SoftmaxThreshold = None,
+    layer: options.AlignLayer = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (for language embeddings).")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="Target language code (for language embeddings).")] = None,
     encoding: options.AlignEncoding = None,
@@ -58,42 +53,28 @@ def align(
     trust_pickle: options.TrustPickle = False,
     progress: options.Progress = True,
 ) -> None:
-    """Word-align a bitext; writes Pharaoh links (`i-j`, 0-based, source first), one line per pair. The defaults
-    are the recommended setting: the model folder's own (its alignment.json: for multilingual-e5-small and aligners
-    made from it, softmax at 0.1 on layer 7), else argmax at two thirds of the depth; each sentence encoded alone."""
-    from polyalign.align.aligner import Aligner, check_layer, default_encoding
+    """Word-align a bitext; writes Pharaoh links (`i-j`, 0-based word indices, source first), one line per pair.
+    The input is words separated by spaces (e.g. Moses-tokenised text), or raw text with --tokenize; a pair with an
+    empty side is refused. The defaults read the model as its folder recommends (alignment.json: for
+    multilingual-e5-small and aligners made from it, softmax at 0.1 on layer 7), else argmax at two thirds of the
+    depth; each sentence encoded alone."""
+    from polyalign.align.aligner import Aligner
     from polyalign.align.bitext import bitext_from_options, check_bitext
-    from polyalign.align.reading import read_reading
     from polyalign.align.write import align_bitext, report_cut_pairs
-    from polyalign.checkpoint import resolve_model_folder
 
-    if softmax_threshold is not None and not 0 <= softmax_threshold < 1:
-        raise DataError(f"--softmax-threshold {softmax_threshold}: use a probability in [0, 1), e.g. 0.001")
-    bitext = bitext_from_options(src, tgt, pairs)
+    flags = options.reading_flags(method, layer, softmax_threshold, encoding)
+    bitext = bitext_from_options(src, tgt, pairs, tokenize)
     outputs = {"--out": out, "--output-prob": output_prob, "--output-words": output_words}
     check_new_files(outputs, bitext.paths())
     total = check_bitext(bitext)  # every input line, before the model loads and before anything is written
-    reading = read_reading(resolve_model_folder(model))  # a bad alignment.json stops here, before the model loads
-    method_name = method.value if method else reading.method
-    encoding = encoding.value if encoding else default_encoding(method_name)
+    reading = options.model_reading(model, flags)  # a bad alignment.json or layer stops here, before loading
     loaded = options.load_on_device(model, device, trust_pickle)
-    aligner = Aligner(
-        loaded, encoding, batch_tokens=batch_tokens, precision=precision.value, softmax_threshold=softmax_threshold
-    )
-    layer = aligner.default_layer if layer is None else layer
-    check_layer(layer, aligner.num_layers)
+    aligner = Aligner(loaded, batch_tokens=batch_tokens, precision=precision.value, **vars(flags))
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    threshold = f" at {aligner.softmax_threshold:g}" if method_name == "softmax" else ""
-    source = f" (the folder's alignment.json: {reading.chosen_by})" if reading.chosen_by and not method else ""
-    console.print(
-        f"align: {method_name}{threshold}, layer {layer}, {encoding} encoding, {precision.value}{source}",
-        highlight=False,
-    )
+    console.print(f"align: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
     with ExitStack() as stack:
         links = stack.enter_context(atomic_text_file(out)) if out else sys.stdout
-        cut = align_bitext(
-            aligner, bitext, total, links, method_name, layer, languages, output_prob, output_words, chunk, progress
-        )
+        cut = align_bitext(aligner, bitext, total, links, languages, output_prob, output_words, chunk, progress)
     report_cut_pairs(cut, bitext.source, loaded.model.config.max_positions)
 
 
@@ -117,21 +98,52 @@ def fit_aligner(
     src: options.SourceFile = None,
     tgt: options.TargetFile = None,
     pairs: options.PairsFile = None,
+    tokenize: options.Tokenize = False,
     steps: Annotated[
         int | None, typer.Option(help="Self-training steps of 16 pairs (default: one pass, at most 1,000).")
     ] = None,
+    lr: Annotated[float, typer.Option(help="Peak learning rate of the self-training (awesome-align's).")] = 2e-5,
+    weight: Annotated[
+        float,
+        typer.Option(
+            help="WiSE-FT interpolation weight of the self-trained model: the aligner is (1 - w) x start + w x "
+            "trained (0 = the start, 1 = the trained model)."
+        ),
+    ] = 0.5,
     src_lang: Annotated[str, typer.Option(help="Source language code (2-3 letters).")] = "src",
     tgt_lang: Annotated[str, typer.Option(help="Target language code (2-3 letters).")] = "tgt",
-    layer: options.Layer = None,
+    method: options.AlignMethod = None,
+    softmax_threshold: options.SoftmaxThreshold = None,
+    layer: options.AlignLayer = None,
+    encoding: options.AlignEncoding = None,
+    batch_tokens: options.BatchTokens = 8192,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            help="Torch device for the aligning, e.g. cpu, cuda, cuda:1 (default: CUDA when available). The "
+            "self-training runs where `pretrain` runs: on CUDA when the machine has it."
+        ),
+    ] = None,
     progress: options.Progress = True,
 ) -> None:
     """Fit a word aligner to your bitext and write its links: self-train the start model on the bitext
-    (awesome-align's objective, recipe self-align), pull it halfway back to the start, align with argmax."""
+    (awesome-align's objective, recipe self-align), pull it back towards the start (--weight), and align with the
+    reading the start's folder recommends (its alignment.json, else argmax two thirds up) or the one the flags
+    name; the aligner's folder records that reading. Input as `align`'s: words separated by spaces, or raw text
+    with --tokenize."""
     from polyalign.align.bitext import bitext_from_options
     from polyalign.fit_aligner import FitSettings
     from polyalign.fit_aligner import fit_aligner as fit
 
     if steps is not None and steps < 1:
         raise DataError(f"--steps {steps}: give at least 1 (or leave it out for one pass over the bitext)")
-    settings = FitSettings(steps=steps, src_lang=src_lang, tgt_lang=tgt_lang, layer=layer, progress=progress)
-    fit(model, bitext_from_options(src, tgt, pairs), out, settings)
+    if not lr > 0:
+        raise DataError(f"--lr {lr}: give a positive learning rate, e.g. 2e-5")
+    if not 0 <= weight <= 1:
+        raise DataError(f"--weight {weight}: give a weight in [0, 1] (0.5 is halfway back to the start)")
+    flags = options.reading_flags(method, layer, softmax_threshold, encoding)
+    settings = FitSettings(
+        steps=steps, src_lang=src_lang, tgt_lang=tgt_lang, flags=flags, lr=lr, weight=weight,
+        batch_tokens=batch_tokens, device=options.torch_device(device), progress=progress,
+    )  # fmt: skip
+    fit(model, bitext_from_options(src, tgt, pairs, tokenize), out, settings)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from polyalign.cli.options import (
     AlignEncoding,
-    AlignmentMethod,
+    AlignLayer,
     AlignMethod,
     AlignPrecision,
     BatchTokens,
@@ -25,12 +25,15 @@ from polyalign.cli.options import (
     Progress,
     ResultsFolder,
     Score,
+    SoftmaxThreshold,
     TextPrefix,
     TrustPickle,
     eval_data_option,
     load_on_device,
     model_label,
+    model_reading,
     provenance,
+    reading_flags,
     wants_sweep,
 )
 from polyalign.io import write_json
@@ -133,8 +136,9 @@ def evaluate_bucc_command(
 def evaluate_alignment_command(
     model: ModelFolder,
     gold: Annotated[Path, typer.Option(help="Gold folder with src.txt, tgt.txt, gold.txt (e.g. .../de-en).")],
-    method: AlignMethod = AlignmentMethod.ot,
-    layer: Layer = None,
+    method: AlignMethod = None,
+    softmax_threshold: SoftmaxThreshold = None,
+    layer: AlignLayer = None,
     layers: Layers = None,
     out: ResultsFolder = None,
     encoding: AlignEncoding = None,
@@ -144,23 +148,33 @@ def evaluate_alignment_command(
     trust_pickle: TrustPickle = False,
     progress: Progress = True,
 ) -> None:
-    """Alignment error rate (sure/possible links), precision and recall on a gold set, at a layer or all."""
+    """Alignment error rate (sure/possible links), precision and recall on a gold set (its words as given), at a
+    layer or all. The model is read as `polyalign align` reads it with the same flags (by default the folder's
+    alignment.json), so the AER is that of the links `align` writes."""
     from polyalign.evaluate.alignment import evaluate_alignment
 
+    flags = reading_flags(method, layer, softmax_threshold, encoding)
+    reading = model_reading(model, flags)  # a bad alignment.json or layer stops here, before the model loads
     loaded = load_on_device(model, device, trust_pickle)
+    sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
+    console.print(f"evaluate alignment: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
     result = evaluate_alignment(
         loaded,
         gold,
-        method.value,
+        flags.method,
         layer,
-        wants_sweep(layers, out, loaded.model.config.num_layers),
-        encoding.value if encoding else None,
+        sweep,
+        flags.encoding,
         batch_tokens,
         progress=progress,
         precision=precision.value,
+        softmax_threshold=softmax_threshold,
     )
     label = model_label(model, loaded)
-    table = Table(title=f"word alignment, {label}, {result.pair}, {method.value}, {result.encoding} encoding")
+    threshold = f" at {result.softmax_threshold:g}" if result.softmax_threshold is not None else ""
+    table = Table(
+        title=f"word alignment, {label}, {result.pair}, {result.method}{threshold}, {result.encoding} encoding"
+    )
     for col in ("layer", "AER", "precision", "recall"):
         table.add_column(col, justify="right")
     for row in result.sweep or [result.to_dict()]:

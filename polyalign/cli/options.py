@@ -120,11 +120,15 @@ MaxTrain = Annotated[int, typer.Option(help="Subsample training examples (0 = al
 MaxSelect = Annotated[int, typer.Option(help="Subsample selection examples per language (0 = all).")]
 MaxEval = Annotated[int, typer.Option(help="Subsample test examples per language (0 = all).")]
 
-# Word alignment (align, fit-aligner, evaluate alignment)
+# Word alignment (align, fit-aligner, evaluate alignment). The reading options (--method, --layer,
+# --softmax-threshold, --encoding) are resolved by align/reading.py's `resolve_reading`: each one given wins over
+# the model folder's alignment.json, which wins over the fallback.
 SourceFile = Annotated[
     Path | None,
     typer.Option(
-        "--src", help="Source sentences, one per line, words separated by spaces (alone: `source ||| target`)."
+        "--src",
+        help="Source sentences, one per line, words separated by spaces, or raw text with --tokenize (alone: "
+        "`source ||| target` lines).",
     ),
 ]
 TargetFile = Annotated[Path | None, typer.Option("--tgt", help="Target sentences, line-aligned with --src.")]
@@ -134,20 +138,44 @@ PairsFile = Annotated[
         "--pairs", help="One file of `source ||| target` lines (fast_align's, eflomal's, awesome-align's format)."
     ),
 ]
+Tokenize = Annotated[
+    bool,
+    typer.Option(
+        help="Split raw text into words first: at whitespace and around every punctuation character (BERT's "
+        "pre-tokenizer from the `tokenizers` package: `Cherie,` -> `Cherie` `,`). The links then index those "
+        "words (the ones `align --output-words` prints); without it, the input's whitespace-separated tokens."
+    ),
+]
 AlignMethod = Annotated[
-    AlignmentMethod,
+    AlignmentMethod | None,
     typer.Option(
         "--method",
         help="`argmax` (SimAlign), `itermax` (SimAlign), `ot` (XLM-Align) or `softmax` (awesome-align's thresholded "
-        "softmaxes); `align`'s default is the model folder's alignment.json (e5-small: softmax at 0.1), else argmax.",
+        "softmaxes). Default: the model folder's alignment.json (e5-small: softmax at 0.1), else argmax.",
+    ),
+]
+AlignLayer = Annotated[
+    int | None,
+    typer.Option(
+        "--layer",
+        help="Layer to read links from (0 = embeddings). Default: the model folder's alignment.json (e5-small: 7), "
+        "else two thirds of the depth (SimAlign's 8 of 12).",
+    ),
+]
+SoftmaxThreshold = Annotated[
+    float | None,
+    typer.Option(
+        help="`softmax` only: both directional probabilities must exceed this. Default: the model folder's "
+        "alignment.json (e5-small: 0.1), else awesome-align's 0.001."
     ),
 ]
 AlignEncoding = Annotated[
     Encoding | None,
     typer.Option(
         "--encoding",
-        help="`separate` (each sentence alone; default for argmax, itermax, softmax, as SimAlign and awesome-align) "
-        "or `pair` (concatenated; default for ot, as XLM-Align).",
+        help="`separate` (each sentence alone, as SimAlign and awesome-align) or `pair` (concatenated, as "
+        "XLM-Align). Default: the model folder's alignment.json with its method, else the method's own: pair "
+        "for ot, separate for the others.",
     ),
 ]
 AlignPrecision = Annotated[
@@ -164,6 +192,17 @@ AlignPrecision = Annotated[
 # Reading the options
 
 
+def reading_flags(method, layer: int | None, softmax_threshold: float | None, encoding):
+    """The reading options as align/reading.py's `ReadingFlags`, checked (the layer against the model later)."""
+    from polyalign.align.reading import ReadingFlags, check_flags
+
+    flags = ReadingFlags(
+        method.value if method else None, layer, softmax_threshold, encoding.value if encoding else None
+    )
+    check_flags(flags)
+    return flags
+
+
 def wants_sweep(layers: str | None, out: Path | None, num_layers: int) -> bool:
     """Whether `--layers all` asks for a layer sweep (written to --out); any other value is a one-line error that
     names the model's layers."""
@@ -175,6 +214,16 @@ def wants_sweep(layers: str | None, out: Path | None, num_layers: int) -> bool:
     if layers == "all" and out is None:
         raise DataError("--layers all writes a CSV and a plot: give --out FOLDER")
     return layers == "all"
+
+
+def model_reading(model: Path, flags):
+    """How the model of --model is read with these flags (align/reading.py's `resolve_reading`), from its folder's
+    files alone: a bad alignment.json or --layer is one line before the model loads."""
+    from polyalign.align.reading import model_depth, resolve_reading
+    from polyalign.checkpoint import resolve_model_folder
+
+    folder = resolve_model_folder(model)
+    return resolve_reading(folder, model_depth(folder), flags)
 
 
 def torch_device(name: str | None) -> str:

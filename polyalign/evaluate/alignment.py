@@ -1,8 +1,8 @@
 """Word-alignment evaluation: AER against gold sure/possible links, at one layer or swept over all layers.
 
-Protocol: words given (gold tokenisation); `ot` encodes the concatenated pair (`pair`, as XLM-Align's
-evaluation does) and `argmax` / `itermax` each sentence on its own (`separate`, as SimAlign) unless asked
-otherwise; token links from the hidden states of one layer, lifted to word links ("if two subwords are
+Protocol: words given (gold tokenisation); the model read as `polyalign align` reads it (`resolve_reading`: the
+folder's alignment.json, then the arguments given, then the fallbacks), so that this scores the links `align`
+writes; token links from the hidden states of one layer, lifted to word links ("if two subwords are
 aligned, their words are aligned"), AER with sure and possible links. Pairs longer than the model's position
 table are truncated (their cut-off words get no links) and counted, not hidden.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
-from polyalign.align.aligner import BARE_BOUNDARIES, PAIR_LAYOUT, Aligner, check_layer, default_encoding
-from polyalign.align.extract import OT_FILTERING, SOFTMAX_THRESHOLD
+from polyalign.align.aligner import BARE_BOUNDARIES, PAIR_LAYOUT, Aligner
+from polyalign.align.extract import OT_FILTERING
 from polyalign.checkpoint import LoadedModel
 
 PROTOCOL = (
@@ -34,6 +34,8 @@ class AlignmentResult:
     precision: float
     recall: float
     encoding: str = "separate"
+    softmax_threshold: float | None = None
+    """The `softmax` method's threshold (None for the other methods)."""
     sentences: int = 0
     truncated: int = 0
     """Pairs cut to fit the position table (scored with the words that fit; the cut-off ones get no links)."""
@@ -56,7 +58,7 @@ class AlignmentResult:
         if self.method == "ot":
             out["ot_filtering"] = OT_FILTERING
         if self.method == "softmax":
-            out["softmax_threshold"] = SOFTMAX_THRESHOLD
+            out["softmax_threshold"] = self.softmax_threshold
         if self.encoding == "pair":
             out["pair_layout"] = PAIR_LAYOUT
         out["bare_boundaries"] = BARE_BOUNDARIES
@@ -114,29 +116,27 @@ def score_gold(gold: GoldSet, links) -> AERScore:
 def evaluate_alignment(
     loaded_model: LoadedModel,
     gold_dir: str | Path,
-    method: str = "ot",
+    method: str | None = None,
     layer: int | None = None,
     sweep: bool = False,
     encoding: str | None = None,
     batch_tokens: int = 8192,
     progress: bool = False,
     precision: str = "bf16",
+    softmax_threshold: float | None = None,
 ) -> AlignmentResult:
-    """AER of `method` at `layer` (default: two thirds up) on a gold folder; with `sweep`, every layer too
-    (one encoding pass either way). `encoding` defaults to the method's (`default_encoding`)."""
+    """AER on a gold folder with the model read as `resolve_reading` says for these arguments (None: the folder's
+    alignment.json, else the fallback); with `sweep`, every layer too (one encoding pass either way)."""
     gold = read_gold(gold_dir)
-    encoding = encoding or default_encoding(method)
-    aligner = Aligner(
-        loaded_model, encoding, batch_tokens, precision, softmax_threshold=SOFTMAX_THRESHOLD
-    )  # the protocol's threshold, whatever the folder recommends
-    layer = aligner.default_layer if layer is None else layer
-    check_layer(layer, aligner.num_layers)
+    aligner = Aligner(loaded_model, encoding, batch_tokens, precision, softmax_threshold=softmax_threshold,
+                      method=method, layer=layer)  # fmt: skip
+    method, layer = aligner.reading.method, aligner.reading.layer
     layers = list(range(aligner.num_layers + 1)) if sweep else [layer]
     encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
     links = aligner.align_encoded(encoded, [method], layers, gold.languages, progress)
     scores = {lay: score_gold(gold, links[(method, lay)]) for lay in layers}
     s = scores[layer]
     rows = [_row(lay, scores[lay]) for lay in layers] if sweep else None
-    return AlignmentResult(
-        gold.name, method, layer, s.aer, s.precision, s.recall, encoding, len(gold.source), aligner.truncated, rows
-    )
+    threshold = aligner.softmax_threshold if method == "softmax" else None
+    return AlignmentResult(gold.name, method, layer, s.aer, s.precision, s.recall, aligner.encoding, threshold,
+                           len(gold.source), aligner.truncated, rows)  # fmt: skip
