@@ -57,7 +57,7 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_page(result)
+    write_page(result, OUT)
 
 
 def code_of(result: dict) -> str:
@@ -70,7 +70,8 @@ def code_of(result: dict) -> str:
     return f"{before} (the last commit before the run's date; the run did not record its commit)"
 
 
-def write_page(result: dict) -> None:
+def write_page(result: dict, out: Path) -> Path:
+    """scale.md in `out` from the result scale.json holds."""
     sizes, memory = result["corpus"], result["peak_rss"]
     steps, worst = result["ddp"]["steps"], result["ddp"]["max_rel_diff"]
     lines = [
@@ -120,12 +121,12 @@ def write_page(result: dict) -> None:
             align="rrrr",
         ),
     ]
-    (OUT / "scale.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    (out / "scale.md").write_text("\n".join(lines) + "\n")
+    return out / "scale.md"
 
 
 if __name__ == "__main__":
     if "--page-only" in sys.argv:
-        write_page(read_json(OUT / "scale.json"))
+        print(write_page(read_json(OUT / "scale.json"), OUT).read_text())
     else:
         main()

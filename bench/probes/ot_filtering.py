@@ -110,7 +110,15 @@ def main() -> None:
     torch.set_num_threads(2)
     synthetic, real = planted(GOLD / "de-en"), model_states(args.model)
     command = f"python -m bench.probes.ot_filtering --model {args.model}"
-    write_json(args.out.with_suffix(".json"), {"provenance": provenance(command), "planted": synthetic, "model": real})
+    saved = {"provenance": provenance(command), "model_path": str(args.model), "planted": synthetic, "model": real}
+    write_json(args.out.with_suffix(".json"), saved)
+    print(write_page(saved, args.out.with_suffix(".md")))
+
+
+def write_page(saved: dict, page: Path) -> Path:
+    """The page from what the probe saved (its JSON)."""
+    synthetic, real = saved["planted"], saved["model"]
+    model = saved.get("model_path", "../shared/models/small-base")
     methods = list(dict.fromkeys(r["method"] for r in synthetic))
     golds = list(dict.fromkeys(r["gold"] for r in real))
     by = {(r["sigma"], r["method"]): r for r in synthetic}
@@ -118,7 +126,7 @@ def main() -> None:
     lines = [
         "# OT filtering: Eq. 9 read literally vs the released Itermax",
         "",
-        provenance(command),
+        saved["provenance"],
         "",
         __doc__.split("\n\n")[1].replace("\n", " "),
         "",
@@ -129,7 +137,7 @@ def main() -> None:
             [[s, *(f"{by[s, m]['aer']:.1f} / {by[s, m]['precision']:.1f}" for m in methods)] for s in SIGMAS],
         ),
         "",
-        f"## {args.model} (pair encoding, default layer; AER / precision, %)",
+        f"## {model} (pair encoding, default layer; AER / precision, %)",
         "",
         markdown_table(
             ["method", *golds],
@@ -140,9 +148,7 @@ def main() -> None:
         ),
         "",
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines))
-    print(args.out.with_suffix(".md"))
+    page.write_text("\n".join(lines))
+    return page
 
 
-if __name__ == "__main__":
-    main()

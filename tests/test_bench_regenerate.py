@@ -1,0 +1,38 @@
+"""The regeneration check (bench/regenerate_check.py): a moved table cell or JSON value is found, prose is not."""
+
+import json
+
+from bench.regenerate_check import differences, table_cells, writers
+from bench.reporting import markdown_table
+from bench.studies import STUDIES
+
+PAGE = "# T\n\nProduced by `x` (commit {commit}).\n\n" + markdown_table(["arm", "aer"], [["a", "{aer}"]]) + "\n"
+
+
+def test_table_cells_are_the_rows_of_every_table_without_the_rule_rows():
+    text = PAGE.format(commit="abc", aer="12.5") + "\n" + markdown_table(["x"], [[1]], align="r")
+    assert table_cells(text) == [["arm", "aer"], ["a", "12.5"], ["x"], ["1"]]
+
+
+def test_a_moved_cell_is_a_difference_and_prose_is_not(tmp_path):
+    before, after = tmp_path / "before.md", tmp_path / "after.md"
+    before.write_text(PAGE.format(commit="abc", aer="12.5"))
+    after.write_text(PAGE.format(commit="def", aer="12.5"))
+    assert differences(before, after) == []
+    after.write_text(PAGE.format(commit="abc", aer="12.6"))
+    assert differences(before, after) == ["before.md: table row 1: ['a', '12.5'] -> ['a', '12.6']"]
+    after.write_text(PAGE.format(commit="abc", aer="12.5") + markdown_table(["y"], []))
+    assert differences(before, after) == ["before.md: 2 table rows -> 3"]
+
+
+def test_json_values_differ_but_not_the_commit_they_were_written_at(tmp_path):
+    before, after = tmp_path / "v.json", tmp_path / "w.json"
+    before.write_text(json.dumps({"provenance": "at abc", "rows": [{"aer": 1.0, "commit": "abc"}]}))
+    after.write_text(json.dumps({"provenance": "at def", "rows": [{"aer": 1.0, "commit": "def"}]}))
+    assert differences(before, after) == []
+    after.write_text(json.dumps({"provenance": "at abc", "rows": [{"aer": 1.5, "commit": "abc"}]}))
+    assert differences(before, after) == ["v.json: the JSON differs"]
+
+
+def test_every_study_has_a_writer():
+    assert {f"{name}.md" for name in STUDIES} <= set(writers())
