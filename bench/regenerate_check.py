@@ -20,21 +20,12 @@ from pathlib import Path
 from bench import page
 from bench.perf import scale_report, throughput
 from bench.probes import ot_filtering, pair_layout, rtd_reference
-from bench.reporting import read_json
+from bench.reporting import read_json, table_rows
 from bench.studies import STUDIES
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = {"provenance", "commit", "date"}
 """JSON fields that name when and at what commit a file was written, not what it measured."""
-
-
-def table_cells(text: str) -> list[list[str]]:
-    """Every row of every Markdown table of a page, as its cells (the header rows included, the rule rows not)."""
-    rows = []
-    for line in text.splitlines():
-        if line.startswith("|") and not set(line) <= set("|-: "):
-            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    return rows
 
 
 def without_volatile(data):
@@ -84,7 +75,7 @@ def differences(before: Path, after: Path) -> list[str]:
     if before.suffix == ".json":
         old, new = (without_volatile(json.loads(p.read_text())) for p in (before, after))
         return [] if old == new else [f"{before.name}: the JSON differs"]
-    old, new = (table_cells(p.read_text(encoding="utf-8")) for p in (before, after))
+    old, new = (table_rows(p.read_text(encoding="utf-8")) for p in (before, after))
     out = [
         f"{before.name}: table row {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b
     ]
@@ -103,7 +94,7 @@ def check(results: Path, scratch: Path) -> tuple[dict[str, int], list[str]]:
         for path in written:
             saved = results / path.relative_to(scratch)
             problems += differences(saved, path)
-            cells += sum(map(len, table_cells(path.read_text(encoding="utf-8")))) if path.suffix == ".md" else 0
+            cells += sum(map(len, table_rows(path.read_text(encoding="utf-8")))) if path.suffix == ".md" else 0
         compared[name] = cells
     return compared, problems
 

@@ -65,6 +65,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence], align: str =
     return "\n".join(lines)
 
 
+def table_rows(text: str) -> list[list[str]]:
+    """Every row of every Markdown table of a page, as its cells (the header rows included, the rule rows not): what
+    the regeneration check compares and the page tests read."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|") and not set(line) <= set("|-: "):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
 @dataclass(frozen=True)
 class Block:
     """A part of a page as data: a heading (`##`, or `###` at level 3), paragraphs, a table, paragraphs after it."""

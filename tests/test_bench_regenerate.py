@@ -2,16 +2,16 @@
 
 import json
 
-from bench.regenerate_check import differences, table_cells, writers
-from bench.reporting import markdown_table
+from bench.regenerate_check import differences, writers
+from bench.reporting import markdown_table, table_rows
 from bench.studies import STUDIES
 
 PAGE = "# T\n\nProduced by `x` (commit {commit}).\n\n" + markdown_table(["arm", "aer"], [["a", "{aer}"]]) + "\n"
 
 
-def test_table_cells_are_the_rows_of_every_table_without_the_rule_rows():
+def test_table_rows_are_the_rows_of_every_table_without_the_rule_rows():
     text = PAGE.format(commit="abc", aer="12.5") + "\n" + markdown_table(["x"], [[1]], align="r")
-    assert table_cells(text) == [["arm", "aer"], ["a", "12.5"], ["x"], ["1"]]
+    assert table_rows(text) == [["arm", "aer"], ["a", "12.5"], ["x"], ["1"]]
 
 
 def test_a_moved_cell_is_a_difference_and_prose_is_not(tmp_path):
