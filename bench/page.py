@@ -315,7 +315,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     header += ["premises and references (seed 0)"] if study.premises_in_table else []
     used = {k for c in study.comparisons for k in (c.metric, c.base_metric, *c.measures)}
     sources = sorted({(s["command"], s["source"]) for s in loaded.values() if "source" in s})
-    lines += [f"Measured by `{c}` (before the one harness); the numbers are read from {x}.\n" for c, x in sources]
+    lines += [f"Measured by `{c}` (a script of its own); the numbers are read from {x}.\n" for c, x in sources]
     lines += [
         markdown_table(header, table),
         "",

@@ -77,8 +77,8 @@ def run_dir(ctx: Context, arm: Arm, seed: int) -> Path:
     return ctx.runs / f"{arm.name if not arm.trained else f'{arm.name}-s{seed}'}-{run_key(ctx, arm)}"
 
 
-# A run of more steps checkpoints this often, so one cut when its session ends resumes there (issue 47, item 4: a
-# long arm spans several sittings); 200 e5-small steps are 12-17 CPU-minutes.
+# A run of more steps checkpoints this often, so one cut when its session ends resumes there (a long
+# arm spans several sittings); 200 e5-small steps are 12-17 CPU-minutes.
 SITTING_STEPS = 200
 
 
@@ -90,7 +90,8 @@ def budget_overrides(ctx: Context, steps: int) -> list[str]:
     if budget.minutes:
         sets = [f"trainer.max_minutes={budget.minutes:g}"]
     else:
-        every = steps if budget.max_flops else min(steps, SITTING_STEPS)  # a FLOP budget's GPU loan saves once
+        # a FLOP budget (a GPU's) saves once, at its end
+        every = steps if budget.max_flops else min(steps, SITTING_STEPS)
         sets = [f"trainer.max_steps={steps}", f"trainer.warmup_steps={max(1, steps // 10)}"]
         sets += [f"trainer.save_every={every}", f"trainer.log_every={max(1, steps // 60)}"]
     sets += [f"trainer.max_flops={budget.max_flops:g}"] if budget.max_flops else []
@@ -185,8 +186,8 @@ def log_summary(path: Path) -> dict:
 
 
 def head_warmup_summary(path: Path) -> dict:
-    """The head-only steps before a run (issue 47): their number, the heads' mean MLM loss over the first and the
-    last LOG_WINDOW steps, and the tokens and seconds where the log carries them (runs since 2026-11-27)."""
+    """The head-only steps before a run: their number, the heads' mean MLM loss over the first and the
+    last LOG_WINDOW steps, and the tokens and seconds where the log carries them (older logs lack them)."""
     recs = records(path)
     losses = [statistics.mean(v for k, v in r.items() if k.endswith("/loss")) for r in recs]
     out = {

@@ -103,7 +103,7 @@ def chosen_lines(selection: Selection, s: dict, refs: dict) -> list[str]:
 
 
 def offered_lines(selection: Selection, saved: dict) -> list[str]:
-    """Issue 44's rule in numbers: the layer rule's layer (the start's mean dev-half AER at each), and the offered
+    """The selection rule in numbers: the layer rule's layer (the start's mean dev-half AER at each), and the offered
     aligner with its mean dev-half AER."""
     if not selection.rule_layers or not (pick := offered(selection, saved)):
         return []

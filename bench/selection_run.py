@@ -135,7 +135,7 @@ def every_encoding(p) -> tuple[str, ...]:
 
 
 def protocol_layers(run: SelectionRun, rule_layer: bool = True) -> tuple[int, ...]:
-    """The layers a candidate is measured at: the protocol's, and the layer rule's (issue 44: the offered model is
+    """The layers a candidate is measured at: the protocol's, and the layer rule's (the offered model is
     chosen among every checkpoint and interpolation at either layer); `rule_layer=False`: the protocol's only."""
     p, rule = run.selection.protocol, S.rule_layer(run.selection, run.results)
     return tuple(dict.fromkeys((p.layer, *p.layers, *([int(rule)] if rule_layer and rule else []))))
@@ -174,7 +174,7 @@ def start(run: SelectionRun, only=None) -> None:
         run.results["start_layers"] = alignment_scores(run, folder, (p.encoding,), every)[p.key()]
         run.save()
     rule_layers = run.selection.rule_layers
-    if rule_layers and "start_layers_dev" not in run.results:  # issue 44's layer rule, on the dev halves
+    if rule_layers and "start_layers_dev" not in run.results:  # the layer rule, on the dev halves
         scores = alignment_scores(run, folder, (p.encoding,), rule_layers, (p.method,))
         run.results["start_layers_dev"] = scores[p.key(S.DEV)]
         run.save()

@@ -20,7 +20,7 @@ from bench.measures import MEASURES, measure_of
 
 SMALL_BASE = "../shared/models/small-base"
 SECTION_LIMIT_MINUTES = 45.0
-"""Issue 19: every section, seed 1 and evaluation included, fits in 45 CPU-minutes (the 2-core machine)."""
+"""Every section, seed 1 and evaluation included, fits in 45 CPU-minutes: a sitting on the 2-core machine."""
 MEASURE_SCALE_SCRATCH = 1.7
 """Measures of arms from scratch without a preset (the recipes' 6 x 384) take this much longer than small-base's."""
 TRAIN = "train"
@@ -133,7 +133,7 @@ class Setup:
     """The prepared folder, when the start's vocabulary is not the study's (`bench.run --data` otherwise); the
     runner prepares it with the start's tokenizer when it is missing."""
     device: str = "cpu"
-    """`cuda`: sized for a GPU (issue 46); `bench.run` skips it without one, bench/perf/gpu_check.py runs it."""
+    """`cuda`: sized for a GPU; `bench.run` skips it without one, bench/perf/gpu_check.py runs it."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ class Investigation:
 @dataclass(frozen=True)
 class Rule:
     close: float = 2.0
-    """Points: a difference below this after seed 0 gets a second seed (issue 19)."""
+    """Points: a difference below this after seed 0 gets a second seed."""
     floor: float = 0.5
     """A difference at or under this is inconclusive whatever the seeds say (the test set's sampling error:
     Tatoeba-14's 14,000 queries per direction give one binomial standard error of 0.1-0.4 points)."""
@@ -388,7 +388,7 @@ class Selection:
     baseline: str = ""
     """The reference the chosen candidate is counted against beside the start (the page's dotted lines)."""
     rule_layers: tuple[int, ...] = ()
-    """Issue 44's rules (bench/selection.py: rule_layer, chosen_method): the layer among these with the start's
+    """The selection's rules (bench/selection.py: rule_layer, chosen_method): the layer among these with the start's
     lowest mean dev-half AER is a candidate layer beside the protocol's, and the offered method is chosen on the dev
     halves; (): neither."""
     below_start_everywhere: bool = True
@@ -412,7 +412,7 @@ class Study:
     title: str
     comparisons: tuple[Comparison, ...]
     limit_minutes: float = SECTION_LIMIT_MINUTES
-    """CPU-minutes a section may take (issue 19's 45; the long studies, such as the best recipe, more)."""
+    """CPU-minutes a section may take (45 by default; the long studies, such as the best recipe, more)."""
     tables: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Extra tables of the page: (title, metric keys), one row per arm of every section."""
     premises_in_table: bool = False

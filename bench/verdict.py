@@ -1,4 +1,4 @@
-"""The rules that turn measurements into verdicts and readings, as pure functions of numbers (issue 19).
+"""The rules that turn measurements into verdicts and readings, as pure functions of numbers.
 
 A verdict compares a method with a baseline over seeds. A reading says what stands in the way of a claim that is
 not reproduced: its premises (a start model as aligned as the paper's, a detector that beats the majority class, a
@@ -71,7 +71,7 @@ def verdict(diff: Difference, direction: int, close: float = 2.0, varies: bool =
 
 
 def needs_second_seed(diff: Difference, close: float = 2.0) -> bool:
-    """Issue 19: two seeds for any difference under `close` points."""
+    """Two seeds for any difference under `close` points: one seed cannot tell it from seed noise."""
     return diff.seeds < 2 and abs(diff.mean) < close
 
 
@@ -173,7 +173,7 @@ class R(StrEnum):
     PREMISE_NOT_MET = "premise not met"  # parts: the diagnostics' readings (none: scale); also: independent
     AT_FLOOR = "every model at its floor"  # scale
     AT_FLOOR_GAP_GROWS = "at the floor, gap grows with compute"  # not separated
-    STILL_FALLING = "a loss still falls at the end"  # args: the runs; the budget, not yet scale (issue 47)
+    STILL_FALLING = "a loss still falls at the end"  # args: the runs; the budget, not yet scale
     LOSS_FALLS = "the method's loss falls"  # not separated; also: independent
     LOSS_FLAT = "a loss of the method does not fall"  # code suspect
     REPRODUCED_ELSEWHERE = "no logged loss, reproduced on other states"  # args: the diagnostics' ids; not the code
@@ -416,7 +416,7 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
     at_floor = [n[-1] >= floors[ch.floor] for ch, n in losses if ch.floor in floors]
     falls = [n[-1] < n[0] for ch, n in losses if ch.arm == c.method.name]
     if at_floor and all(at_floor) and (falling := budget.still_falling(c, section)):
-        return Reading(R.STILL_FALLING, tuple(falling))  # issue 47: a longer run first, not "scale"
+        return Reading(R.STILL_FALLING, tuple(falling))  # a longer run first, not "scale"
     if at_floor and all(at_floor):
         same = [rows[x.id] for x in same_comparison(study, c)]
         trend = compute_trend(

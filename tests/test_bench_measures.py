@@ -149,7 +149,7 @@ def test_the_full_xnli_measure_reads_english_and_the_transfer_gap(tmp_path):
     (t.evals / "xnli-full" / "finetune.json").write_text(json.dumps({"results": [result]}))
     read = MEASURES["xnli-full"].read(t)
     assert (read["xnli-full"], read["xnli-full/en"], read["xnli-full/gap"], read[ONE_CLASS]) == (60.0, 63.7, 4.0, False)
-    assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair, as issue 36 asks
+    assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair: the full protocol
 
 
 def test_bucc_readers_keep_the_evaluators_percentages(tmp_path):

@@ -211,7 +211,7 @@ def test_the_e5_study_is_one_of_the_harness_and_declares_its_published_rows():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 44's rule: the layer rule, the offered model at either layer, the offered extraction
+# The selection rule: the layer rule, the offered model at either layer, the offered extraction
 
 
 def layered() -> dict:

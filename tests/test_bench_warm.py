@@ -1,4 +1,4 @@
-"""Issue 47: the warm variant of a cold-head claim changes only how the MLM head starts."""
+"""The warm variant of a cold-head claim changes only how the MLM head starts."""
 
 from __future__ import annotations
 

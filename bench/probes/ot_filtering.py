@@ -150,5 +150,3 @@ def write_page(saved: dict, page: Path) -> Path:
     ]
     page.write_text("\n".join(lines))
     return page
-
-

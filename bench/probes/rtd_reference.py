@@ -1,6 +1,6 @@
 """Code or scale for replaced token detection from scratch: polyalign's MRTD against an independent ELECTRA
 built from transformers' ElectraForMaskedLM (generator) and ElectraForPreTraining (discriminator), trained side
-by side on the same batches with the same optimizer, schedule, clipping, λ and sampling (issue 19, XLM-E).
+by side on the same batches with the same optimizer, schedule, clipping, λ and sampling (XLM-E).
 
 From scratch at our budgets polyalign's discriminator never beats predicting "original" everywhere and its
 generator stays above the unigram floor (bench/results/evidence.md, xlm-e-3). If the reference does the same on

@@ -1,4 +1,4 @@
-"""multilingual-e5-small in polyalign (issues 35, 44): its evaluators against its published numbers, and an aligner
+"""multilingual-e5-small in polyalign: its evaluators against its published numbers, and an aligner
 trained from it, chosen on the gold sets' dev halves, against eflomal. A selection study of the one harness:
 
     flock /tmp/polyalign-cpu.lock python -m bench.run e5 [STEP ...] [--arms A,B]   # all: ~75 CPU-minutes, 2 cores
@@ -17,7 +17,7 @@ the self-training objective labels), bare "▁" pieces unlinked (polyalign/align
 (`ot`, pair encoding) and itermax are reported beside it. No layer, method or arm is chosen on the gold sets; the
 best-layer line is labelled as chosen on them.
 
-Issue 44's rule, written before its arms ran: (1) the layer rule: the start's layer (4 to 10) with the lowest
+The selection rule, written before its arms ran: (1) the layer rule: the start's layer (4 to 10) with the lowest
 mean argmax AER over the gold sets' dev halves; arms marked `rule_layer` self-train there and are scored there and
 at 8. (2) The offered model: among every checkpoint and interpolation at either layer, those below the start (at the
 same layer) on every dev half, the lowest mean dev-half AER under argmax, as before. (3) The offered extraction: on
@@ -42,13 +42,13 @@ E5 = "models/multilingual-e5-small"
 SHARED = "../shared"
 GOLD_SETS = ("de-en", "en-fr", "en-hi", "ja-en", "ro-en", "ro-en-wpt05", "zh-en")
 METHODS = ("argmax", "itermax", "ot", "softmax", "softmax-0.1")
-"""`softmax` is scored at awesome-align's threshold (1e-3) and, as `softmax-0.1`, at AccAlign's 0.1 (issue 44)."""
+"""`softmax` is scored at awesome-align's threshold (1e-3) and, as `softmax-0.1`, at AccAlign's 0.1."""
 PROTOCOL = Protocol(8, "separate", "argmax", methods=METHODS, encodings=("separate", "pair"))
 RULE_LAYERS = tuple(range(4, 11))
-"""Layers the start is scored at on the dev halves for the layer rule (issue 44): below 4 and above 10 its AER
+"""Layers the start is scored at on the dev halves for the layer rule: below 4 and above 10 its AER
 is far off the best (the page's best layer of the start)."""
 EQUAL_MINUTES = 8.2
-"""Issue 44's ablations run for the training minutes of the recipe as shipped (`softmax-labels` to step 1,000)."""
+"""The rule's ablations run for the training minutes of the recipe as shipped (`softmax-labels` to step 1,000)."""
 
 
 def arm(name: str, note: str, overrides: tuple[str, ...], stop_at: int = 0, recipe: str = "self-align",
@@ -84,7 +84,7 @@ ARMS = (
         ("objectives.0.config.labels=softmax", "data.parallel.alpha=0.3"),
         stop_at=1000,
     ),
-    # issue 44, declared with its rule (above) before any of them ran
+    # declared with the rule (the docstring above) before any of them ran
     arm(
         "softmax-rule-layer",
         "softmax labels (the recipe as shipped) self-trained at the layer rule's layer instead of 8, stopped at "
@@ -180,7 +180,7 @@ ABOUT = (
     "languages; without such a candidate, the lowest mean). The **test halves** (odd sentences) took no part in the "
     "choice and are reported below; full-set numbers of the chosen row are therefore slightly optimistic. This rule "
     "and the interpolation were added after a probe that printed both halves of the 0.5 interpolation (it improved "
-    "every dev half). Issue 44's rule, written before its arms ran: (1) the layer rule: the start's layer (4 to 10) "
+    "every dev half). The selection rule, written before its arms ran: (1) the layer rule: the start's layer (4 to 10) "
     "with the lowest mean argmax AER over the dev halves; arms marked so self-train there and are scored there and "
     "at 8; (2) the offered model: among every checkpoint and interpolation at either layer, those below the start "
     "(at the same layer) on every dev half, the lowest mean dev-half AER under argmax; (3) the offered extraction: on "

@@ -1,6 +1,6 @@
-"""The benches that each had a runner and a report of their own before issue 33, as studies of the one harness:
-the best recipe (issue 22), the preset sweep, the foundation, PPA's arms (issue 15), ERNIE-M's Table 6, VECO's
-plug-in fine-tuning, word alignment (issue 3), XTREME-style fine-tuning and the evaluation protocols (issue 16).
+"""Studies whose runs were measured by scripts of their own and whose saved results the one harness reads: the
+best recipe, the preset sweep, the foundation, PPA's arms, ERNIE-M's Table 6, VECO's plug-in fine-tuning, word
+alignment, XTREME-style fine-tuning and the evaluation protocols.
 
 Each reads as its shell script did: the same recipes, overrides, starts and budgets. Their measurements were
 saved by those scripts (bench/results/NAME.json and its folder, kept as they are) and copied into the harness's

@@ -1,4 +1,4 @@
-"""The papers' continued-training claims from a real multilingual encoder (issue 36): multilingual-e5-small
+"""The papers' continued-training claims from a real multilingual encoder: multilingual-e5-small
 (`polyalign import-e5`), the start the evidence study's small-base could not be (Tatoeba-14 ~90 where small-base
 has 1.6; DWA's self-labels at AER ~37 where small-base's are at 81).
 
@@ -24,16 +24,15 @@ STEPS = Budget(steps=200)
 #   post-pretraining lr is 3e-5, §3.3); XLM-Align's and ERNIE-M's 2e-4 belong to 150k+ steps of large batches.
 # - 1,024 tokens per objective and step (the recipes' 8,192 for CPU time): 200 steps see ~0.2M tokens each.
 # - e5 has no MLM head: the MLM/TLM arms' head (dense + LayerNorm; the output is tied to the embeddings) starts
-#   new, in every arm alike. Since issue 47 the trainer first trains such a head alone (trainer.head_warmup_steps,
-#   outside the 200 steps); the arms measured before that (issue 36) are kept as cold-head diagnostics and name
-#   their warm-up of 0 (COLD), which is what they ran.
+#   new, in every arm alike. The trainer first trains such a head alone (trainer.head_warmup_steps, outside the
+#   200 steps); the cold-head arms (a warm-up of 0, COLD) are diagnostics of what an untrained head does.
 CONTINUED = ("trainer.lr=5e-5", "data.mono.max_tokens=1024", "data.parallel.max_tokens=1024")
 COLD = "trainer.head_warmup_steps=0"
 CONTINUED_COLD = (*CONTINUED, COLD)
 START = Arm("start", None, init_from=E5)
 MLM_TLM = Arm("mlm-tlm", "xlm", CONTINUED_COLD, E5, seconds_per_step=3.2)
 DWA = Arm("mlm-tlm-dwa", "xlm-align", CONTINUED_COLD, E5, seconds_per_step=4.5)
-# Issue 47: the same two arms from the warm start, the trainer's default (200 head-only steps at lr 1e-2 first).
+# The same two arms from the warm start, the trainer's default (200 head-only steps at lr 1e-2 first).
 MLM_TLM_WARM = Arm("mlm-tlm-warm", "xlm", CONTINUED, E5, seconds_per_step=3.2)
 DWA_WARM = Arm("mlm-tlm-dwa-warm", "xlm-align", CONTINUED, E5, seconds_per_step=4.5)
 # e5 comes without an MLM head. A diagnostic of what the new head does to the encoder: the head trained alone first
@@ -56,7 +55,7 @@ _XLM_E = (
     *(f"objectives.{i}.config.{k}" for i in (0, 1) for k in ("generator_layers=4", "generator_init=model")),
 )
 XLM_E = Arm("mrtd-trtd", "xlm-e", (*CONTINUED_COLD, *_XLM_E), E5, seconds_per_step=4.0)
-# Issue 47: the generators' MLM heads (new in a copy of e5's first 4 layers) trained alone first, as MLM_TLM_WARM's
+# The generators' MLM heads (new in a copy of e5's first 4 layers) trained alone first, as MLM_TLM_WARM's
 XLM_E_WARM = Arm("mrtd-trtd-warm", "xlm-e", (*CONTINUED, *_XLM_E), E5, seconds_per_step=4.0)
 # PPA: MoCo + TLM at PPA's lr 3e-5 and 32 pairs a batch (the paper's 128 for CPU time); the key encoder's momentum
 # 0.9 and the batch's own keys as negatives, as the evidence study's `ppa` arm (200 steps are 20 time constants
@@ -76,7 +75,7 @@ _TLM_ONLY = "objectives=[{name: tlm, config: {style: ppa}}]"
 PPA_TLM = Arm(  # Table 5's -MoCo: PPA's TLM alone on the same batches
     "tlm", "ppa", (*_PPA[:3], _TLM_ONLY, COLD), E5, seconds_per_step=2.0
 )
-# Issue 47: TLM's head trained first, on 1,024-token batches as the other arms' (the warm-up reads data.mono)
+# TLM's head trained first, on 1,024-token batches as the other arms' (the warm-up reads data.mono)
 _WARMUP = "data.mono.max_tokens=1024"
 PPA_WARM = Arm("moco-tlm-warm", "ppa", (*_PPA, _WARMUP), E5, seconds_per_step=5.0)
 PPA_TLM_WARM = Arm("tlm-warm", "ppa", (*_PPA[:3], _TLM_ONLY, _WARMUP), E5, seconds_per_step=2.0)
@@ -132,7 +131,7 @@ def claim(id: str, section: str, paper: str, statement: str, number: str, baseli
 
 
 CLAIMS = (
-    claim(  # issue 47: XLM-E from the warm start (the generators' heads trained first), against MLM_TLM_WARM
+    claim(  # XLM-E from the warm start (the generators' heads trained first), against MLM_TLM_WARM
         "real-xlm-e-warm",
         "xlm-e-warm",
         "XLM-E",
@@ -147,7 +146,7 @@ CLAIMS = (
         checks=(*detectors(XLM_E_WARM.name), *generators(XLM_E_WARM.name)),
         code=RTD_CODE,
     ),
-    claim(  # issue 47: PPA from the warm start; its sentence-alignment claim also on retrieval, as e5 is read
+    claim(  # PPA from the warm start; its sentence-alignment claim also on retrieval, as e5 is read
         "real-ppa-retrieval-warm",
         "ppa-warm-retrieval",  # apart from the XNLI claims: a third of their CPU time
         "PPA",
@@ -186,7 +185,7 @@ CLAIMS = (
         -1,
         measures=("tatoeba14-query@last", "bucc-query-f1"),
     ),
-    claim(  # issue 47: XLM-Align's claim from the warm start, the trainer's default
+    claim(  # XLM-Align's claim from the warm start, the trainer's default
         "real-xlm-align-dwa-warm",
         "xlm-align-warm",
         "XLM-Align",
@@ -209,7 +208,7 @@ CLAIMS = (
         "real-xlm-align-dwa",
         "xlm-align",
         "XLM-Align",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
+        "cold head (diagnostic: the MLM head new and untrained): "
         "MLM + TLM + DWA lowers AER vs MLM + TLM, both continued from e5-small",
         "Table 2 OT AER avg: XLM-R 22.64 -> XLM-Align 21.05",
         MLM_TLM,
@@ -287,7 +286,7 @@ CLAIMS = (
         "real-xlm-e",
         "xlm-e",
         "XLM-E",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
+        "cold head (diagnostic: the MLM head new and untrained): "
         "MRTD + TRTD lowers AER vs MLM + TLM, both continued from e5-small",
         "Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
         MLM_TLM,
@@ -302,8 +301,7 @@ CLAIMS = (
         "real-ppa-vs-start",
         "ppa",
         "PPA",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "MoCo + TLM improves XNLI zero-shot over the start",
+        "cold head (diagnostic: the MLM head new and untrained): MoCo + TLM improves XNLI zero-shot over the start",
         "Table 2 zero-shot XNLI avg (8 languages): mBERT 69.6 -> PPA (250k pairs) 73.1",
         START,
         PPA,
@@ -316,7 +314,7 @@ CLAIMS = (
         "real-ppa-no-moco",
         "ppa",
         "PPA",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): -MoCo (TLM alone) loses some XNLI",
+        "cold head (diagnostic: the MLM head new and untrained): -MoCo (TLM alone) loses some XNLI",
         "Table 5 (250k) XNLI 77.4 -> 77.4 (-0.0)",
         PPA,
         PPA_TLM,
@@ -328,8 +326,7 @@ CLAIMS = (
         "real-ernie-m-camlm",
         "ernie-m",
         "ERNIE-M",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "MLM + CAMLM vs MLM + TLM on XNLI zero-shot",
+        "cold head (diagnostic: the MLM head new and untrained): MLM + CAMLM vs MLM + TLM on XNLI zero-shot",
         "Table 6 XNLI: exp2 (MMLM+TLM) 76.3, exp3 (MMLM+CAMLM) 76.1",
         ERNIE_MLM_TLM,
         ERNIE_CAMLM,
@@ -342,8 +339,7 @@ CLAIMS = (
         "real-ernie-m-btmlm",
         "ernie-m-btmlm",
         "ERNIE-M",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "MLM + CAMLM + BTMLM beats MLM + TLM on XNLI zero-shot",
+        "cold head (diagnostic: the MLM head new and untrained): MLM + CAMLM + BTMLM beats MLM + TLM on XNLI zero-shot",
         "Table 6 XNLI: exp2 76.3, exp4 (MMLM+BTMLM, CAMLM) 76.6",
         ERNIE_MLM_TLM,
         ERNIE_BTMLM,
@@ -356,7 +352,7 @@ CLAIMS = (
         "real-ernie-m-pseudo",
         "ernie-m-btmlm",
         "ERNIE-M",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
+        "cold head (diagnostic: the MLM head new and untrained): "
         "BTMLM's pseudo-tokens carry translation information: more of them in their own sentence's translation than "
         "in another pair's, after exp4 from e5-small",
         "Fig. 5 (perplexity falls with BTMLM); no precision number in the paper",
@@ -384,7 +380,7 @@ CLAIMS = (
         "real-veco-plug-in",
         "veco",
         "VECO",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
+        "cold head (diagnostic: the MLM head new and untrained): "
         "Plug-in beats plug-out fine-tuning of the same CA-MLM-continued e5-small (XNLI translate-train-all)",
         "Table 2 XNLI translate-train-all: VECO_out 83.0 -> VECO_in 84.3",
         VECO,
@@ -403,7 +399,7 @@ CLAIMS = (
         "real-veco-ca-mlm-adds",
         "veco",
         "VECO",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): CA-MLM pre-training of the "
+        "cold head (diagnostic: the MLM head new and untrained): CA-MLM pre-training of the "
         "cross-attention adds to plug-in fine-tuning (plug-in from the "
         "CA-MLM-continued e5-small vs plug-in from e5-small with its cross-attention as initialised)",
         "no number in the paper: its plug-in fine-tuning always starts from the CA-MLM-pre-trained cross-attention",
@@ -415,13 +411,13 @@ CLAIMS = (
     ),
 )
 
-CLAIMS += warm_reruns(CLAIMS, COLD)  # issue 47: bench/studies/warm.py
+CLAIMS += warm_reruns(CLAIMS, COLD)  # bench/studies/warm.py
 
 STUDY = Study(
     "real-start",
-    "Real start: the papers' continued-training claims from multilingual-e5-small (issue 36)",
+    "Real start: the papers' continued-training claims from multilingual-e5-small",
     CLAIMS,
-    # Issue 36: about 45 CPU-minutes per seed and arm; a section has up to three trained arms and two seeds.
+    # About 45 CPU-minutes per seed and arm; a section has up to three trained arms and two seeds.
     limit_minutes=270,
     premises_in_table=True,
     tables=(

@@ -1,9 +1,9 @@
-"""Issue 47: a claim measured from a cold MLM head, rerun with the head trained first (the trainer's default).
+"""A claim measured from a cold MLM head, rerun with the head trained first (the trainer's default).
 
 The warm variant of a comparison is the same comparison with every trained arm's cold-head override dropped and
 `-warm` added to its name (so its runs are new), its checks pointed at those arms, its statement without the cold
-note, and its id and diagnostics suffixed `-warm`. It measures the claim's own metric and premises only (issue 47:
-each claim on the metric its paper names): the cold rows' extra context measures (Tatoeba's dev-layer sweep, about
+note, and its id and diagnostics suffixed `-warm`. It measures the claim's own metric and premises only (each
+claim on the metric its paper names): the cold rows' extra context measures (Tatoeba's dev-layer sweep, about
 8 CPU-minutes per e5 model, and AER) stay on the cold rows. Everything else (metric, budget, rule) stays as it was,
 so the cold row stays on the page as the diagnostic it now is.
 """

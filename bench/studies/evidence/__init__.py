@@ -1,4 +1,4 @@
-"""The papers' claims as one study (issue 19): PPA, XLM-Align, ERNIE-M, XLM-E and VECO as A/B at equal compute.
+"""The papers' claims as one study: PPA, XLM-Align, ERNIE-M, XLM-E and VECO as A/B at equal compute.
 
 Each claim is a comparison of bench/study.py: the method against the same start continued with the baseline
 objectives (MLM + TLM) for the same steps, or trained from scratch at the same training FLOPs. Ablations are
@@ -35,4 +35,4 @@ CLAIMS: tuple[Comparison, ...] = (
     *xlm_e.GPU_CLAIMS,
 )
 
-STUDY = Study("evidence", "Evidence: each paper's claims as A/B at equal compute (issue 19)", CLAIMS)
+STUDY = Study("evidence", "Evidence: each paper's claims as A/B at equal compute", CLAIMS)

@@ -14,7 +14,7 @@ CLOSE, NOISE_FLOOR = Rule().close, Rule().floor
 def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BASE, languages=None, data=None,
           device="cpu", checks=(), code_checks=(), diagnostics=(), localises=(), departs=(), independent="",
           close=CLOSE, floor=NOISE_FLOOR, **comparison) -> Comparison:  # fmt: skip
-    """A comparison written as the claims were before issue 33: setup, investigation and rule by keyword."""
+    """A comparison declared by keyword: setup, investigation and rule by keyword."""
     why = Investigation(checks, code_checks, diagnostics, localises, departs, independent)
     setup = Setup(budget, start, languages, data, device)
     return Comparison(id, section, setup, rule=Rule(close, floor), why=why, **comparison)

@@ -394,7 +394,7 @@ CLAIMS: tuple[Comparison, ...] = (
     ),
 )
 
-# The same claim sized for a GPU (issue 46; the arms and sizes in bench/studies/gpu_evidence.py): the same measures,
+# The same claim sized for a GPU (the arms and sizes in bench/studies/gpu_evidence.py): the same measures,
 # checks and rule as the CPU rows.
 GPU_CLAIMS = xlm_e_from_scratch(
     "xlm-e-gpu-{}",
