@@ -9,11 +9,8 @@ Each rule returns a label or a `Reading` (a code and its parameters); the page w
 
 from __future__ import annotations
 
-import functools
-import json
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
 import numpy as np
 
@@ -126,30 +123,6 @@ def conditional_entropy(counts_by_language: dict[str, np.ndarray]) -> float:
     if not totals:
         raise ValueError("no tokens to count")
     return sum(totals[lang] * entropy(counts_by_language[lang]) for lang in totals) / sum(totals.values())
-
-
-def token_counts(prepared: Path, language: str) -> np.ndarray:
-    """Token counts of one language in a `polyalign prepare` folder: its mono text and its side of every pair."""
-    meta = json.loads((prepared / "meta.json").read_text())
-    dtype, size = np.dtype(meta["dtype"]), int(meta["vocab_size"])
-    files = [prepared / "mono" / f"{language}.ids", *sorted((prepared / "parallel").glob(f"*.{language}.ids"))]
-    counts = np.zeros(size, dtype=np.int64)
-    for path in files:
-        if path.is_file():
-            counts += np.bincount(np.fromfile(path, dtype=dtype), minlength=size)[:size]
-    return counts
-
-
-@functools.cache
-def unigram_floor(kind: str, prepared: Path, languages: tuple[str, ...] | None) -> float:
-    """`unigram`: H(token | language) over the languages (None: every language of the folder); `unigram:en`: the
-    floor of a translation loss into English, the unigram entropy of the English text."""
-    if kind == "unigram":
-        languages = languages or tuple(json.loads((prepared / "meta.json").read_text())["languages"])
-        return conditional_entropy({lang: token_counts(prepared, lang) for lang in languages})
-    if kind.startswith("unigram:"):
-        return entropy(token_counts(prepared, kind.removeprefix("unigram:")))
-    raise ValueError(f"floor {kind!r}: use 'unigram' or 'unigram:<language>'")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 
 from bench import budget as B
 from bench import verdict as V
+from bench.floors import unigram_floor
 from bench.measures import (
     ONE_CLASS,
     RELEASED_FILTERING,
@@ -130,11 +131,11 @@ def test_the_unigram_floor_is_per_language_entropy_weighted_by_tokens(tmp_path):
     np.array([1, 1, 2, 2], dtype=np.uint16).tofile(prepared / "mono" / "en.ids")
     np.array([3, 3], dtype=np.uint16).tofile(prepared / "parallel" / "en-de.en.ids")  # the parallel side counts
     np.array([5, 5, 5, 5, 5, 5], dtype=np.uint16).tofile(prepared / "mono" / "de.ids")
-    assert V.unigram_floor("unigram:en", prepared, None) == pytest.approx(math.log(3))
-    assert V.unigram_floor("unigram", prepared, None) == pytest.approx(math.log(3) / 2)  # en 6 tokens at ln 3, de at 0
-    assert V.unigram_floor("unigram", prepared, ("en",)) == pytest.approx(math.log(3))
+    assert unigram_floor("unigram:en", prepared, None) == pytest.approx(math.log(3))
+    assert unigram_floor("unigram", prepared, None) == pytest.approx(math.log(3) / 2)  # en 6 tokens at ln 3, de at 0
+    assert unigram_floor("unigram", prepared, ("en",)) == pytest.approx(math.log(3))
     with pytest.raises(ValueError, match="floor"):
-        V.unigram_floor("bigram", prepared, None)
+        unigram_floor("bigram", prepared, None)
 
 
 def test_a_loss_that_still_falls_in_its_last_quarter_is_told_from_a_flat_one():

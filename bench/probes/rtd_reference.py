@@ -28,13 +28,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bench.floors import unigram_floor
 from bench.reporting import markdown_table, provenance, read_json, write_json
 from bench.studies.evidence.common import XNLI15  # xlm-e-3's languages
 from bench.verdict import (
     MAJORITY_MARGIN,
     first_step_beating_majority,
     majority_floor,
-    unigram_floor,
 )
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
