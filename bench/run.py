@@ -29,7 +29,7 @@ from bench.measures import MEASURES, Target
 from bench.reporting import commit, records, write_json
 from bench.selection_run import run_steps
 from bench.studies import STUDIES
-from bench.study import Arm, Section, fill
+from bench.study import Arm, Section, fill, key_text
 from bench.verdict import difference, needs_second_seed
 from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE
@@ -37,6 +37,7 @@ from polyalign.train.head_warmup import HEAD_WARMUP_FILE
 ROOT = Path(__file__).resolve().parents[1]
 LOG_WINDOW = 10
 MINUTES = "minutes.json"
+KEY = "key.txt"
 
 
 @dataclass
@@ -69,13 +70,17 @@ def clear(ctx: Context, folder: Path) -> None:
 
 
 def run_key(ctx: Context, arm: Arm) -> str:
-    """A hash of the arm's training key and the data: the same training in any section is the same run; any
-    change to what is trained or measured is another."""
-    return hashlib.sha1(repr((ctx.section.training_key(arm), str(ctx.data))).encode()).hexdigest()[:10]
+    """The arm's training key and the data, as text (bench/study.py `key_text`): the same training in any section
+    is the same run; any change to what is trained or measured is another."""
+    return key_text((ctx.section.training_key(arm), str(ctx.data)))
+
+
+def run_hash(ctx: Context, arm: Arm) -> str:
+    return hashlib.sha1(run_key(ctx, arm).encode()).hexdigest()[:10]
 
 
 def run_dir(ctx: Context, arm: Arm, seed: int) -> Path:
-    return ctx.runs / f"{arm.name if not arm.trained else f'{arm.name}-s{seed}'}-{run_key(ctx, arm)}"
+    return ctx.runs / f"{arm.name if not arm.trained else f'{arm.name}-s{seed}'}-{run_hash(ctx, arm)}"
 
 
 # A run of more steps checkpoints this often, so one cut when its session ends resumes there (a long
@@ -115,7 +120,7 @@ def probe_steps(ctx: Context, arm: Arm) -> int:
     budget = ctx.section.setup.budget
     if not budget.max_flops:
         return budget.steps or budget.estimated_steps(arm)
-    probe = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}"
+    probe = ctx.runs / f"probe-{arm.name}-{run_hash(ctx, arm)}"
     cached = probe.with_suffix(".json")
     if not cached.is_file():
         clear(ctx, probe)
@@ -202,6 +207,9 @@ def run_seed(ctx: Context, arm: Arm, seed: int) -> dict:
     """Train (when the arm trains) and measure; the metrics of every finished measure, and the wall minutes of
     each measure whose jobs ran (kept in the run's minutes.json, so a cached rerun still reports them)."""
     run = train(ctx, arm, seed)
+    if not ctx.dry_run:  # the folder says what it holds, beside the hash its name carries
+        run.mkdir(parents=True, exist_ok=True)
+        (run / KEY).write_text(run_key(ctx, arm) + "\n")
     t = target(ctx, arm, run)
     minutes_file = run / MINUTES
     minutes = json.loads(minutes_file.read_text()) if minutes_file.is_file() else {}

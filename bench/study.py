@@ -73,7 +73,9 @@ class Budget:
         if sum(x is not None for x in (self.steps, self.max_flops, self.minutes)) != 1:
             raise ValueError(f"budget {self}: give exactly one of steps, max_flops and minutes")
 
-    def __repr__(self) -> str:  # as before `minutes` existed: run folders are named by a hash of it
+    def key_text(self) -> str:
+        """The budget in a run key: steps and FLOPs always, minutes only when set (so that adding a kind of budget
+        renames no saved run)."""
         extra = f", minutes={self.minutes}" if self.minutes is not None else ""
         return f"Budget(steps={self.steps}, max_flops={self.max_flops}{extra})"
 
@@ -241,11 +243,12 @@ class Section:
 
     def training_key(self, arm: Arm) -> tuple:
         """What makes two sections' runs of an arm one training, measured once (the runner keeps runs under a hash
-        of it): the arm and the section's budget and languages; the start model's measures, the languages."""
+        of its `key_text`): the arm and the section's budget and languages; the start model's measures, the
+        languages. The arm it continues is a seventh field, present only when there is one."""
         if not arm.trained:
             return ("start", arm.init_from, self.setup.languages)
         key = (arm.recipe, arm.overrides, arm.init_from, arm.preset, self.setup.budget, self.setup.languages)
-        return key + ((self.training_key(arm.continues),) if arm.continues else ())  # older runs keep their hash
+        return key + ((self.training_key(arm.continues),) if arm.continues else ())
 
     def work(self) -> set[tuple]:
         """(training key, TRAIN) and (training key, measure) for everything this section trains and measures."""
@@ -437,6 +440,18 @@ class Study:
             out[name] = section.estimated_minutes(seeds, done)
             done |= section.work()
         return out
+
+
+def key_text(key) -> str:
+    """A run key as text, the text its folder's hash is taken of and the folder keeps (`key.txt`): Python's literal
+    of the key's tuples, strings and None, a budget as `Budget.key_text`."""
+    if isinstance(key, Budget):
+        return key.key_text()
+    if isinstance(key, tuple):
+        return "(" + ", ".join(map(key_text, key)) + ("," if len(key) == 1 else "") + ")"
+    if key is None or isinstance(key, str | int | float):
+        return repr(key)
+    raise TypeError(f"a run key holds tuples, strings, numbers, None and budgets, not {type(key).__name__}")
 
 
 def fill(override: str, steps: int) -> str:

@@ -18,7 +18,7 @@ from bench.measures import (
     xnli_reader,
 )
 from bench.reporting import table_rows
-from bench.run import Context, run_section
+from bench.run import KEY, Context, run_dir, run_key, run_section
 from bench.studies import evidence as E
 from bench.study import Section
 from polyalign.align.aligner import PAIR_LAYOUT
@@ -66,6 +66,7 @@ def test_each_measure_s_wall_minutes_are_kept_with_its_run_and_listed_once_per_r
     first = run_seed(ctx, c.baseline, 0)
     again = run_seed(ctx, c.baseline, 0)  # cached: nothing runs, the minutes are read back
     assert len(ran) == 1 and first["toy@x"] == 1.0
+    assert (run_dir(ctx, c.baseline, 0) / KEY).read_text() == run_key(ctx, c.baseline) + "\n"  # what it holds
     assert set(first["minutes"]) == {"toy"} and again["minutes"] == first["minutes"]
     shared = {"results": {"start": {"0": again}, "ppa": {"0": {"train": {"seconds": 600.0}}}}}
     table = "\n".join(minutes_table({"a": shared, "b": shared}))
