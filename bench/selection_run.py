@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench import selection as S
 from bench.reporting import commit, read_json, records
-from bench.study import Arm, Study
+from bench.study import Candidate, Study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,7 +185,7 @@ def start(run: SelectionRun, only=None) -> None:
         run.save()
 
 
-def train_command(run: SelectionRun, arm: Arm, run_dir: Path) -> list[str]:
+def train_command(run: SelectionRun, arm: Candidate, run_dir: Path) -> list[str]:
     """`polyalign pretrain` of one arm: the selection's schedule, a checkpoint every `save_every` steps, every one
     kept, the arm's overrides, `trainer.stop_at` where it stops early; resumed when its run exists."""
     selection = run.selection
@@ -242,7 +242,7 @@ def arms(run: SelectionRun, only: list[str] | None = None) -> None:
         run.save()
 
 
-def trained(arm: Arm, run_dir: Path, steps: int) -> bool:
+def trained(arm: Candidate, run_dir: Path, steps: int) -> bool:
     """An arm's run is done: its last checkpoint is saved, or (a minutes arm) its training minutes are spent."""
     if arm.minutes:
         logged = records(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []

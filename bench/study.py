@@ -43,12 +43,6 @@ class Arm:
     """Estimated training FLOPs per step (FLOP budgets only: the estimated step count)."""
     continues: Arm | None = None
     """An arm whose run of the same seed this one starts from (trained first; `init_from` names its start)."""
-    note: str = ""
-    """What the arm is, in words (a selection's page lists it)."""
-    stop_at: int = 0
-    """A selection's arm: stop at this step without changing the schedule (0: at the selection's `steps`)."""
-    minutes: float = 0.0  # a selection's arm: stop after these training minutes instead (trainer.max_minutes)
-    rule_layer: bool = False  # a selection's arm: self-trains and is measured at the layer rule's layer too
 
     @property
     def trained(self) -> bool:
@@ -304,6 +298,18 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Candidate(Arm):
+    """An arm of a selection: checkpointed along its schedule, each checkpoint a candidate."""
+
+    note: str = ""
+    """What the arm is, in words (the selection's page lists it)."""
+    stop_at: int = 0
+    """Stop at this step without changing the schedule (0: at the selection's `steps`)."""
+    minutes: float = 0.0  # stop after these training minutes instead (trainer.max_minutes)
+    rule_layer: bool = False  # self-trains and is measured at the layer rule's layer too
+
+
+@dataclass(frozen=True)
 class Protocol:
     """How every candidate is measured (AER, %): its decisive numbers at one layer, encoding and extraction method."""
 
@@ -382,9 +388,9 @@ class Selection:
     """The folder of the gold sets."""
     gold_sets: tuple[str, ...]
     protocol: Protocol
-    arms: tuple[Arm, ...]
+    arms: tuple[Candidate, ...]
     steps: int
-    """The schedule's length (an arm may stop earlier: `Arm.stop_at`)."""
+    """The schedule's length (an arm may stop earlier: `Candidate.stop_at`)."""
     save_every: int
     derived: tuple[Derived, ...] = ()
     references: tuple[Reference, ...] = ()

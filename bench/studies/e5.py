@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench.reporting import Block
 from bench.studies.e5_aligner import aligner_speed, aligner_speed_blocks, fit, fit_blocks, read_speed
-from bench.study import Arm, Derived, Protocol, Reference, Selection, Step, Study
+from bench.study import Candidate, Derived, Protocol, Reference, Selection, Step, Study
 
 ROOT = Path(__file__).resolve().parents[2]
 E5 = "models/multilingual-e5-small"
@@ -52,9 +52,9 @@ EQUAL_MINUTES = 8.2
 
 
 def arm(name: str, note: str, overrides: tuple[str, ...], stop_at: int = 0, recipe: str = "self-align",
-        **more) -> Arm:  # fmt: skip
+        **more) -> Candidate:  # fmt: skip
     """An arm from the e5 start; every setting the recipe's own values might change is named, so it reruns as it ran."""
-    return Arm(name, recipe, overrides, init_from=E5, note=note, stop_at=stop_at, **more)
+    return Candidate(name, recipe, overrides, init_from=E5, note=note, stop_at=stop_at, **more)
 
 
 ARMS = (

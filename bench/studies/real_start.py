@@ -9,11 +9,13 @@ is a note in bench/studies/notes/real-start.json.
 
 from __future__ import annotations
 
-from bench.studies.evidence import common
+from functools import partial
+
+from bench import claim as harness
 from bench.studies.evidence.common import DWA_CODE, OT_CODE, RTD_CODE
 from bench.studies.evidence.xlm_e import detectors, generators
 from bench.studies.warm import NO_WARM_RERUN, warm_reruns  # noqa: F401 (NO_WARM_RERUN: read by its test)
-from bench.study import Arm, Budget, Check, Comparison, Study
+from bench.study import Arm, Budget, Check, Study
 
 E5 = "models/multilingual-e5-small"
 XNLI15 = ("en", "ar", "bg", "de", "el", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
@@ -120,14 +122,8 @@ _xnli_reference = Check("XNLI of the start (the reference row; chance 33.3)", "s
 _start_t14 = Check("Tatoeba-14 of the start (dev-chosen layer)", "start", "tatoeba14@dev")
 
 
-def claim(id: str, section: str, paper: str, statement: str, number: str, baseline: Arm, method: Arm, metric: str,
-          direction: int, code=(), **extra) -> Comparison:  # fmt: skip
-    """The evidence study's claim() from this study's start, data and budget, the comparison's fields in table order."""
-    return common.claim(
-        id, section=section, budget=STEPS, start=E5, data=E5_DATA, paper=paper, statement=statement,
-        paper_number=number, baseline=baseline, method=method, metric=metric, direction=direction, code_checks=code,
-        **extra,
-    )  # fmt: skip
+# Every claim of the study: the same start, data and budget.
+claim = partial(harness.claim, budget=STEPS, start=E5, data=E5_DATA)
 
 
 CLAIMS = (

@@ -17,14 +17,12 @@ from bench.studies.evidence.common import (  # noqa: F401  (the names other stud
     MLM_TLM,
     NOISE_FLOOR,
     RTD_CODE,
-    SMALL_BASE,
     XNLI15,
     XNLI_SMOKE_FLOOR,
-    claim,
 )
 from bench.studies.evidence.ppa import PPA, PPA_NO_TLM  # noqa: F401
 from bench.studies.evidence.xlm_e import RTD_REFERENCE, XLM_E_DIAGNOSTIC, XLM_E_DIAGNOSTICS, detectors, generators  # noqa: F401
-from bench.study import Comparison, Study
+from bench.study import SMALL_BASE, Comparison, Study  # noqa: F401
 
 CLAIMS: tuple[Comparison, ...] = (
     *ppa.CLAIMS,

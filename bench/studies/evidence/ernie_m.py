@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from bench.studies.evidence.common import ALIGNED_START, START, claim
+from bench.claim import claim
+from bench.studies.evidence.common import ALIGNED_START, START
 from bench.study import SMALL_BASE, Arm, Budget, Check, Comparison
 
 # ERNIE-M Table 6 at bench/results/ernie-m.md's scale (2,048 tokens, 40 steps in 0.3-0.7 min); exp4 adds BTMLM half way.

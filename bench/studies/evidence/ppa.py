@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from bench.studies.evidence.common import CONTINUED, START, XNLI_SMOKE_FLOOR, claim
+from bench.claim import claim
+from bench.studies.evidence.common import CONTINUED, START, XNLI_SMOKE_FLOOR
 from bench.study import Arm, Budget, Check, Comparison
 
 # PPA: ppa.md's `m90` arm (queue 4,096, mean pooling, lr 1e-3, pairs under 10 tokens kept, 128 pairs per

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from bench.studies.evidence.common import CPU_SMALL, SEQ2SEQ_CODE, XNLI15, claim
+from bench.claim import claim
+from bench.studies.evidence.common import CPU_SMALL, SEQ2SEQ_CODE, XNLI15
 from bench.studies.evidence.xlm_e import SCRATCH_XLM
 from bench.study import Arm, Budget, Check, Comparison
 
@@ -88,7 +89,7 @@ CLAIMS: tuple[Comparison, ...] = (
             metric="mt-veco-loss",
             direction=-1,
             checks=_mt_checks(init, baseline.name, measure),
-            code_checks=SEQ2SEQ_CODE,
+            code=SEQ2SEQ_CODE,
             close=0.1,
             floor=0.0,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from bench.claim import claim
 from bench.studies.evidence.common import (
     ALIGN_LANGUAGES,
     CONTINUED,
@@ -13,7 +14,6 @@ from bench.studies.evidence.common import (
     RTD_CODE,
     XNLI15,
     XNLI_SMOKE_FLOOR,
-    claim,
 )
 from bench.studies.gpu_evidence import GPU_FLOPS, GPU_LANGUAGES, GPU_XLM, GPU_XLM_E
 from bench.study import Arm, Budget, Check, Comparison
@@ -191,7 +191,7 @@ def xlm_e_from_scratch(
             direction=direction,
             start=None,
             checks=rtd_checks(baseline, method),
-            code_checks=RTD_CODE,
+            code=RTD_CODE,
             independent=RTD_REFERENCE,
             diagnostics=aer_diagnostics if metric.startswith("aer") else (),
             **where,
@@ -218,7 +218,7 @@ def _xlm_e_diagnostic(
         direction=-1,
         measures=("aer-ot@best",),
         checks=rtd_checks(baseline, method),
-        code_checks=RTD_CODE,
+        code=RTD_CODE,
         **where,
     )
 
@@ -294,7 +294,7 @@ CLAIMS: tuple[Comparison, ...] = (
                 Check("MRTD generator loss, -TRTD", "xlm-e-mono", "log:mrtd/generator_loss", floor="unigram"),
                 Check("MRTD generator loss, XLM-E", "xlm-e", "log:mrtd/generator_loss", floor="unigram"),
             ),
-            code_checks=RTD_CODE,
+            code=RTD_CODE,
         )
         for metric, direction, number in (
             ("tatoeba14@dev", -1, "Table 3 Tatoeba-14 (en->xx / xx->en): XLM-E 74.4 / 72.3, -TRTD 55.8 / 55.1"),
@@ -390,7 +390,7 @@ CLAIMS: tuple[Comparison, ...] = (
         measures=("aer-ot@best",),
         languages=ALIGN_LANGUAGES,
         checks=(*detectors("xlm-e-mono-continued", ("mrtd",)), *detectors("xlm-e-continued")),
-        code_checks=RTD_CODE,
+        code=RTD_CODE,
     ),
 )
 
