@@ -3,7 +3,8 @@ rule by keyword. A study fixes what its claims share with `functools.partial(cla
 
 from __future__ import annotations
 
-from bench.study import SMALL_BASE, Arm, Budget, Comparison, Investigation, Rule, Setup
+from bench.arm import SMALL_BASE, Arm, Budget
+from bench.study import Comparison, Investigation, Rule, Setup
 
 
 def claim(id: str, section: str, paper: str, statement: str, paper_number: str, baseline: Arm, method: Arm,

@@ -23,13 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.arm import Arm, fill, key_text
 from bench.budget import quarter_means
 from bench.floors import unigram_floor
 from bench.measures import MEASURES, Target
 from bench.reporting import commit, records, write_json
 from bench.selection_run import run_steps
 from bench.studies import STUDIES
-from bench.study import Arm, Section, fill, key_text
+from bench.study import Section
 from bench.verdict import difference, needs_second_seed
 from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE

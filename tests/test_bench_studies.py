@@ -11,10 +11,11 @@ import pytest
 
 from bench import page
 from bench import selection as S
+from bench.arm import Budget, fill, key_text
 from bench.run import Context, budget_overrides, run_dir, run_section, train
 from bench.studies import STUDIES
 from bench.studies import evidence as E
-from bench.study import TRAIN, Budget, Section, Setup, fill, key_text
+from bench.study import TRAIN, Section, Setup
 from polyalign.config import load_recipe
 from tests.bench_sections import ALL, STUDY
 

@@ -10,7 +10,7 @@ data pack of bench/perf/gpu_pack.py. Same measures, checks and rule as the CPU r
 
 from __future__ import annotations
 
-from bench.study import Arm
+from bench.arm import Arm
 from polyalign.languages import XNLI_LANGUAGES
 
 GPU_FLOPS = 3e16

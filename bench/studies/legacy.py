@@ -10,9 +10,10 @@ in bench/studies/notes/NAME.json.
 
 from __future__ import annotations
 
+from bench.arm import SMALL_BASE, Arm, Budget
 from bench.claim import claim
 from bench.studies.evidence.common import ALIGNED_START, CONTINUED
-from bench.study import SMALL_BASE, Arm, Budget, Comparison, Rule, Setup, Study
+from bench.study import Comparison, Rule, Setup, Study
 
 LOSS = Rule(close=0.1, floor=0.0)  # losses in nats: no test-set sampling error, a second seed under 0.1
 ISSUE = "the issue's question (no paper number)"

@@ -3,7 +3,8 @@ languages, and the tests that check the code a claim runs."""
 
 from __future__ import annotations
 
-from bench.study import Arm, Rule
+from bench.arm import Arm
+from bench.study import Rule
 
 XNLI_SMOKE_FLOOR = 1.5
 """Points: the XNLI smoke measure scores 100 test pairs in each of 15 languages; one binomial standard error of an

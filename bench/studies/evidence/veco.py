@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 
+from bench.arm import Arm, Budget
 from bench.claim import claim
 from bench.studies.evidence.common import CPU_SMALL, SEQ2SEQ_CODE, XNLI15
 from bench.studies.evidence.xlm_e import SCRATCH_XLM
-from bench.study import Arm, Budget, Check, Comparison
+from bench.study import Check, Comparison
 
 # VECO from scratch: every parameter trains from step 1 (the recipe's cross-attention-only start, VECO §4, is
 # for a pretrained encoder, and `pretrain` refuses it without one).

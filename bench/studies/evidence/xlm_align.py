@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
+from bench.arm import Arm, Budget
 from bench.claim import claim
 from bench.studies.evidence.common import ALIGN_LANGUAGES, ALIGNED_START, CONTINUED, DWA_CODE, MLM_TLM, OT_CODE
-from bench.study import Arm, Budget, Check, Comparison
+from bench.study import Check, Comparison
 
 DWA = Arm("dwa", "xlm-align", CONTINUED, seconds_per_step=2.5)
 

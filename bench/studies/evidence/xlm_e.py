@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from bench.arm import Arm, Budget
 from bench.claim import claim
 from bench.studies.evidence.common import (
     ALIGN_LANGUAGES,
@@ -16,7 +17,7 @@ from bench.studies.evidence.common import (
     XNLI_SMOKE_FLOOR,
 )
 from bench.studies.gpu_evidence import GPU_FLOPS, GPU_LANGUAGES, GPU_XLM, GPU_XLM_E
-from bench.study import Arm, Budget, Check, Comparison
+from bench.study import Check, Comparison
 
 SCRATCH_XLM = Arm("xlm", "xlm", (), None, CPU_SMALL, seconds_per_step=1.13, flops_per_step=0.25e12)
 SCRATCH_XLM_E = Arm("xlm-e", "xlm-e", (), None, CPU_SMALL, seconds_per_step=2.15, flops_per_step=0.31e12)
