@@ -3,7 +3,7 @@ of its own logs, and the page's table of every trained run's steps, tokens, minu
 
 from __future__ import annotations
 
-from bench.reporting import fmt, markdown_table
+from bench.reporting import fmt, table
 from bench.study import Comparison
 
 FLAT = 0.01
@@ -43,7 +43,7 @@ def still_falling(c: Comparison, section: dict) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def budget_table(loaded: dict) -> list[str]:
+def budget_table(loaded: dict) -> list:
     """The budget of every trained run: the head-only steps before it (not counted), its steps, tokens and
     training minutes, and whether its total loss had flattened by the end (bench/budget.py `loss_trend`); a run
     shared by sections is listed once, runs summarised before these fields were logged show '-'."""
@@ -89,6 +89,5 @@ def budget_table(loaded: dict) -> list[str]:
         "question) or rising. The learning rate decays linearly to 0, so part of any flattening at the end is the "
         "schedule's.",
         "",
-        markdown_table(header, body),
-        "",
+        table(header, body),
     ]

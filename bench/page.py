@@ -20,7 +20,7 @@ from bench import verdict as V
 from bench.budget import budget_table
 from bench.figures import checkpoint_curves, current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
-from bench.reporting import block_lines, fmt, markdown_table, provenance, read_json, write_json
+from bench.reporting import fmt, page_text, provenance, read_json, table, write_json
 from bench.selection_page import selection_blocks
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
@@ -135,7 +135,7 @@ def premise_text(c: Comparison, section: dict | None) -> str:
     return "<br>".join(parts) or "-"
 
 
-def checks_table(c: Comparison, section: dict) -> list[str]:
+def checks_table(c: Comparison, section: dict) -> list:
     floors, rows = section.get("floors", {}), []
     for check in c.why.checks:
         numbers = V.check_numbers(check, section)
@@ -150,11 +150,8 @@ def checks_table(c: Comparison, section: dict) -> list[str]:
         state = "-" if held is None else "held" if held[3] else "not met"
         value = numbers_text(numbers) if numbers else "not measured"
         rows.append([check.label, f"`{check.arm}`", value, "; ".join(against) or "-", state])
-    return (
-        [markdown_table(["check (seed 0)", "arm", "value (first -> last 10 logged)", "held against", "premise"], rows)]
-        if rows
-        else []
-    )
+    header = ["check (seed 0)", "arm", "value (first -> last 10 logged)", "held against", "premise"]
+    return [table(header, rows)] if rows else [""]
 
 
 def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: dict, root: Path = ROOT) -> list[str]:
@@ -185,10 +182,10 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
             + ", ".join(f"`{t.split('::')[1]}`" for t in c.why.code)
             + f" (`python -m pytest {files}`)."
         )
-    lines += ["", *checks_table(c, section), ""]
+    lines += ["", *checks_table(c, section)]
     diagnostics, _ = V.diagnostic_lines(study, c, rows, loaded)
     if diagnostics:
-        table = []
+        body = []
         for d in diagnostics:
             dc, drow = d["diagnostic"], d["row"]
             section_d = loaded.get(dc.section, {"results": {}})
@@ -200,7 +197,7 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
                 + ("held" if ok else "not met")
                 for label, (v, against, x, ok) in held
             )
-            table.append(
+            body.append(
                 [
                     f"`{dc.id}`: {dc.statement}",
                     protocol(dc),
@@ -211,11 +208,10 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
                 ]
             )
         lines += [
-            markdown_table(
+            table(
                 ["diagnostic", "protocol", "method - baseline", "verdict", "premises (seed 0, last 10 logged)", "read"],
-                table,
+                body,
             ),
-            "",
         ]
     independent = None
     if c.why.independent and (path := root / c.why.independent).is_file():
@@ -226,17 +222,16 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
             f"on the same {independent['steps']} batches of {independent['max_tokens']} tokens, unigram floor "
             f"{independent['unigram_floor']:.2f}."
         )
-        table = [
+        body = [
             [n, f"{s['accuracy']:.3f}", f"{s['majority']:.3f}", s["since"] or "-", f"{s['generator_loss']:.2f}"]
             for n, s in states.items()
         ]
         lines += [
             "",
-            markdown_table(
+            table(
                 ["implementation", "discriminator accuracy", "majority class", "above it from step", "generator loss"],
-                table,
+                body,
             ),
-            "",
         ]
     lines.append(f"- Reading (rule, bench/verdict.py): {words(V.reading(study, c, rows, loaded, independent))}.")
     return [*lines, *note(notes, c.id), ""]
@@ -245,7 +240,7 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
 # --------------------------------------------------------------------------------------------------------
 
 
-def minutes_table(loaded: dict) -> list[str]:
+def minutes_table(loaded: dict) -> list:
     """Wall minutes of every run: training (its log's seconds) and each measure bench.run timed (runs measured
     before it kept minutes.json show '-'); a run shared by sections is listed once."""
     body, seen = [], set()
@@ -264,7 +259,7 @@ def minutes_table(loaded: dict) -> list[str]:
     if not body:
         return []
     header = ["section: arm", "seed", "training", "measures (timed by bench.run)", "total"]
-    return ["## Wall minutes per run (2 CPU threads)", "", markdown_table(header, body), ""]
+    return ["## Wall minutes per run (2 CPU threads)", "", table(header, body)]
 
 
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
@@ -296,7 +291,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
         "",
     ]
     header = ["claim", "paper's number", "metric", "baseline", "method", "difference", "verdict", "protocol"]
-    table = [
+    body = [
         [
             f"{c.paper} `{c.id}`: {c.statement}",
             c.paper_number,
@@ -317,8 +312,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     sources = sorted({(s["command"], s["source"]) for s in loaded.values() if "source" in s})
     lines += [f"Measured by `{c}` (a script of its own); the numbers are read from {x}.\n" for c, x in sources]
     lines += [
-        markdown_table(header, table),
-        "",
+        table(header, body),
         "Metrics: " + "; ".join(f"`{k}` {v[1]}" for k, v in METRICS.items() if k in used) + ".",
         "",
     ]
@@ -329,7 +323,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
             for name, arm, seeds in arms
         ]
         body = [row for row in body if any(c != "-" for c in row[1:])]  # arms the table's measures never read
-        lines += [f"## {title}", "", markdown_table(["section: arm", *keys], body), ""]
+        lines += [f"## {title}", "", table(["section: arm", *keys], body)]
     lines += minutes_table(loaded)
     lines += budget_table(loaded)
     failed = [c for c in study.comparisons if rows[c.id]["verdict"] == V.NOT_REPRODUCED]
@@ -345,7 +339,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     if plots or saved:
         lines += ["## Figures", "", *(f"![{p.stem}]({p.relative_to(results)})" for p in [*plots, *saved]), ""]
     page = results / f"{study.name}.md"
-    page.write_text("\n".join(lines))
+    page.write_text(page_text(lines))
     json_rows = [rows[c.id] | {"protocol": protocol(c)} for c in study.comparisons]
     write_json(results / study.name / "verdicts.json", {"provenance": provenance(command), "rows": json_rows})
     return page
@@ -371,13 +365,13 @@ def write_selection(study: Study, results: Path, command: str, notes_dir: Path =
 
     def step_lines(step) -> list[str]:  # a step's blocks, then its note
         said = note(notes, step.name)
-        return [*(line for block in step.blocks(saved) for line in block_lines(block)), *said, *([""] if said else [])]
+        return [*step.blocks(saved), *said, *([""] if said else [])]
 
     lines += [line for step in selection.before for line in step_lines(step)]
-    lines += [line for b in selection_blocks(selection, saved, summary, root, str(figure)) for line in block_lines(b)]
+    lines += selection_blocks(selection, saved, summary, root, str(figure))
     lines += [line for step in selection.after for line in step_lines(step)]
     page = results / f"{study.name}.md"
-    page.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    page.write_text(page_text(lines).rstrip("\n") + "\n", encoding="utf-8")
     return page
 
 

@@ -85,6 +85,8 @@ class Block:
     rows: tuple[tuple, ...] = ()
     after: tuple[str, ...] = ()
     level: int = 2
+    align: str = ""
+    """The table's columns, a letter each: `l` or `r` (numbers); left when absent."""
 
 
 def block_lines(block: Block) -> list[str]:
@@ -93,10 +95,21 @@ def block_lines(block: Block) -> list[str]:
     for paragraph in block.text:
         lines += [paragraph, ""]
     if block.header:
-        lines += [markdown_table(block.header, block.rows), ""]
+        lines += [markdown_table(block.header, block.rows, block.align), ""]
     for paragraph in block.after:
         lines += [paragraph, ""]
     return lines
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence], align: str = "") -> Block:
+    """A table alone as a block of a page."""
+    return Block(header=tuple(header), rows=tuple(map(tuple, rows)), align=align)
+
+
+def page_text(parts: Sequence[str | Block]) -> str:
+    """A page from its parts, one line of Markdown each (a heading, a paragraph, the provenance line) or a block: the
+    one place that draws bench/results' tables."""
+    return "\n".join(line for part in parts for line in (block_lines(part) if isinstance(part, Block) else [part]))
 
 
 def commit() -> str:

@@ -17,7 +17,7 @@ from bench.measures import (
     retrieval_metrics,
     xnli_reader,
 )
-from bench.reporting import table_rows
+from bench.reporting import page_text, table_rows
 from bench.run import KEY, Context, run_dir, run_key, run_section
 from bench.studies import evidence as E
 from bench.study import Section
@@ -69,7 +69,7 @@ def test_each_measure_s_wall_minutes_are_kept_with_its_run_and_listed_once_per_r
     assert (run_dir(ctx, c.baseline, 0) / KEY).read_text() == run_key(ctx, c.baseline) + "\n"  # what it holds
     assert set(first["minutes"]) == {"toy"} and again["minutes"] == first["minutes"]
     shared = {"results": {"start": {"0": again}, "ppa": {"0": {"train": {"seconds": 600.0}}}}}
-    table = "\n".join(minutes_table({"a": shared, "b": shared}))
+    table = page_text(minutes_table({"a": shared, "b": shared}))
     assert table.count("`start`") == 1 and table.count("`ppa`") == 1  # a run two sections share: one row
     assert ["a: `ppa`", "0", "10.0", "-", "10.0"] in table_rows(table)
     assert minutes_table({"a": {"results": {"start": {"0": {"toy@x": 1.0}}}}}) == []  # nothing timed: no table

@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.reporting import commit, cpu_name, markdown_table, read_json, records
+from bench.reporting import commit, cpu_name, page_text, read_json, records, table
 
 ROOT = Path(__file__).resolve().parents[2]
 W = ROOT / "bench" / "work" / "scale"
@@ -89,7 +89,7 @@ def write_page(result: dict, out: Path) -> Path:
         "lines, then every line tokenized into shards. Training: recipe `xlm` (MLM + TLM, 6 layers, hidden 384), "
         "10 steps and one checkpoint. Peak RSS from `getrusage(RUSAGE_CHILDREN)` (bench/perf/peak_rss.py).",
         "",
-        markdown_table(
+        table(
             ["phase", "peak RSS 1x (MB)", "peak RSS 10x (MB)", "ratio", "goal", "wall s (1x / 10x)"],
             [
                 [
@@ -104,7 +104,6 @@ def write_page(result: dict, out: Path) -> Path:
             ],
             align="lrrrrr",
         ),
-        "",
         "## DDP (2 gloo processes) vs 1 process with 2 accumulation steps",
         "",
         "Recipe `mlm` at its size (6 layers, hidden 384, vocabulary 32000, 8192-token micro-batches) on "
@@ -115,13 +114,13 @@ def write_page(result: dict, out: Path) -> Path:
         f"Tolerance: relative loss difference < 1e-3 per logged step (bf16 autocast; only the order of "
         f"floating-point reductions differs). Measured: max {worst:.2e}.",
         "",
-        markdown_table(
+        table(
             ["step", "DDP 2x1 loss", "1 process x 2 accumulation loss", "relative difference"],
             [[s["step"], f"{s['ddp']:.5f}", f"{s['single']:.5f}", f"{s['rel_diff']:.1e}"] for s in steps],
             align="rrrr",
         ),
     ]
-    (out / "scale.md").write_text("\n".join(lines) + "\n")
+    (out / "scale.md").write_text(page_text(lines))
     return out / "scale.md"
 
 

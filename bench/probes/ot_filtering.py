@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from bench.reporting import markdown_table, provenance, write_json
+from bench.reporting import page_text, provenance, table, write_json
 from polyalign.align import extract
 from polyalign.align.aer import alignment_error_rate, read_gold
 from polyalign.align.aligner import Aligner
@@ -132,21 +132,19 @@ def write_page(saved: dict, page: Path) -> Path:
         "",
         "## Planted alignments (de-en gold links, AER / precision, %)",
         "",
-        markdown_table(
+        table(
             ["noise sigma", *methods],
             [[s, *(f"{by[s, m]['aer']:.1f} / {by[s, m]['precision']:.1f}" for m in methods)] for s in SIGMAS],
         ),
-        "",
         f"## {model} (pair encoding, default layer; AER / precision, %)",
         "",
-        markdown_table(
+        table(
             ["method", *golds],
             [
                 [m, *(f"{on_model[g, m]['aer']:.2f} / {on_model[g, m]['precision']:.1f}" for g in golds)]
                 for m in ("ot (released Itermax)", "ot (Eq. 9 literal)")
             ],
         ),
-        "",
     ]
-    page.write_text("\n".join(lines))
+    page.write_text(page_text(lines))
     return page

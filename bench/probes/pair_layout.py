@@ -15,7 +15,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from bench.reporting import markdown_table, provenance, write_json
+from bench.reporting import page_text, provenance, table, write_json
 from polyalign.align.aer import read_gold
 from polyalign.align.aligner import PAIR_STYLE, Aligner
 from polyalign.checkpoint import load_model
@@ -72,10 +72,9 @@ def write_page(saved: dict, out: Path) -> Path:
         "Mean OT AER over the 7 gold sets (pair encoding, XLM-Align's released Itermax filtering) at every layer "
         "(0 = embeddings). Lower is better; the difference between the two rows of a model is the layout's alone.",
         "",
-        markdown_table(["model", "pair layout", *(f"layer {i}" for i in range(depth))], rows),
-        "",
+        table(["model", "pair layout", *(f"layer {i}" for i in range(depth))], rows),
     ]
-    (out / "pair_layout.md").write_text("\n".join(page))
+    (out / "pair_layout.md").write_text(page_text(page))
     return out / "pair_layout.md"
 
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.floors import unigram_floor
-from bench.reporting import markdown_table, provenance, read_json, write_json
+from bench.reporting import page_text, provenance, read_json, table, write_json
 from bench.studies.evidence.common import XNLI15  # xlm-e-3's languages
 from bench.verdict import (
     MAJORITY_MARGIN,
@@ -229,7 +229,7 @@ def report(result: dict, out: Path, produced_by: str) -> None:
         f"{MAJORITY_MARGIN:g} (as the evidence page's premise). Unigram floor of the generator loss: "
         f"{result['unigram_floor']:.2f} nats.",
         "",
-        markdown_table(
+        table(
             [
                 "implementation",
                 "above the majority class from step",
@@ -240,11 +240,10 @@ def report(result: dict, out: Path, produced_by: str) -> None:
             ],
             rows,
         ),
-        "",
         f"![curves]({figure.name})",
         "",
     ]
-    out.with_suffix(".md").write_text("\n".join(lines))
+    out.with_suffix(".md").write_text(page_text(lines))
 
 
 def main(argv: list[str] | None = None) -> None:
