@@ -12,7 +12,7 @@ JSON, bench/results/STUDY.json, written by bench/selection_run.py:
     start_layers_dev  the same on the dev halves at the layer rule's layers (`Selection.rule_layers`), where it has one
     compare     the chosen candidate against the start: the AER difference and its paired bootstrap interval, its
                 layer and method (the protocol's where absent)
-    fit         bench/studies/e5_aligner.py: `polyalign fit-aligner` on each gold set's own sentences
+    fit         bench/steps/e5_aligner.py: `polyalign fit-aligner` on each gold set's own sentences
 
 plus what the study's own steps save. Missing parts are read as not run.
 """

@@ -12,7 +12,8 @@ from bench import page
 from bench import selection as S
 from bench.reporting import table_rows
 from bench.selection_run import run_steps, steps_of
-from bench.studies import STUDIES, e5_aligner
+from bench.steps import e5_aligner
+from bench.studies import STUDIES
 from bench.studies import e5 as E5
 from bench.study import Derived, Reference
 from polyalign.config import load_recipe

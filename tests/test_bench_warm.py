@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.studies import real_start, warm
-from bench.studies.e5_start import COLD, COLD_HEAD
+from bench.studies.real_start_common import COLD, COLD_HEAD
 
 
 def by_id(claim_id: str):

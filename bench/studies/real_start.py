@@ -10,9 +10,9 @@ is a note in bench/studies/notes/real-start.json.
 from __future__ import annotations
 
 from bench.arm import Arm
-from bench.studies.e5_start import COLD, CONTINUED, CONTINUED_COLD, E5, START, XNLI15, claim
 from bench.studies.evidence.common import DWA_CODE, OT_CODE, RTD_CODE
 from bench.studies.evidence.xlm_e import detectors, generators
+from bench.studies.real_start_common import COLD, CONTINUED, CONTINUED_COLD, E5, START, XNLI15, claim
 from bench.studies.warm import COLD_CLAIMS, WARM_CLAIMS
 from bench.study import Check, Study
 

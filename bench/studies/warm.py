@@ -8,7 +8,7 @@ on the cold rows. Warm arms, ids and sections carry `-warm`, so their runs are n
 from __future__ import annotations
 
 from bench.arm import Arm, Budget
-from bench.studies.e5_start import COLD, COLD_HEAD, CONTINUED, E5, claim
+from bench.studies.real_start_common import COLD, COLD_HEAD, CONTINUED, E5, claim
 from bench.study import Check, Comparison
 
 SUFFIX = "-warm"
