@@ -1,8 +1,8 @@
-"""Train and measure one section of a study through the polyalign CLI; resumable.
+"""The one runner: a study's steps, each resumable, through the polyalign CLI.
 
-Usage: python -m bench.run STUDY [SECTION ...] [--data PREPARED] [--work bench/work/STUDY] [--dry-run]
-A selection study (bench/study.py `Selection`) has steps where the others have sections: `python -m bench.run STUDY
-[STEP ...] [--arms A,B]` runs them (bench/selection_run.py).
+Usage: python -m bench.run STUDY [STEP ...] [--data PREPARED] [--work bench/work/STUDY] [--arms A,B] [--dry-run]
+A comparison study's steps are its sections, each training and measuring its arms as below; a selection study's are
+its own steps and the selection's (bench/selection_run.py: start, arms, derive, compare; `--arms` picks the arms).
 Every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun only does what is missing.
 Runs live in WORK/runs under a hash of what they train, so sections share the runs of the same arm. Seed 0 of
 every arm first; seed 1 of a comparison's arms only when its seed-0 difference is under the rule's `close`
@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from bench.arm import Arm, fill, key_text
@@ -28,9 +29,9 @@ from bench.budget import quarter_means
 from bench.floors import unigram_floor
 from bench.measures import MEASURES, Target
 from bench.reporting import commit, records, write_json
-from bench.selection_run import run_steps
+from bench.selection_run import selection_steps
 from bench.studies import STUDIES
-from bench.study import Section
+from bench.study import Section, Study
 from bench.verdict import difference, needs_second_seed
 from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE
@@ -291,18 +292,70 @@ def section_result(ctx: Context, study: str, results: dict[str, dict[str, dict]]
     }
 
 
+@dataclass
+class Options:
+    """What a run of a study's steps is told (the command line's options)."""
+
+    data: Path = Path("bench/work/prepared-all24")
+    work: Path | None = None
+    eval_root: Path = Path("../shared/data/eval")
+    python: str = sys.executable
+    dry_run: bool = False
+    max_seeds: int = 2
+    arms: list[str] | None = None
+    root: Path = ROOT
+
+
+def section_step(study: Study, name: str, options: Options) -> None:
+    """Train and measure one section of a comparison study; its result in bench/results/STUDY/sections/NAME.json."""
+    section = study.sections()[name]
+    if section.setup.device == "cuda" and not options.dry_run and not cuda_available():
+        print(f"section {name} skipped: sized for a GPU (bench/perf/gpu_check.py runs it)", file=sys.stderr)
+        return
+    if section.setup.start and not Path(section.setup.start).exists() and not options.dry_run:
+        print(f"section {name} skipped: no start model {section.setup.start}", file=sys.stderr)
+        return
+    data = Path(section.setup.data) if section.setup.data else options.data
+    if not (data / "dev").is_dir() and not options.dry_run:
+        tokenizer = section.setup.start if section.setup.data else "../shared/models/small-base"
+        prepare(data, options.eval_root, options.python, tokenizer)
+    runs = (options.work or Path("bench/work") / study.name) / "runs"
+    ctx = Context(section, data, runs, options.eval_root, options.python, options.dry_run)
+    print(f"section {name}: about {study.estimates()[name]:.0f} CPU-minutes at most", flush=True)
+    result = run_section(ctx, study.name, options.max_seeds)
+    if not options.dry_run:
+        write_json(options.root / "bench" / "results" / study.name / "sections" / f"{name}.json", result)
+
+
+def steps_of(study: Study, options: Options) -> dict[str, Callable[[], None]]:
+    """Every step of a study in the order a run without one named takes them: a comparison study's sections, a
+    selection study's own steps and the selection's (bench/selection_run.py)."""
+    if study.selection:
+        return selection_steps(study, options.arms, options.dry_run, options.python, options.root)
+    return {name: partial(section_step, study, name, options) for name in study.sections()}
+
+
+def run_steps(study: Study, names: list[str], options: Options) -> None:
+    """The named steps of a study (every one, in order, when none is named)."""
+    steps = steps_of(study, options)
+    if unknown := [n for n in names if n not in steps]:
+        raise SystemExit(f"{', '.join(unknown)}: steps of {study.name} are {', '.join(steps)}")
+    for name in names or steps:
+        steps[name]()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("study", choices=list(STUDIES))
-    parser.add_argument("sections", nargs="*", help="default: every section (or step) of the study, in order")
+    parser.add_argument("steps", nargs="*", help="default: every step (a section, or a selection's step), in order")
     parser.add_argument(
         "--data",
         type=Path,
-        default=Path("bench/work/prepared-all24"),
+        default=Options.data,
         help="prepared, with a dev split (a section whose setup names its own data uses that)",
     )
     parser.add_argument("--work", type=Path, help="default bench/work/STUDY")
-    parser.add_argument("--eval", type=Path, default=Path("../shared/data/eval"))
+    parser.add_argument("--eval", type=Path, default=Options.eval_root)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--dry-run", action="store_true", help="print the commands of a fresh run, run nothing")
     parser.add_argument(
@@ -310,38 +363,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--arms", help="a selection study's arms to train, a comma list (default: every arm)")
     args = parser.parse_args(argv)
-    study = STUDIES[args.study]
-    if study.selection:
-        only = args.arms.split(",") if args.arms else None
-        run_steps(study, args.sections, only, args.dry_run, args.python)
-        return
-    unknown = set(args.sections) - set(study.sections())
-    if unknown:
-        sys.exit(f"{', '.join(unknown)}: sections of {study.name} are {', '.join(study.sections())}")
-    for name in args.sections or study.sections():
-        section = study.sections()[name]
-        if section.setup.device == "cuda" and not args.dry_run and not cuda_available():
-            print(f"section {name} skipped: sized for a GPU (bench/perf/gpu_check.py runs it)", file=sys.stderr)
-            continue
-        if section.setup.start and not Path(section.setup.start).exists() and not args.dry_run:
-            print(f"section {name} skipped: no start model {section.setup.start}", file=sys.stderr)
-            continue
-        data = Path(section.setup.data) if section.setup.data else args.data
-        if not (data / "dev").is_dir() and not args.dry_run:
-            tokenizer = section.setup.start if section.setup.data else "../shared/models/small-base"
-            prepare(data, args.eval, args.python, tokenizer)
-        ctx = Context(
-            section,
-            data,
-            (args.work or Path("bench/work") / study.name) / "runs",
-            args.eval,
-            args.python,
-            args.dry_run,
-        )
-        print(f"section {name}: about {study.estimates()[name]:.0f} CPU-minutes at most", flush=True)
-        result = run_section(ctx, study.name, args.max_seeds)
-        if not args.dry_run:
-            write_json(ROOT / "bench" / "results" / study.name / "sections" / f"{name}.json", result)
+    arms = args.arms.split(",") if args.arms else None
+    options = Options(args.data, args.work, args.eval, args.python, args.dry_run, args.max_seeds, arms)
+    run_steps(STUDIES[args.study], args.steps, options)
 
 
 def cuda_available() -> bool:

@@ -1,4 +1,5 @@
-"""The runner's steps for a selection study (bench/study.py `Selection`), each resumable, all saving to one JSON.
+"""The steps of a selection study (bench/study.py `Selection`) for the one runner (bench/run.py), each resumable, all
+saving to one JSON.
 
     flock /tmp/polyalign-cpu.lock python -m bench.run STUDY [STEP ...] [--arms A,B] [--dry-run]
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -326,24 +328,22 @@ def compare(run: SelectionRun, only=None) -> None:
 HARNESS_STEPS = dict(zip(S.HARNESS_STEPS, (start, arms, derive, compare), strict=True))
 
 
-def steps_of(study: Study) -> dict:
-    """Every step of the study, in the order a run without a step named takes them (bench/selection.py)."""
-    own = {s.name: (lambda run, only, s=s: s.run(run)) for s in (*study.selection.before, *study.selection.after)}
-    return {name: HARNESS_STEPS.get(name) or own[name] for name in S.step_names(study.selection)}
-
-
-def run_steps(study: Study, names: list[str], only: list[str] | None = None, dry_run: bool = False,
-              python: str = sys.executable, root: Path = ROOT) -> None:  # fmt: skip
-    """Run the named steps (all of them, in order, when none is named) on the study's saved results."""
-    steps = steps_of(study)
-    unknown = [n for n in names if n not in steps]
-    if unknown:
-        raise SystemExit(f"{', '.join(unknown)}: steps of {study.name} are {', '.join(steps)}")
+def selection_steps(study: Study, only: list[str] | None = None, dry_run: bool = False, python: str = sys.executable,
+                    root: Path = ROOT) -> dict[str, Callable[[], None]]:  # fmt: skip
+    """Every step of a selection study bound to its saved results, in the order a run without one named takes them
+    (bench/selection.py); `only`: the arms the step `arms` trains. A dry run skips the study's own steps."""
     results = root / "bench" / "results" / f"{study.name}.json"
     run = SelectionRun(study, read_json(results) if results.is_file() else {}, root, python, dry_run)
-    for name in names or list(steps):
-        if dry_run and name not in HARNESS_STEPS:
-            print(f"step {name}: the study's own, not run in a dry run", flush=True)
-            continue
-        print(f"step {name}", flush=True)
-        steps[name](run, only)
+    own = {s.name: s.run for s in (*study.selection.before, *study.selection.after)}
+
+    def step(name: str) -> Callable[[], None]:
+        def go() -> None:
+            if dry_run and name not in HARNESS_STEPS:
+                print(f"step {name}: the study's own, not run in a dry run", flush=True)
+                return
+            print(f"step {name}", flush=True)
+            HARNESS_STEPS[name](run, only) if name in HARNESS_STEPS else own[name](run)
+
+        return go
+
+    return {name: step(name) for name in S.step_names(study.selection)}

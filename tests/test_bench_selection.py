@@ -11,7 +11,7 @@ import pytest
 from bench import page
 from bench import selection as S
 from bench.reporting import table_rows
-from bench.selection_run import run_steps, steps_of
+from bench.run import Options, run_steps, steps_of
 from bench.steps import e5_aligner
 from bench.studies import STUDIES
 from bench.studies import e5 as E5
@@ -107,25 +107,25 @@ def test_derive_makes_only_what_no_arm_was_made_from(tmp_path, capsys):
     (root / "bench" / "results" / "e5.json").write_text(json.dumps(saved()))
     study = dataclasses.replace(STUDY, selection=dataclasses.replace(SELECTION, derived=(
         Derived("interpolate", 0.5), Derived("interpolate", 0.75))))  # fmt: skip
-    run_steps(study, ["derive"], dry_run=True, root=root)
+    run_steps(study, ["derive"], Options(dry_run=True, root=root))
     made = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     # the base is softmax-labels at 1000 (lowest dev mean), whose 0.5 interpolation is saved (under another name)
     assert len(made) == 1 and "--weight 0.75" in made[0] and "softmax-labels-wise-0.75" in made[0]
 
 
 def test_the_steps_run_in_order_and_an_unknown_one_names_them(tmp_path):
-    assert list(steps_of(STUDY)) == [
+    assert list(steps_of(STUDY, Options(root=tmp_path))) == [
         "convert", "sentences", "start", "arms", "derive", "compare", "speed", "fit", "aligner-speed",
     ]  # fmt: skip
     with pytest.raises(SystemExit, match="convert, sentences, start"):
-        run_steps(STUDY, ["interpolate"], root=tmp_path)
+        run_steps(STUDY, ["interpolate"], Options(root=tmp_path))
     with pytest.raises(SystemExit, match="argmax-labels"):
-        run_steps(STUDY, ["arms"], only=["nope"], dry_run=True, root=tmp_path)
+        run_steps(STUDY, ["arms"], Options(dry_run=True, arms=["nope"], root=tmp_path))
 
 
 def test_a_dry_run_prints_each_arms_training_with_its_schedule_and_stop(tmp_path, capsys):
     (tmp_path / "bench" / "results").mkdir(parents=True)
-    run_steps(STUDY, ["arms"], dry_run=True, root=tmp_path)
+    run_steps(STUDY, ["arms"], Options(dry_run=True, root=tmp_path))
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     assert len(commands) == len(E5.ARMS) and all(f"--init-from {tmp_path}/{E5.E5}" in c for c in commands)
     embeddings = next(c for c in commands if "trained-embeddings" in c)
@@ -277,11 +277,11 @@ def test_compare_is_not_made_again_for_the_offered_aligner_it_compared(tmp_path,
     (tmp_path / "bench" / "results").mkdir(parents=True)
     results = saved() | {"compare": {"arm": "softmax-labels", "step": 500, "sets": {}}}  # layer 8, argmax: implied
     (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(results))
-    run_steps(STUDY, ["compare"], dry_run=True, root=tmp_path)
+    run_steps(STUDY, ["compare"], Options(dry_run=True, root=tmp_path))
     assert "is compared already" in capsys.readouterr().out
     results["compare"] |= {"layer": 7}
     (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(results))
-    run_steps(STUDY, ["compare"], dry_run=True, root=tmp_path)
+    run_steps(STUDY, ["compare"], Options(dry_run=True, root=tmp_path))
     assert "is compared already" not in capsys.readouterr().out
     assert S.compared(SELECTION, results["compare"]) == ("softmax-labels", "500", "7", "argmax")
 
@@ -289,7 +289,8 @@ def test_compare_is_not_made_again_for_the_offered_aligner_it_compared(tmp_path,
 def test_a_rule_layer_arm_trains_at_the_rules_layer_and_a_minutes_arm_for_its_minutes(tmp_path, capsys):
     (tmp_path / "bench" / "results").mkdir(parents=True)
     (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(layered()))
-    run_steps(STUDY, ["arms"], only=["softmax-rule-layer", "dwa-beside", "softmax-labels"], dry_run=True, root=tmp_path)
+    arms = ["softmax-rule-layer", "dwa-beside", "softmax-labels"]
+    run_steps(STUDY, ["arms"], Options(dry_run=True, arms=arms, root=tmp_path))
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     rule, dwa, plain = (next(c for c in commands if f"e5-runs/{n} " in c) for n in ("softmax-rule-layer", "dwa-beside",
                                                                                    "softmax-labels"))  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 from bench import page
 from bench import selection as S
 from bench.arm import Budget, fill, key_text
-from bench.run import Context, budget_overrides, run_dir, run_section, train
+from bench.run import Context, Options, budget_overrides, run_dir, run_section, run_steps, steps_of, train
 from bench.studies import STUDIES
 from bench.studies import evidence as E
 from bench.study import TRAIN, Section, Setup
@@ -212,3 +212,16 @@ def test_max_seeds_one_leaves_close_comparisons_to_one_seed(tmp_path, monkeypatc
     assert calls and {seed for _, seed in calls} == {0}
     run_section(context("ppa", tmp_path), "evidence")
     assert {seed for _, seed in calls} == {0, 1}
+
+
+def test_a_comparison_studys_steps_are_its_sections_run_by_the_one_runner(tmp_path, capsys):
+    assert list(steps_of(STUDY, Options())) == list(STUDY.sections())
+    with pytest.raises(SystemExit, match="nope: steps of evidence are ppa, "):
+        run_steps(STUDY, ["nope"], Options(root=tmp_path))
+    run_steps(STUDY, ["ppa"], Options(dry_run=True, work=tmp_path, root=tmp_path))
+    printed = capsys.readouterr().out
+    assert (
+        "section ppa: about" in printed
+        and f" pretrain ppa --data bench/work/prepared-all24 --run-dir {tmp_path}" in printed
+    )
+    assert not (tmp_path / "bench" / "results").exists()  # a dry run writes nothing
