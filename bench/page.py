@@ -1,11 +1,12 @@
 """The one page writer: a study's saved results -> bench/results/STUDY.md, STUDY/verdicts.json and STUDY/*.png.
 
 Usage: python -m bench.page STUDY [--command TEXT]
-The page opens with the command and the commits that made it, then one table row per comparison (the paper's
-number, baseline and method over seeds, the paired difference, the verdict), the study's own tables, for each
-comparison that is not reproduced what stands in its way (bench/verdict.py: premises, floors, diagnostics, the
-rule's reading), the notes people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures.
-A selection study's page (bench/selection.py) draws its steps' blocks and writes STUDY_summary.json beside it.
+Every page opens with its title, the command and the commits that made it; then its body. A comparison study's: one
+table row per comparison (the paper's number, baseline and method over seeds, the paired difference, the verdict),
+the study's own tables, for each comparison that is not reproduced what stands in its way (bench/verdict.py:
+premises, floors, diagnostics, the rule's reading), the notes people wrote (bench/studies/notes/STUDY.json, each
+naming its commit), and the figures.
+A selection study's body (bench/selection_page.py) is its steps' blocks; it writes STUDY_summary.json beside it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ import json
 import statistics
 from pathlib import Path
 
-from bench import selection as S
 from bench import verdict as V
 from bench.budget import budget_table
-from bench.figures import checkpoint_curves, current_sweep, flop_curves, section_curves
+from bench.figures import current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
-from bench.reporting import fmt, page_text, provenance, read_json, table, write_json
-from bench.selection_page import selection_blocks
+from bench.reporting import fmt, note, page_text, provenance, table, write_json
+from bench.selection_page import selection_body
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
 
@@ -67,11 +67,6 @@ def protocol(c: Comparison) -> str:
 
 def budget_text(c: Comparison) -> str:
     return c.setup.budget.label().replace(" training FLOPs", " FLOPs")
-
-
-def note(notes: dict, key: str) -> list[str]:
-    n = notes.get(key)
-    return [f"- Note (commit {n['commit']}): {n['note']}"] if n else []
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -263,10 +258,21 @@ def minutes_table(loaded: dict) -> list:
 
 
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
-    if study.selection:
-        return write_selection(study, results, command, notes_dir, root)
-    loaded = {p.stem: json.loads(p.read_text()) for p in sorted((results / study.name / "sections").glob("*.json"))}
+    """The study's page: its title, the command and the commits that made it, then its body (a comparison study's
+    or a selection study's), drawn by the one table writer."""
     notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
+    body = selection_body if study.selection else comparison_body
+    runs_from, lines = body(study, results, notes, root, provenance(command))
+    page = results / f"{study.name}.md"
+    text = page_text([f"# {study.title}", "", provenance(command, runs_from), "", *lines])
+    page.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+    return page
+
+
+def comparison_body(study: Study, results: Path, notes: dict, root: Path, produced: str) -> tuple[str | None, list]:
+    """A comparison study's page below its provenance line (the commits of its runs, the lines), from the saved
+    sections; writes STUDY/verdicts.json and the figures beside it."""
+    loaded = {p.stem: json.loads(p.read_text()) for p in sorted((results / study.name / "sections").glob("*.json"))}
     rows = {c.id: V.comparison_row(c, loaded.get(c.section)) for c in study.comparisons}
     figures = results / study.name
     plots = flop_curves(study, loaded, figures)
@@ -278,10 +284,6 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     saved = sorted(p for p in figures.rglob("*.png") if p not in plots)  # drawn by the runs themselves
     codes = sorted({code for s in loaded.values() for code in s["code"].split(", ")})
     lines = [
-        f"# {study.title}",
-        "",
-        provenance(command, ", ".join(codes) if codes else None),
-        "",
         *note(notes, "_page"),
         "",
     ]
@@ -338,58 +340,9 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
             lines += [f"### {c.id}: {c.statement} ({rows[c.id]['verdict']})", "", *note(notes, c.id), ""]
     if plots or saved:
         lines += ["## Figures", "", *(f"![{p.stem}]({p.relative_to(results)})" for p in [*plots, *saved]), ""]
-    page = results / f"{study.name}.md"
-    page.write_text(page_text(lines))
     json_rows = [rows[c.id] | {"protocol": protocol(c)} for c in study.comparisons]
-    write_json(results / study.name / "verdicts.json", {"provenance": provenance(command), "rows": json_rows})
-    return page
-
-
-def write_selection(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
-    """A selection study's page from bench/results/STUDY.json: its own steps' blocks before and after the
-    selection's, each step's note after its blocks; the summary JSON and the curve of the best trained arm."""
-    selection, saved = study.selection, read_json(results / f"{study.name}.json")
-    notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
-    summary = S.summary(selection, saved, root)
-    write_json(results / f"{study.name}_summary.json", summary, indent=1)
-    figure = Path(study.name) / "aer_by_step.png"
-    draw_selection_curve(study, saved, results / figure, root)
-    lines = [f"# {study.title}", "", provenance(command, saved.get("commit")), ""]
-    lines += [
-        f"The runs: `flock /tmp/polyalign-cpu.lock python -m bench.run {study.name} [STEP ...]` (steps "
-        f"{', '.join(S.step_names(selection))}; each resumable), last saved {saved.get('date', '-')}. Data: "
-        f"`bench/results/{study.name}.json`; the fields a script reads: `bench/results/{study.name}_summary.json`.",
-        "",
-        *note(notes, "_page"),
-    ]
-
-    def step_lines(step) -> list[str]:  # a step's blocks, then its note
-        said = note(notes, step.name)
-        return [*step.blocks(saved), *said, *([""] if said else [])]
-
-    lines += [line for step in selection.before for line in step_lines(step)]
-    lines += selection_blocks(selection, saved, summary, root, str(figure))
-    lines += [line for step in selection.after for line in step_lines(step)]
-    page = results / f"{study.name}.md"
-    page.write_text(page_text(lines).rstrip("\n") + "\n", encoding="utf-8")
-    return page
-
-
-def draw_selection_curve(study: Study, saved: dict, out: Path, root: Path) -> None:
-    """The protocol's AER at every checkpoint of the best trained arm, at the layer it was chosen at (from the start,
-    at step 0), per gold set, with the baseline reference dotted."""
-    selection, p = study.selection, study.selection.protocol
-    if not (pick := S.chosen_at(selection, saved, trained_only=True)):
-        return
-    record, layer = saved["arms"][pick[0]], pick[2]
-    start = S.at(p, saved["start"]["scores"], layer=layer) or saved.get("start_layers", {}).get(layer)
-    aer = {int(step): S.at(p, scores, layer=layer) for step, scores in record["checkpoints"].items()}
-    steps = sorted(step for step, a in aer.items() if a and all(g in a for g in selection.gold_sets))
-    series = {g: ([0, *steps], [start[g], *(aer[step][g] for step in steps)]) for g in selection.gold_sets}
-    baseline = S.baseline_of(selection)
-    dotted = S.reference_values(baseline, selection.gold_sets, root) if baseline else {}
-    title = f"{pick[0]} from {Path(selection.start).name}; dotted: {S.short_name(baseline) if baseline else 'none'}"
-    checkpoint_curves(series, dotted, f"{title} ({p.encoding}, {p.method}, layer {layer})", out)
+    write_json(results / study.name / "verdicts.json", {"provenance": produced, "rows": json_rows})
+    return ", ".join(codes) if codes else None, lines
 
 
 def main(argv: list[str] | None = None) -> None:

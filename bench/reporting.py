@@ -112,6 +112,12 @@ def page_text(parts: Sequence[str | Block]) -> str:
     return "\n".join(line for part in parts for line in (block_lines(part) if isinstance(part, Block) else [part]))
 
 
+def note(notes: dict, key: str) -> list[str]:
+    """A person's note on a page (bench/studies/notes/STUDY.json), naming the commit it was written at."""
+    n = notes.get(key)
+    return [f"- Note (commit {n['commit']}): {n['note']}"] if n else []
+
+
 def commit() -> str:
     """The repository commit a report is written at (`+dirty` when tracked code, not results, differs from it)."""
     root = Path(__file__).resolve().parents[1]
