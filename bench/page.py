@@ -1,6 +1,6 @@
 """The one page writer: a study's saved results -> bench/results/STUDY.md, STUDY/verdicts.json and STUDY/*.png.
 
-Usage: python -m bench.page STUDY [--command TEXT]
+Usage: python -m bench.page STUDY [--command TEXT], or python -m bench.page PROBE_PAGE (a probe's or perf bench's).
 Every page opens with its title, the command and the commits that made it; then its body. A comparison study's: one
 table row per comparison (the paper's number, baseline and method over seeds, the paired difference, the verdict),
 the study's own tables, for each comparison that is not reproduced what stands in its way (bench/verdict.py:
@@ -20,7 +20,7 @@ from bench import verdict as V
 from bench.budget import budget_table
 from bench.figures import current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
-from bench.reporting import fmt, note, page_text, provenance, table, write_json
+from bench.reporting import fmt, note, page_text, provenance, read_json, table, write_json
 from bench.selection_page import selection_body
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
@@ -345,13 +345,37 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
     return ", ".join(codes) if codes else None, lines
 
 
+PROBE_PAGES = ("ot_filtering", "pair_layout", "rtd_reference", "scale", "throughput")
+"""The pages of probes and perf benches: each drawn again from the JSON its command saved (RESULTS/NAME.json)."""
+
+
+def probe_page(name: str, results: Path) -> Path:
+    """A probe's or perf bench's page from its saved JSON, by the blocks its module draws."""
+    from bench.perf import scale_report, throughput
+    from bench.probes import ot_filtering, pair_layout, rtd_reference
+
+    saved, page = read_json(results / f"{name}.json"), results / f"{name}.md"
+    draw = {
+        "ot_filtering": lambda: ot_filtering.write_page(saved, page),
+        "pair_layout": lambda: pair_layout.write_page(saved, results),
+        "rtd_reference": lambda: rtd_reference.report(saved, results / f"{name}.json", saved["provenance"]),
+        "scale": lambda: scale_report.write_page(saved, results),
+        "throughput": lambda: page.write_text(throughput.report(saved, "", results)),
+    }
+    draw[name]()
+    return page
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("study", choices=list(STUDIES))
+    parser.add_argument("page", choices=[*STUDIES, *PROBE_PAGES], help="a study, or a probe's or perf bench's page")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--command", help="the command to name on the page (default: this one)")
+    parser.add_argument("--command", help="the command to name on a study's page (default: this one)")
     args = parser.parse_args(argv)
-    print(write(STUDIES[args.study], args.results, args.command or f"python -m bench.page {args.study}"))
+    if args.page in PROBE_PAGES:
+        print(probe_page(args.page, args.results))
+        return
+    print(write(STUDIES[args.page], args.results, args.command or f"python -m bench.page {args.page}"))
 
 
 if __name__ == "__main__":

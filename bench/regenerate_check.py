@@ -18,9 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import page
-from bench.perf import scale_report, throughput
-from bench.probes import ot_filtering, pair_layout, rtd_reference
-from bench.reporting import read_json, table_rows
+from bench.reporting import table_rows
 from bench.studies import STUDIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,24 +45,7 @@ def writers() -> dict[str, Callable[[Path], list[Path]]]:
 
         return write
 
-    def rtd(results: Path) -> list[Path]:
-        saved = read_json(results / "rtd_reference.json")
-        rtd_reference.report(saved, results / "rtd_reference.json", saved["provenance"])
-        return [results / "rtd_reference.md"]
-
-    def throughput_page(results: Path) -> list[Path]:
-        (results / "throughput.md").write_text(throughput.report(read_json(results / "throughput.json"), "", results))
-        return [results / "throughput.md"]
-
-    probes = {
-        "ot_filtering.md": lambda r: [
-            ot_filtering.write_page(read_json(r / "ot_filtering.json"), r / "ot_filtering.md")
-        ],
-        "pair_layout.md": lambda r: [pair_layout.write_page(read_json(r / "pair_layout.json"), r)],
-        "rtd_reference.md": rtd,
-        "scale.md": lambda r: [scale_report.write_page(read_json(r / "scale.json"), r)],
-        "throughput.md": throughput_page,
-    }
+    probes = {f"{name}.md": lambda r, name=name: [page.probe_page(name, r)] for name in page.PROBE_PAGES}
     return {f"{name}.md": study_writer(study) for name, study in STUDIES.items()} | probes
 
 
