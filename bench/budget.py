@@ -1,13 +1,13 @@
-"""Issue 47's budget question: whether a run's losses had flattened by its end, read per objective over the quarters
+"""The budget question: whether a run's losses had flattened by its end, read per objective over the quarters
 of its own logs, and the page's table of every trained run's steps, tokens, minutes and head-only warm-up."""
 
 from __future__ import annotations
 
-from bench.reporting import fmt, markdown_table
+from bench.reporting import fmt, table
 from bench.study import Comparison
 
 FLAT = 0.01
-"""Issue 47's budget question: a loss that moved by at most this share of itself between the third and the last
+"""A loss that moved by at most this share of itself between the third and the last
 quarter of a run's logs had flattened; one that fell by more was still falling (the row's budget is in question)."""
 
 
@@ -43,8 +43,8 @@ def still_falling(c: Comparison, section: dict) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def budget_table(loaded: dict) -> list[str]:
-    """Issue 47's budget per trained run: the head-only steps before it (not counted), its steps, tokens and
+def budget_table(loaded: dict) -> list:
+    """The budget of every trained run: the head-only steps before it (not counted), its steps, tokens and
     training minutes, and whether its total loss had flattened by the end (bench/budget.py `loss_trend`); a run
     shared by sections is listed once, runs summarised before these fields were logged show '-'."""
     body, seen = [], set()
@@ -89,6 +89,5 @@ def budget_table(loaded: dict) -> list[str]:
         "question) or rising. The learning rate decays linearly to 0, so part of any flattening at the end is the "
         "schedule's.",
         "",
-        markdown_table(header, body),
-        "",
+        table(header, body),
     ]

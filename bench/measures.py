@@ -215,7 +215,7 @@ def read_pseudo(t: Target) -> dict:
         return {}
     result = data["results"][t.arm]
     out = {"pseudo": 100 * result["precision"], "pseudo-copy": 100 * result["copy_precision"]}
-    for key in ("frequent", "mismatched"):  # baselines measured since they exist
+    for key in ("frequent", "mismatched"):  # baselines, where the probe's JSON has them
         if f"{key}_precision" in result:
             out[f"pseudo-{key}"] = 100 * result[f"{key}_precision"]
     if "most_common_share" in result:
@@ -326,7 +326,7 @@ MEASURES: dict[str, Measure] = {
         xnli_reader("xnli"),
         seeded=True,
     ),
-    # issue 36: English dev training (1,992 pairs), the papers' 5 epochs, every test pair
+    # English dev training (1,992 pairs), the papers' 5 epochs, every test pair: the zero-shot protocol in full
     "xnli-full": full_xnli_measure("xnli-full", "zero-shot", "", "{model}", 15.0),
     # VECO Table 2's translate-train-all pair, on the same run: plugged out (the encoder alone) and plugged in
     "xnli-tta-full": full_xnli_measure("xnli-tta-full", "translate-train-all, plug-out", TTA, "{model}", 12.0, False),
@@ -389,7 +389,7 @@ MEASURES: dict[str, Measure] = {
         ),
         read_bucc,
     ),
-    # issue 47: PPA's sentence-alignment claim on retrieval as an E5 model is read (its model card): `query: ` before
+    # PPA's sentence-alignment claim on retrieval as an E5 model is read (its model card): `query: ` before
     # every sentence, the mean of the last layer (12 of e5-small, the real-start study's start)
     "retrieval-e5": Measure(
         3.5,

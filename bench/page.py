@@ -1,11 +1,12 @@
 """The one page writer: a study's saved results -> bench/results/STUDY.md, STUDY/verdicts.json and STUDY/*.png.
 
-Usage: python -m bench.page STUDY [--command TEXT]
-The page opens with the command and the commits that made it, then one table row per comparison (the paper's
-number, baseline and method over seeds, the paired difference, the verdict), the study's own tables, for each
-comparison that is not reproduced what stands in its way (bench/verdict.py: premises, floors, diagnostics, the
-rule's reading), the notes people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures.
-A selection study's page (bench/selection.py) draws its steps' blocks and writes STUDY_summary.json beside it.
+Usage: python -m bench.page STUDY [--command TEXT], or python -m bench.page PROBE_PAGE (a probe's or perf bench's).
+Every page opens with its title, the command and the commits that made it; then its body. A comparison study's: one
+table row per comparison (the paper's number, baseline and method over seeds, the paired difference, the verdict),
+the study's own tables, for each comparison that is not reproduced what stands in its way (bench/verdict.py:
+premises, floors, diagnostics, the rule's reading), the notes people wrote (bench/studies/notes/STUDY.json, each
+naming its commit), and the figures.
+A selection study's body (bench/selection_page.py) is its steps' blocks; it writes STUDY_summary.json beside it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ import json
 import statistics
 from pathlib import Path
 
-from bench import selection as S
 from bench import verdict as V
 from bench.budget import budget_table
-from bench.figures import checkpoint_curves, current_sweep, flop_curves, section_curves
+from bench.figures import current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
-from bench.reporting import block_lines, fmt, markdown_table, provenance, read_json, write_json
-from bench.selection_page import selection_blocks
+from bench.reporting import fmt, note, page_text, provenance, read_json, table, write_json
+from bench.selection_page import selection_body
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
 
@@ -67,11 +67,6 @@ def protocol(c: Comparison) -> str:
 
 def budget_text(c: Comparison) -> str:
     return c.setup.budget.label().replace(" training FLOPs", " FLOPs")
-
-
-def note(notes: dict, key: str) -> list[str]:
-    n = notes.get(key)
-    return [f"- Note (commit {n['commit']}): {n['note']}"] if n else []
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -135,7 +130,7 @@ def premise_text(c: Comparison, section: dict | None) -> str:
     return "<br>".join(parts) or "-"
 
 
-def checks_table(c: Comparison, section: dict) -> list[str]:
+def checks_table(c: Comparison, section: dict) -> list:
     floors, rows = section.get("floors", {}), []
     for check in c.why.checks:
         numbers = V.check_numbers(check, section)
@@ -150,11 +145,8 @@ def checks_table(c: Comparison, section: dict) -> list[str]:
         state = "-" if held is None else "held" if held[3] else "not met"
         value = numbers_text(numbers) if numbers else "not measured"
         rows.append([check.label, f"`{check.arm}`", value, "; ".join(against) or "-", state])
-    return (
-        [markdown_table(["check (seed 0)", "arm", "value (first -> last 10 logged)", "held against", "premise"], rows)]
-        if rows
-        else []
-    )
+    header = ["check (seed 0)", "arm", "value (first -> last 10 logged)", "held against", "premise"]
+    return [table(header, rows)] if rows else [""]
 
 
 def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: dict, root: Path = ROOT) -> list[str]:
@@ -185,10 +177,10 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
             + ", ".join(f"`{t.split('::')[1]}`" for t in c.why.code)
             + f" (`python -m pytest {files}`)."
         )
-    lines += ["", *checks_table(c, section), ""]
+    lines += ["", *checks_table(c, section)]
     diagnostics, _ = V.diagnostic_lines(study, c, rows, loaded)
     if diagnostics:
-        table = []
+        body = []
         for d in diagnostics:
             dc, drow = d["diagnostic"], d["row"]
             section_d = loaded.get(dc.section, {"results": {}})
@@ -200,7 +192,7 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
                 + ("held" if ok else "not met")
                 for label, (v, against, x, ok) in held
             )
-            table.append(
+            body.append(
                 [
                     f"`{dc.id}`: {dc.statement}",
                     protocol(dc),
@@ -211,11 +203,10 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
                 ]
             )
         lines += [
-            markdown_table(
+            table(
                 ["diagnostic", "protocol", "method - baseline", "verdict", "premises (seed 0, last 10 logged)", "read"],
-                table,
+                body,
             ),
-            "",
         ]
     independent = None
     if c.why.independent and (path := root / c.why.independent).is_file():
@@ -226,17 +217,16 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
             f"on the same {independent['steps']} batches of {independent['max_tokens']} tokens, unigram floor "
             f"{independent['unigram_floor']:.2f}."
         )
-        table = [
+        body = [
             [n, f"{s['accuracy']:.3f}", f"{s['majority']:.3f}", s["since"] or "-", f"{s['generator_loss']:.2f}"]
             for n, s in states.items()
         ]
         lines += [
             "",
-            markdown_table(
+            table(
                 ["implementation", "discriminator accuracy", "majority class", "above it from step", "generator loss"],
-                table,
+                body,
             ),
-            "",
         ]
     lines.append(f"- Reading (rule, bench/verdict.py): {words(V.reading(study, c, rows, loaded, independent))}.")
     return [*lines, *note(notes, c.id), ""]
@@ -245,7 +235,7 @@ def investigation(study: Study, c: Comparison, rows: dict, loaded: dict, notes: 
 # --------------------------------------------------------------------------------------------------------
 
 
-def minutes_table(loaded: dict) -> list[str]:
+def minutes_table(loaded: dict) -> list:
     """Wall minutes of every run: training (its log's seconds) and each measure bench.run timed (runs measured
     before it kept minutes.json show '-'); a run shared by sections is listed once."""
     body, seen = [], set()
@@ -264,14 +254,25 @@ def minutes_table(loaded: dict) -> list[str]:
     if not body:
         return []
     header = ["section: arm", "seed", "training", "measures (timed by bench.run)", "total"]
-    return ["## Wall minutes per run (2 CPU threads)", "", markdown_table(header, body), ""]
+    return ["## Wall minutes per run (2 CPU threads)", "", table(header, body)]
 
 
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
-    if study.selection:
-        return write_selection(study, results, command, notes_dir, root)
-    loaded = {p.stem: json.loads(p.read_text()) for p in sorted((results / study.name / "sections").glob("*.json"))}
+    """The study's page: its title, the command and the commits that made it, then its body (a comparison study's
+    or a selection study's), drawn by the one table writer."""
     notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
+    body = selection_body if study.selection else comparison_body
+    runs_from, lines = body(study, results, notes, root, provenance(command))
+    page = results / f"{study.name}.md"
+    text = page_text([f"# {study.title}", "", provenance(command, runs_from), "", *lines])
+    page.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+    return page
+
+
+def comparison_body(study: Study, results: Path, notes: dict, root: Path, produced: str) -> tuple[str | None, list]:
+    """A comparison study's page below its provenance line (the commits of its runs, the lines), from the saved
+    sections; writes STUDY/verdicts.json and the figures beside it."""
+    loaded = {p.stem: json.loads(p.read_text()) for p in sorted((results / study.name / "sections").glob("*.json"))}
     rows = {c.id: V.comparison_row(c, loaded.get(c.section)) for c in study.comparisons}
     figures = results / study.name
     plots = flop_curves(study, loaded, figures)
@@ -283,10 +284,6 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     saved = sorted(p for p in figures.rglob("*.png") if p not in plots)  # drawn by the runs themselves
     codes = sorted({code for s in loaded.values() for code in s["code"].split(", ")})
     lines = [
-        f"# {study.title}",
-        "",
-        provenance(command, ", ".join(codes) if codes else None),
-        "",
         *note(notes, "_page"),
         "",
     ]
@@ -296,7 +293,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
         "",
     ]
     header = ["claim", "paper's number", "metric", "baseline", "method", "difference", "verdict", "protocol"]
-    table = [
+    body = [
         [
             f"{c.paper} `{c.id}`: {c.statement}",
             c.paper_number,
@@ -315,10 +312,9 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
     header += ["premises and references (seed 0)"] if study.premises_in_table else []
     used = {k for c in study.comparisons for k in (c.metric, c.base_metric, *c.measures)}
     sources = sorted({(s["command"], s["source"]) for s in loaded.values() if "source" in s})
-    lines += [f"Measured by `{c}` (before the one harness); the numbers are read from {x}.\n" for c, x in sources]
+    lines += [f"Measured by `{c}` (a script of its own); the numbers are read from {x}.\n" for c, x in sources]
     lines += [
-        markdown_table(header, table),
-        "",
+        table(header, body),
         "Metrics: " + "; ".join(f"`{k}` {v[1]}" for k, v in METRICS.items() if k in used) + ".",
         "",
     ]
@@ -329,7 +325,7 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
             for name, arm, seeds in arms
         ]
         body = [row for row in body if any(c != "-" for c in row[1:])]  # arms the table's measures never read
-        lines += [f"## {title}", "", markdown_table(["section: arm", *keys], body), ""]
+        lines += [f"## {title}", "", table(["section: arm", *keys], body)]
     lines += minutes_table(loaded)
     lines += budget_table(loaded)
     failed = [c for c in study.comparisons if rows[c.id]["verdict"] == V.NOT_REPRODUCED]
@@ -344,67 +340,42 @@ def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, ro
             lines += [f"### {c.id}: {c.statement} ({rows[c.id]['verdict']})", "", *note(notes, c.id), ""]
     if plots or saved:
         lines += ["## Figures", "", *(f"![{p.stem}]({p.relative_to(results)})" for p in [*plots, *saved]), ""]
-    page = results / f"{study.name}.md"
-    page.write_text("\n".join(lines))
     json_rows = [rows[c.id] | {"protocol": protocol(c)} for c in study.comparisons]
-    write_json(results / study.name / "verdicts.json", {"provenance": provenance(command), "rows": json_rows})
+    write_json(results / study.name / "verdicts.json", {"provenance": produced, "rows": json_rows})
+    return ", ".join(codes) if codes else None, lines
+
+
+PROBE_PAGES = ("ot_filtering", "pair_layout", "rtd_reference", "scale", "throughput")
+"""The pages of probes and perf benches: each drawn again from the JSON its command saved (RESULTS/NAME.json)."""
+
+
+def probe_page(name: str, results: Path) -> Path:
+    """A probe's or perf bench's page from its saved JSON, by the blocks its module draws."""
+    from bench.perf import scale_report, throughput
+    from bench.probes import ot_filtering, pair_layout, rtd_reference
+
+    saved, page = read_json(results / f"{name}.json"), results / f"{name}.md"
+    draw = {
+        "ot_filtering": lambda: ot_filtering.write_page(saved, page),
+        "pair_layout": lambda: pair_layout.write_page(saved, results),
+        "rtd_reference": lambda: rtd_reference.report(saved, results / f"{name}.json", saved["provenance"]),
+        "scale": lambda: scale_report.write_page(saved, results),
+        "throughput": lambda: page.write_text(throughput.report(saved, "", results)),
+    }
+    draw[name]()
     return page
-
-
-def write_selection(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
-    """A selection study's page from bench/results/STUDY.json: its own steps' blocks before and after the
-    selection's, each step's note after its blocks; the summary JSON and the curve of the best trained arm."""
-    selection, saved = study.selection, read_json(results / f"{study.name}.json")
-    notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
-    summary = S.summary(selection, saved, root)
-    write_json(results / f"{study.name}_summary.json", summary, indent=1)
-    figure = Path(study.name) / "aer_by_step.png"
-    draw_selection_curve(study, saved, results / figure, root)
-    lines = [f"# {study.title}", "", provenance(command, saved.get("commit")), ""]
-    lines += [
-        f"The runs: `flock /tmp/polyalign-cpu.lock python -m bench.run {study.name} [STEP ...]` (steps "
-        f"{', '.join(S.step_names(selection))}; each resumable), last saved {saved.get('date', '-')}. Data: "
-        f"`bench/results/{study.name}.json`; the fields a script reads: `bench/results/{study.name}_summary.json`.",
-        "",
-        *note(notes, "_page"),
-    ]
-
-    def step_lines(step) -> list[str]:  # a step's blocks, then its note
-        said = note(notes, step.name)
-        return [*(line for block in step.blocks(saved) for line in block_lines(block)), *said, *([""] if said else [])]
-
-    lines += [line for step in selection.before for line in step_lines(step)]
-    lines += [line for b in selection_blocks(selection, saved, summary, root, str(figure)) for line in block_lines(b)]
-    lines += [line for step in selection.after for line in step_lines(step)]
-    page = results / f"{study.name}.md"
-    page.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
-    return page
-
-
-def draw_selection_curve(study: Study, saved: dict, out: Path, root: Path) -> None:
-    """The protocol's AER at every checkpoint of the best trained arm, at the layer it was chosen at (from the start,
-    at step 0), per gold set, with the baseline reference dotted."""
-    selection, p = study.selection, study.selection.protocol
-    if not (pick := S.chosen_at(selection, saved, trained_only=True)):
-        return
-    record, layer = saved["arms"][pick[0]], pick[2]
-    start = S.at(p, saved["start"]["scores"], layer=layer) or saved.get("start_layers", {}).get(layer)
-    aer = {int(step): S.at(p, scores, layer=layer) for step, scores in record["checkpoints"].items()}
-    steps = sorted(step for step, a in aer.items() if a and all(g in a for g in selection.gold_sets))
-    series = {g: ([0, *steps], [start[g], *(aer[step][g] for step in steps)]) for g in selection.gold_sets}
-    baseline = S.baseline_of(selection)
-    dotted = S.reference_values(baseline, selection.gold_sets, root) if baseline else {}
-    title = f"{pick[0]} from {Path(selection.start).name}; dotted: {S.short_name(baseline) if baseline else 'none'}"
-    checkpoint_curves(series, dotted, f"{title} ({p.encoding}, {p.method}, layer {layer})", out)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("study", choices=list(STUDIES))
+    parser.add_argument("page", choices=[*STUDIES, *PROBE_PAGES], help="a study, or a probe's or perf bench's page")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--command", help="the command to name on the page (default: this one)")
+    parser.add_argument("--command", help="the command to name on a study's page (default: this one)")
     args = parser.parse_args(argv)
-    print(write(STUDIES[args.study], args.results, args.command or f"python -m bench.page {args.study}"))
+    if args.page in PROBE_PAGES:
+        print(probe_page(args.page, args.results))
+        return
+    print(write(STUDIES[args.page], args.results, args.command or f"python -m bench.page {args.page}"))
 
 
 if __name__ == "__main__":

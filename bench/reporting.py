@@ -65,6 +65,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence], align: str =
     return "\n".join(lines)
 
 
+def table_rows(text: str) -> list[list[str]]:
+    """Every row of every Markdown table of a page, as its cells (the header rows included, the rule rows not): what
+    the regeneration check compares and the page tests read."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|") and not set(line) <= set("|-: "):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
 @dataclass(frozen=True)
 class Block:
     """A part of a page as data: a heading (`##`, or `###` at level 3), paragraphs, a table, paragraphs after it."""
@@ -75,6 +85,8 @@ class Block:
     rows: tuple[tuple, ...] = ()
     after: tuple[str, ...] = ()
     level: int = 2
+    align: str = ""
+    """The table's columns, a letter each: `l` or `r` (numbers); left when absent."""
 
 
 def block_lines(block: Block) -> list[str]:
@@ -83,10 +95,27 @@ def block_lines(block: Block) -> list[str]:
     for paragraph in block.text:
         lines += [paragraph, ""]
     if block.header:
-        lines += [markdown_table(block.header, block.rows), ""]
+        lines += [markdown_table(block.header, block.rows, block.align), ""]
     for paragraph in block.after:
         lines += [paragraph, ""]
     return lines
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence], align: str = "") -> Block:
+    """A table alone as a block of a page."""
+    return Block(header=tuple(header), rows=tuple(map(tuple, rows)), align=align)
+
+
+def page_text(parts: Sequence[str | Block]) -> str:
+    """A page from its parts, one line of Markdown each (a heading, a paragraph, the provenance line) or a block: the
+    one place that draws bench/results' tables."""
+    return "\n".join(line for part in parts for line in (block_lines(part) if isinstance(part, Block) else [part]))
+
+
+def note(notes: dict, key: str) -> list[str]:
+    """A person's note on a page (bench/studies/notes/STUDY.json), naming the commit it was written at."""
+    n = notes.get(key)
+    return [f"- Note (commit {n['commit']}): {n['note']}"] if n else []
 
 
 def commit() -> str:

@@ -1,8 +1,8 @@
-"""Train and measure one section of a study through the polyalign CLI; resumable.
+"""The one runner: a study's steps, each resumable, through the polyalign CLI.
 
-Usage: python -m bench.run STUDY [SECTION ...] [--data PREPARED] [--work bench/work/STUDY] [--dry-run]
-A selection study (bench/study.py `Selection`) has steps where the others have sections: `python -m bench.run STUDY
-[STEP ...] [--arms A,B]` runs them (bench/selection_run.py).
+Usage: python -m bench.run STUDY [STEP ...] [--data PREPARED] [--work bench/work/STUDY] [--arms A,B] [--dry-run]
+A comparison study's steps are its sections, each training and measuring its arms as below; a selection study's are
+its own steps and the selection's (bench/selection_run.py: start, arms, derive, compare; `--arms` picks the arms).
 Every (arm, seed) run leaves a `done` marker and every measure its JSON, so a rerun only does what is missing.
 Runs live in WORK/runs under a hash of what they train, so sections share the runs of the same arm. Seed 0 of
 every arm first; seed 1 of a comparison's arms only when its seed-0 difference is under the rule's `close`
@@ -21,21 +21,25 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from bench.arm import Arm, fill, key_text
 from bench.budget import quarter_means
+from bench.floors import unigram_floor
 from bench.measures import MEASURES, Target
 from bench.reporting import commit, records, write_json
-from bench.selection_run import run_steps
+from bench.selection_run import selection_steps
 from bench.studies import STUDIES
-from bench.study import Arm, Section, fill
-from bench.verdict import difference, needs_second_seed, unigram_floor
+from bench.study import Section, Study
+from bench.verdict import difference, needs_second_seed
 from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_WINDOW = 10
 MINUTES = "minutes.json"
+KEY = "key.txt"
 
 
 @dataclass
@@ -68,17 +72,21 @@ def clear(ctx: Context, folder: Path) -> None:
 
 
 def run_key(ctx: Context, arm: Arm) -> str:
-    """A hash of the arm's training key and the data: the same training in any section is the same run; any
-    change to what is trained or measured is another."""
-    return hashlib.sha1(repr((ctx.section.training_key(arm), str(ctx.data))).encode()).hexdigest()[:10]
+    """The arm's training key and the data, as text (bench/study.py `key_text`): the same training in any section
+    is the same run; any change to what is trained or measured is another."""
+    return key_text((ctx.section.training_key(arm), str(ctx.data)))
+
+
+def run_hash(ctx: Context, arm: Arm) -> str:
+    return hashlib.sha1(run_key(ctx, arm).encode()).hexdigest()[:10]
 
 
 def run_dir(ctx: Context, arm: Arm, seed: int) -> Path:
-    return ctx.runs / f"{arm.name if not arm.trained else f'{arm.name}-s{seed}'}-{run_key(ctx, arm)}"
+    return ctx.runs / f"{arm.name if not arm.trained else f'{arm.name}-s{seed}'}-{run_hash(ctx, arm)}"
 
 
-# A run of more steps checkpoints this often, so one cut when its session ends resumes there (issue 47, item 4: a
-# long arm spans several sittings); 200 e5-small steps are 12-17 CPU-minutes.
+# A run of more steps checkpoints this often, so one cut when its session ends resumes there (a long
+# arm spans several sittings); 200 e5-small steps are 12-17 CPU-minutes.
 SITTING_STEPS = 200
 
 
@@ -90,7 +98,8 @@ def budget_overrides(ctx: Context, steps: int) -> list[str]:
     if budget.minutes:
         sets = [f"trainer.max_minutes={budget.minutes:g}"]
     else:
-        every = steps if budget.max_flops else min(steps, SITTING_STEPS)  # a FLOP budget's GPU loan saves once
+        # a FLOP budget (a GPU's) saves once, at its end
+        every = steps if budget.max_flops else min(steps, SITTING_STEPS)
         sets = [f"trainer.max_steps={steps}", f"trainer.warmup_steps={max(1, steps // 10)}"]
         sets += [f"trainer.save_every={every}", f"trainer.log_every={max(1, steps // 60)}"]
     sets += [f"trainer.max_flops={budget.max_flops:g}"] if budget.max_flops else []
@@ -113,7 +122,7 @@ def probe_steps(ctx: Context, arm: Arm) -> int:
     budget = ctx.section.setup.budget
     if not budget.max_flops:
         return budget.steps or budget.estimated_steps(arm)
-    probe = ctx.runs / f"probe-{arm.name}-{run_key(ctx, arm)}"
+    probe = ctx.runs / f"probe-{arm.name}-{run_hash(ctx, arm)}"
     cached = probe.with_suffix(".json")
     if not cached.is_file():
         clear(ctx, probe)
@@ -185,8 +194,8 @@ def log_summary(path: Path) -> dict:
 
 
 def head_warmup_summary(path: Path) -> dict:
-    """The head-only steps before a run (issue 47): their number, the heads' mean MLM loss over the first and the
-    last LOG_WINDOW steps, and the tokens and seconds where the log carries them (runs since 2026-11-27)."""
+    """The head-only steps before a run: their number, the heads' mean MLM loss over the first and the
+    last LOG_WINDOW steps, and the tokens and seconds where the log carries them (older logs lack them)."""
     recs = records(path)
     losses = [statistics.mean(v for k, v in r.items() if k.endswith("/loss")) for r in recs]
     out = {
@@ -200,6 +209,9 @@ def run_seed(ctx: Context, arm: Arm, seed: int) -> dict:
     """Train (when the arm trains) and measure; the metrics of every finished measure, and the wall minutes of
     each measure whose jobs ran (kept in the run's minutes.json, so a cached rerun still reports them)."""
     run = train(ctx, arm, seed)
+    if not ctx.dry_run:  # the folder says what it holds, beside the hash its name carries
+        run.mkdir(parents=True, exist_ok=True)
+        (run / KEY).write_text(run_key(ctx, arm) + "\n")
     t = target(ctx, arm, run)
     minutes_file = run / MINUTES
     minutes = json.loads(minutes_file.read_text()) if minutes_file.is_file() else {}
@@ -280,18 +292,70 @@ def section_result(ctx: Context, study: str, results: dict[str, dict[str, dict]]
     }
 
 
+@dataclass
+class Options:
+    """What a run of a study's steps is told (the command line's options)."""
+
+    data: Path = Path("bench/work/prepared-all24")
+    work: Path | None = None
+    eval_root: Path = Path("../shared/data/eval")
+    python: str = sys.executable
+    dry_run: bool = False
+    max_seeds: int = 2
+    arms: list[str] | None = None
+    root: Path = ROOT
+
+
+def section_step(study: Study, name: str, options: Options) -> None:
+    """Train and measure one section of a comparison study; its result in bench/results/STUDY/sections/NAME.json."""
+    section = study.sections()[name]
+    if section.setup.device == "cuda" and not options.dry_run and not cuda_available():
+        print(f"section {name} skipped: sized for a GPU (bench/perf/gpu_check.py runs it)", file=sys.stderr)
+        return
+    if section.setup.start and not Path(section.setup.start).exists() and not options.dry_run:
+        print(f"section {name} skipped: no start model {section.setup.start}", file=sys.stderr)
+        return
+    data = Path(section.setup.data) if section.setup.data else options.data
+    if not (data / "dev").is_dir() and not options.dry_run:
+        tokenizer = section.setup.start if section.setup.data else "../shared/models/small-base"
+        prepare(data, options.eval_root, options.python, tokenizer)
+    runs = (options.work or Path("bench/work") / study.name) / "runs"
+    ctx = Context(section, data, runs, options.eval_root, options.python, options.dry_run)
+    print(f"section {name}: about {study.estimates()[name]:.0f} CPU-minutes at most", flush=True)
+    result = run_section(ctx, study.name, options.max_seeds)
+    if not options.dry_run:
+        write_json(options.root / "bench" / "results" / study.name / "sections" / f"{name}.json", result)
+
+
+def steps_of(study: Study, options: Options) -> dict[str, Callable[[], None]]:
+    """Every step of a study in the order a run without one named takes them: a comparison study's sections, a
+    selection study's own steps and the selection's (bench/selection_run.py)."""
+    if study.selection:
+        return selection_steps(study, options.arms, options.dry_run, options.python, options.root)
+    return {name: partial(section_step, study, name, options) for name in study.sections()}
+
+
+def run_steps(study: Study, names: list[str], options: Options) -> None:
+    """The named steps of a study (every one, in order, when none is named)."""
+    steps = steps_of(study, options)
+    if unknown := [n for n in names if n not in steps]:
+        raise SystemExit(f"{', '.join(unknown)}: steps of {study.name} are {', '.join(steps)}")
+    for name in names or steps:
+        steps[name]()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("study", choices=list(STUDIES))
-    parser.add_argument("sections", nargs="*", help="default: every section (or step) of the study, in order")
+    parser.add_argument("steps", nargs="*", help="default: every step (a section, or a selection's step), in order")
     parser.add_argument(
         "--data",
         type=Path,
-        default=Path("bench/work/prepared-all24"),
+        default=Options.data,
         help="prepared, with a dev split (a section whose setup names its own data uses that)",
     )
     parser.add_argument("--work", type=Path, help="default bench/work/STUDY")
-    parser.add_argument("--eval", type=Path, default=Path("../shared/data/eval"))
+    parser.add_argument("--eval", type=Path, default=Options.eval_root)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--dry-run", action="store_true", help="print the commands of a fresh run, run nothing")
     parser.add_argument(
@@ -299,38 +363,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--arms", help="a selection study's arms to train, a comma list (default: every arm)")
     args = parser.parse_args(argv)
-    study = STUDIES[args.study]
-    if study.selection:
-        only = args.arms.split(",") if args.arms else None
-        run_steps(study, args.sections, only, args.dry_run, args.python)
-        return
-    unknown = set(args.sections) - set(study.sections())
-    if unknown:
-        sys.exit(f"{', '.join(unknown)}: sections of {study.name} are {', '.join(study.sections())}")
-    for name in args.sections or study.sections():
-        section = study.sections()[name]
-        if section.setup.device == "cuda" and not args.dry_run and not cuda_available():
-            print(f"section {name} skipped: sized for a GPU (bench/perf/gpu_check.py runs it)", file=sys.stderr)
-            continue
-        if section.setup.start and not Path(section.setup.start).exists() and not args.dry_run:
-            print(f"section {name} skipped: no start model {section.setup.start}", file=sys.stderr)
-            continue
-        data = Path(section.setup.data) if section.setup.data else args.data
-        if not (data / "dev").is_dir() and not args.dry_run:
-            tokenizer = section.setup.start if section.setup.data else "../shared/models/small-base"
-            prepare(data, args.eval, args.python, tokenizer)
-        ctx = Context(
-            section,
-            data,
-            (args.work or Path("bench/work") / study.name) / "runs",
-            args.eval,
-            args.python,
-            args.dry_run,
-        )
-        print(f"section {name}: about {study.estimates()[name]:.0f} CPU-minutes at most", flush=True)
-        result = run_section(ctx, study.name, args.max_seeds)
-        if not args.dry_run:
-            write_json(ROOT / "bench" / "results" / study.name / "sections" / f"{name}.json", result)
+    arms = args.arms.split(",") if args.arms else None
+    options = Options(args.data, args.work, args.eval, args.python, args.dry_run, args.max_seeds, arms)
+    run_steps(STUDIES[args.study], args.steps, options)
 
 
 def cuda_available() -> bool:

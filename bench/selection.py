@@ -12,7 +12,7 @@ JSON, bench/results/STUDY.json, written by bench/selection_run.py:
     start_layers_dev  the same on the dev halves at the layer rule's layers (`Selection.rule_layers`), where it has one
     compare     the chosen candidate against the start: the AER difference and its paired bootstrap interval, its
                 layer and method (the protocol's where absent)
-    fit         bench/studies/e5_aligner.py: `polyalign fit-aligner` on each gold set's own sentences
+    fit         bench/steps/e5_aligner.py: `polyalign fit-aligner` on each gold set's own sentences
 
 plus what the study's own steps save. Missing parts are read as not run.
 """
@@ -95,7 +95,7 @@ def choose(scored: dict[tuple, dict], start: dict, gold_sets, below_start_everyw
 
 
 def rule_layer(selection: Selection, saved: dict) -> str | None:
-    """Issue 44's layer rule: among `selection.rule_layers`, the start's layer with the lowest mean AER under the
+    """The layer rule: among `selection.rule_layers`, the start's layer with the lowest mean AER under the
     protocol over the dev halves (`start_layers_dev`); None without the rule or those scores."""
     sweep = saved.get("start_layers_dev", {})
     layers = [k for k in sweep if int(k) in selection.rule_layers and all(g in sweep[k] for g in selection.gold_sets)]
@@ -158,7 +158,7 @@ def methods_at(selection: Selection, scores: dict, layer: str, half: str = DEV) 
 
 
 def chosen_method(selection: Selection, saved: dict, pick: tuple[str, str, str]) -> str:
-    """Issue 44's extraction rule: on the chosen model and layer, the method with the lowest mean dev-half AER among
+    """The extraction rule: on the chosen model and layer, the method with the lowest mean dev-half AER among
     those measured (ties: the protocol's); the protocol's method without the rule."""
     p = selection.protocol
     if not selection.rule_layers:

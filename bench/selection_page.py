@@ -1,4 +1,4 @@
-"""A selection study's part of its page (bench/page.py draws the blocks), from its saved results and the rules of
+"""A selection study's page body for the one page writer (bench/page.py), from its saved results and the rules of
 bench/selection.py: every arm's last checkpoint, the chosen candidate and the references; the offered aligner; the
 comparison with the start; the ablation of every arm, extraction method and layer measured."""
 
@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.reporting import Block
+from bench import selection as S
+from bench.figures import checkpoint_curves
+from bench.reporting import Block, note, read_json, write_json
 from bench.selection import (
     MISSING,
     at,
@@ -24,7 +26,7 @@ from bench.selection import (
     rule_layer,
     short_name,
 )
-from bench.study import Selection
+from bench.study import Selection, Study
 
 
 def arm_names(selection: Selection, saved: dict) -> list[str]:
@@ -103,7 +105,7 @@ def chosen_lines(selection: Selection, s: dict, refs: dict) -> list[str]:
 
 
 def offered_lines(selection: Selection, saved: dict) -> list[str]:
-    """Issue 44's rule in numbers: the layer rule's layer (the start's mean dev-half AER at each), and the offered
+    """The selection rule in numbers: the layer rule's layer (the start's mean dev-half AER at each), and the offered
     aligner with its mean dev-half AER."""
     if not selection.rule_layers or not (pick := offered(selection, saved)):
         return []
@@ -230,3 +232,47 @@ def ablation_blocks(selection: Selection, saved: dict) -> list[Block]:
         header = ("model", "step", "training minutes", *methods)
         blocks.append(Block(heading, text, header, table, level=3))
     return blocks
+
+
+def selection_body(study: Study, results: Path, notes: dict, root: Path, produced: str) -> tuple[str | None, list]:
+    """A selection study's page below its provenance line (the commit of its runs, the lines), from
+    bench/results/STUDY.json: its own steps' blocks before and after the selection's, each step's note after its
+    blocks; writes the summary JSON and the curve of the best trained arm beside it."""
+    selection, saved = study.selection, read_json(results / f"{study.name}.json")
+    summary = S.summary(selection, saved, root)
+    write_json(results / f"{study.name}_summary.json", summary, indent=1)
+    figure = Path(study.name) / "aer_by_step.png"
+    draw_selection_curve(study, saved, results / figure, root)
+    lines = [
+        f"The runs: `flock /tmp/polyalign-cpu.lock python -m bench.run {study.name} [STEP ...]` (steps "
+        f"{', '.join(S.step_names(selection))}; each resumable), last saved {saved.get('date', '-')}. Data: "
+        f"`bench/results/{study.name}.json`; the fields a script reads: `bench/results/{study.name}_summary.json`.",
+        "",
+        *note(notes, "_page"),
+    ]
+
+    def step_lines(step) -> list[str]:  # a step's blocks, then its note
+        said = note(notes, step.name)
+        return [*step.blocks(saved), *said, *([""] if said else [])]
+
+    lines += [line for step in selection.before for line in step_lines(step)]
+    lines += selection_blocks(selection, saved, summary, root, str(figure))
+    lines += [line for step in selection.after for line in step_lines(step)]
+    return saved.get("commit"), lines
+
+
+def draw_selection_curve(study: Study, saved: dict, out: Path, root: Path) -> None:
+    """The protocol's AER at every checkpoint of the best trained arm, at the layer it was chosen at (from the start,
+    at step 0), per gold set, with the baseline reference dotted."""
+    selection, p = study.selection, study.selection.protocol
+    if not (pick := S.chosen_at(selection, saved, trained_only=True)):
+        return
+    record, layer = saved["arms"][pick[0]], pick[2]
+    start = S.at(p, saved["start"]["scores"], layer=layer) or saved.get("start_layers", {}).get(layer)
+    aer = {int(step): S.at(p, scores, layer=layer) for step, scores in record["checkpoints"].items()}
+    steps = sorted(step for step, a in aer.items() if a and all(g in a for g in selection.gold_sets))
+    series = {g: ([0, *steps], [start[g], *(aer[step][g] for step in steps)]) for g in selection.gold_sets}
+    baseline = S.baseline_of(selection)
+    dotted = S.reference_values(baseline, selection.gold_sets, root) if baseline else {}
+    title = f"{pick[0]} from {Path(selection.start).name}; dotted: {S.short_name(baseline) if baseline else 'none'}"
+    checkpoint_curves(series, dotted, f"{title} ({p.encoding}, {p.method}, layer {layer})", out)

@@ -1,4 +1,5 @@
-"""The runner's steps for a selection study (bench/study.py `Selection`), each resumable, all saving to one JSON.
+"""The steps of a selection study (bench/study.py `Selection`) for the one runner (bench/run.py), each resumable, all
+saving to one JSON.
 
     flock /tmp/polyalign-cpu.lock python -m bench.run STUDY [STEP ...] [--arms A,B] [--dry-run]
 
@@ -13,13 +14,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import selection as S
 from bench.reporting import commit, read_json, records
-from bench.study import Arm, Study
+from bench.study import Candidate, Study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,7 +135,7 @@ def every_encoding(p) -> tuple[str, ...]:
 
 
 def protocol_layers(run: SelectionRun, rule_layer: bool = True) -> tuple[int, ...]:
-    """The layers a candidate is measured at: the protocol's, and the layer rule's (issue 44: the offered model is
+    """The layers a candidate is measured at: the protocol's, and the layer rule's (the offered model is
     chosen among every checkpoint and interpolation at either layer); `rule_layer=False`: the protocol's only."""
     p, rule = run.selection.protocol, S.rule_layer(run.selection, run.results)
     return tuple(dict.fromkeys((p.layer, *p.layers, *([int(rule)] if rule_layer and rule else []))))
@@ -172,7 +174,7 @@ def start(run: SelectionRun, only=None) -> None:
         run.results["start_layers"] = alignment_scores(run, folder, (p.encoding,), every)[p.key()]
         run.save()
     rule_layers = run.selection.rule_layers
-    if rule_layers and "start_layers_dev" not in run.results:  # issue 44's layer rule, on the dev halves
+    if rule_layers and "start_layers_dev" not in run.results:  # the layer rule, on the dev halves
         scores = alignment_scores(run, folder, (p.encoding,), rule_layers, (p.method,))
         run.results["start_layers_dev"] = scores[p.key(S.DEV)]
         run.save()
@@ -183,7 +185,7 @@ def start(run: SelectionRun, only=None) -> None:
         run.save()
 
 
-def train_command(run: SelectionRun, arm: Arm, run_dir: Path) -> list[str]:
+def train_command(run: SelectionRun, arm: Candidate, run_dir: Path) -> list[str]:
     """`polyalign pretrain` of one arm: the selection's schedule, a checkpoint every `save_every` steps, every one
     kept, the arm's overrides, `trainer.stop_at` where it stops early; resumed when its run exists."""
     selection = run.selection
@@ -240,7 +242,7 @@ def arms(run: SelectionRun, only: list[str] | None = None) -> None:
         run.save()
 
 
-def trained(arm: Arm, run_dir: Path, steps: int) -> bool:
+def trained(arm: Candidate, run_dir: Path, steps: int) -> bool:
     """An arm's run is done: its last checkpoint is saved, or (a minutes arm) its training minutes are spent."""
     if arm.minutes:
         logged = records(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
@@ -324,24 +326,22 @@ def compare(run: SelectionRun, only=None) -> None:
 HARNESS_STEPS = dict(zip(S.HARNESS_STEPS, (start, arms, derive, compare), strict=True))
 
 
-def steps_of(study: Study) -> dict:
-    """Every step of the study, in the order a run without a step named takes them (bench/selection.py)."""
-    own = {s.name: (lambda run, only, s=s: s.run(run)) for s in (*study.selection.before, *study.selection.after)}
-    return {name: HARNESS_STEPS.get(name) or own[name] for name in S.step_names(study.selection)}
-
-
-def run_steps(study: Study, names: list[str], only: list[str] | None = None, dry_run: bool = False,
-              python: str = sys.executable, root: Path = ROOT) -> None:  # fmt: skip
-    """Run the named steps (all of them, in order, when none is named) on the study's saved results."""
-    steps = steps_of(study)
-    unknown = [n for n in names if n not in steps]
-    if unknown:
-        raise SystemExit(f"{', '.join(unknown)}: steps of {study.name} are {', '.join(steps)}")
+def selection_steps(study: Study, only: list[str] | None = None, dry_run: bool = False, python: str = sys.executable,
+                    root: Path = ROOT) -> dict[str, Callable[[], None]]:  # fmt: skip
+    """Every step of a selection study bound to its saved results, in the order a run without one named takes them
+    (bench/selection.py); `only`: the arms the step `arms` trains. A dry run skips the study's own steps."""
     results = root / "bench" / "results" / f"{study.name}.json"
     run = SelectionRun(study, read_json(results) if results.is_file() else {}, root, python, dry_run)
-    for name in names or list(steps):
-        if dry_run and name not in HARNESS_STEPS:
-            print(f"step {name}: the study's own, not run in a dry run", flush=True)
-            continue
-        print(f"step {name}", flush=True)
-        steps[name](run, only)
+    own = {s.name: s.run for s in (*study.selection.before, *study.selection.after)}
+
+    def step(name: str) -> Callable[[], None]:
+        def go() -> None:
+            if dry_run and name not in HARNESS_STEPS:
+                print(f"step {name}: the study's own, not run in a dry run", flush=True)
+                return
+            print(f"step {name}", flush=True)
+            HARNESS_STEPS[name](run, only) if name in HARNESS_STEPS else own[name](run)
+
+        return go
+
+    return {name: step(name) for name in S.step_names(study.selection)}

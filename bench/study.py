@@ -12,87 +12,17 @@ STUDY` writes the study's page from what the runs saved.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from bench.arm import SMALL_BASE, Arm, Budget
 from bench.measures import MEASURES, measure_of
 
-SMALL_BASE = "../shared/models/small-base"
 SECTION_LIMIT_MINUTES = 45.0
-"""Issue 19: every section, seed 1 and evaluation included, fits in 45 CPU-minutes (the 2-core machine)."""
+"""Every section, seed 1 and evaluation included, fits in 45 CPU-minutes: a sitting on the 2-core machine."""
 MEASURE_SCALE_SCRATCH = 1.7
 """Measures of arms from scratch without a preset (the recipes' 6 x 384) take this much longer than small-base's."""
 TRAIN = "train"
-
-
-@dataclass(frozen=True)
-class Arm:
-    name: str
-    recipe: str | None
-    """A built-in recipe or a YAML path; None: no training, the start model is measured as it is."""
-    overrides: tuple[str, ...] = ()
-    """`--set` strings; `{steps}`, `{warmup}` (a tenth) and `{half}` are filled with the run's step count."""
-    init_from: str | None = SMALL_BASE
-    """The start model; None trains from scratch."""
-    preset: str | None = None
-    """`pretrain --preset` (model size, batch, lr; the arm's overrides still win)."""
-    seconds_per_step: float = 1.0
-    """Estimated wall seconds per step on the 2-core machine (for the CPU-minute estimate only)."""
-    flops_per_step: float | None = None
-    """Estimated training FLOPs per step (FLOP budgets only: the estimated step count)."""
-    continues: Arm | None = None
-    """An arm whose run of the same seed this one starts from (trained first; `init_from` names its start)."""
-    note: str = ""
-    """What the arm is, in words (a selection's page lists it)."""
-    stop_at: int = 0
-    """A selection's arm: stop at this step without changing the schedule (0: at the selection's `steps`)."""
-    minutes: float = 0.0  # a selection's arm: stop after these training minutes instead (trainer.max_minutes)
-    rule_layer: bool = False  # a selection's arm: self-trains and is measured at the layer rule's layer too
-
-    @property
-    def trained(self) -> bool:
-        return self.recipe is not None
-
-    @property
-    def lineage(self) -> tuple[Arm, ...]:
-        """This arm and the arms it continues, itself first: every training its run needs."""
-        return (self, *(self.continues.lineage if self.continues else ()))
-
-
-@dataclass(frozen=True)
-class Budget:
-    steps: int | None = None
-    """Optimizer steps (methods applied to an existing model)."""
-    max_flops: float | None = None
-    """Training FLOPs (`--set trainer.max_flops`, with max_steps from a 3-step probe of FLOPs per step)."""
-    minutes: float | None = None
-    """Training minutes (`--set trainer.max_minutes`): what learns fastest per CPU-minute."""
-
-    def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.steps, self.max_flops, self.minutes)) != 1:
-            raise ValueError(f"budget {self}: give exactly one of steps, max_flops and minutes")
-
-    def __repr__(self) -> str:  # as before `minutes` existed: run folders are named by a hash of it
-        extra = f", minutes={self.minutes}" if self.minutes is not None else ""
-        return f"Budget(steps={self.steps}, max_flops={self.max_flops}{extra})"
-
-    def label(self) -> str:
-        if self.minutes:
-            return f"{self.minutes:g} training minutes"
-        return f"{self.steps} steps" if self.steps is not None else f"{self.max_flops:.2g} training FLOPs"
-
-    def amount(self) -> float:
-        return next(x for x in (self.steps, self.max_flops, self.minutes) if x is not None)
-
-    def estimated_steps(self, arm: Arm) -> int:
-        if self.steps is not None:
-            return self.steps
-        if self.minutes:
-            return math.ceil(self.minutes * 60 / arm.seconds_per_step)
-        if not arm.flops_per_step:
-            raise ValueError(f"arm {arm.name}: a FLOP budget needs flops_per_step for the estimate")
-        return max(8, math.ceil(self.max_flops / arm.flops_per_step))
 
 
 @dataclass(frozen=True)
@@ -133,7 +63,7 @@ class Setup:
     """The prepared folder, when the start's vocabulary is not the study's (`bench.run --data` otherwise); the
     runner prepares it with the start's tokenizer when it is missing."""
     device: str = "cpu"
-    """`cuda`: sized for a GPU (issue 46); `bench.run` skips it without one, bench/perf/gpu_check.py runs it."""
+    """`cuda`: sized for a GPU; `bench.run` skips it without one, bench/perf/gpu_check.py runs it."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +87,7 @@ class Investigation:
 @dataclass(frozen=True)
 class Rule:
     close: float = 2.0
-    """Points: a difference below this after seed 0 gets a second seed (issue 19)."""
+    """Points: a difference below this after seed 0 gets a second seed."""
     floor: float = 0.5
     """A difference at or under this is inconclusive whatever the seeds say (the test set's sampling error:
     Tatoeba-14's 14,000 queries per direction give one binomial standard error of 0.1-0.4 points)."""
@@ -241,11 +171,12 @@ class Section:
 
     def training_key(self, arm: Arm) -> tuple:
         """What makes two sections' runs of an arm one training, measured once (the runner keeps runs under a hash
-        of it): the arm and the section's budget and languages; the start model's measures, the languages."""
+        of its `key_text`): the arm and the section's budget and languages; the start model's measures, the
+        languages. The arm it continues is a seventh field, present only when there is one."""
         if not arm.trained:
             return ("start", arm.init_from, self.setup.languages)
         key = (arm.recipe, arm.overrides, arm.init_from, arm.preset, self.setup.budget, self.setup.languages)
-        return key + ((self.training_key(arm.continues),) if arm.continues else ())  # older runs keep their hash
+        return key + ((self.training_key(arm.continues),) if arm.continues else ())
 
     def work(self) -> set[tuple]:
         """(training key, TRAIN) and (training key, measure) for everything this section trains and measures."""
@@ -298,6 +229,18 @@ class Section:
 
 # ---------------------------------------------------------------------------------------------------------
 # A selection: candidates measured under one protocol, one chosen on the dev split (bench/selection.py)
+
+
+@dataclass(frozen=True)
+class Candidate(Arm):
+    """An arm of a selection: checkpointed along its schedule, each checkpoint a candidate."""
+
+    note: str = ""
+    """What the arm is, in words (the selection's page lists it)."""
+    stop_at: int = 0
+    """Stop at this step without changing the schedule (0: at the selection's `steps`)."""
+    minutes: float = 0.0  # stop after these training minutes instead (trainer.max_minutes)
+    rule_layer: bool = False  # self-trains and is measured at the layer rule's layer too
 
 
 @dataclass(frozen=True)
@@ -379,16 +322,16 @@ class Selection:
     """The folder of the gold sets."""
     gold_sets: tuple[str, ...]
     protocol: Protocol
-    arms: tuple[Arm, ...]
+    arms: tuple[Candidate, ...]
     steps: int
-    """The schedule's length (an arm may stop earlier: `Arm.stop_at`)."""
+    """The schedule's length (an arm may stop earlier: `Candidate.stop_at`)."""
     save_every: int
     derived: tuple[Derived, ...] = ()
     references: tuple[Reference, ...] = ()
     baseline: str = ""
     """The reference the chosen candidate is counted against beside the start (the page's dotted lines)."""
     rule_layers: tuple[int, ...] = ()
-    """Issue 44's rules (bench/selection.py: rule_layer, chosen_method): the layer among these with the start's
+    """The selection's rules (bench/selection.py: rule_layer, chosen_method): the layer among these with the start's
     lowest mean dev-half AER is a candidate layer beside the protocol's, and the offered method is chosen on the dev
     halves; (): neither."""
     below_start_everywhere: bool = True
@@ -412,7 +355,7 @@ class Study:
     title: str
     comparisons: tuple[Comparison, ...]
     limit_minutes: float = SECTION_LIMIT_MINUTES
-    """CPU-minutes a section may take (issue 19's 45; the long studies, such as the best recipe, more)."""
+    """CPU-minutes a section may take (45 by default; the long studies, such as the best recipe, more)."""
     tables: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Extra tables of the page: (title, metric keys), one row per arm of every section."""
     premises_in_table: bool = False
@@ -437,10 +380,3 @@ class Study:
             out[name] = section.estimated_minutes(seeds, done)
             done |= section.work()
         return out
-
-
-def fill(override: str, steps: int) -> str:
-    """An arm's override with the run's step count filled in ({steps}, {warmup} = a tenth, {half})."""
-    for name, value in (("steps", steps), ("warmup", max(1, steps // 10)), ("half", steps // 2)):
-        override = override.replace("{" + name + "}", str(value))  # not str.format: values may hold YAML braces
-    return override

@@ -1,4 +1,4 @@
-"""The rules that turn measurements into verdicts and readings, as pure functions of numbers (issue 19).
+"""The rules that turn measurements into verdicts and readings, as pure functions of numbers.
 
 A verdict compares a method with a baseline over seeds. A reading says what stands in the way of a claim that is
 not reproduced: its premises (a start model as aligned as the paper's, a detector that beats the majority class, a
@@ -9,11 +9,8 @@ Each rule returns a label or a `Reading` (a code and its parameters); the page w
 
 from __future__ import annotations
 
-import functools
-import json
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
 import numpy as np
 
@@ -71,7 +68,7 @@ def verdict(diff: Difference, direction: int, close: float = 2.0, varies: bool =
 
 
 def needs_second_seed(diff: Difference, close: float = 2.0) -> bool:
-    """Issue 19: two seeds for any difference under `close` points."""
+    """Two seeds for any difference under `close` points: one seed cannot tell it from seed noise."""
     return diff.seeds < 2 and abs(diff.mean) < close
 
 
@@ -128,30 +125,6 @@ def conditional_entropy(counts_by_language: dict[str, np.ndarray]) -> float:
     return sum(totals[lang] * entropy(counts_by_language[lang]) for lang in totals) / sum(totals.values())
 
 
-def token_counts(prepared: Path, language: str) -> np.ndarray:
-    """Token counts of one language in a `polyalign prepare` folder: its mono text and its side of every pair."""
-    meta = json.loads((prepared / "meta.json").read_text())
-    dtype, size = np.dtype(meta["dtype"]), int(meta["vocab_size"])
-    files = [prepared / "mono" / f"{language}.ids", *sorted((prepared / "parallel").glob(f"*.{language}.ids"))]
-    counts = np.zeros(size, dtype=np.int64)
-    for path in files:
-        if path.is_file():
-            counts += np.bincount(np.fromfile(path, dtype=dtype), minlength=size)[:size]
-    return counts
-
-
-@functools.cache
-def unigram_floor(kind: str, prepared: Path, languages: tuple[str, ...] | None) -> float:
-    """`unigram`: H(token | language) over the languages (None: every language of the folder); `unigram:en`: the
-    floor of a translation loss into English, the unigram entropy of the English text."""
-    if kind == "unigram":
-        languages = languages or tuple(json.loads((prepared / "meta.json").read_text())["languages"])
-        return conditional_entropy({lang: token_counts(prepared, lang) for lang in languages})
-    if kind.startswith("unigram:"):
-        return entropy(token_counts(prepared, kind.removeprefix("unigram:")))
-    raise ValueError(f"floor {kind!r}: use 'unigram' or 'unigram:<language>'")
-
-
 # --------------------------------------------------------------------------------------------------------
 # Comparisons: the row of one comparison from its section's results, and what stands in its way
 
@@ -173,7 +146,7 @@ class R(StrEnum):
     PREMISE_NOT_MET = "premise not met"  # parts: the diagnostics' readings (none: scale); also: independent
     AT_FLOOR = "every model at its floor"  # scale
     AT_FLOOR_GAP_GROWS = "at the floor, gap grows with compute"  # not separated
-    STILL_FALLING = "a loss still falls at the end"  # args: the runs; the budget, not yet scale (issue 47)
+    STILL_FALLING = "a loss still falls at the end"  # args: the runs; the budget, not yet scale
     LOSS_FALLS = "the method's loss falls"  # not separated; also: independent
     LOSS_FLAT = "a loss of the method does not fall"  # code suspect
     REPRODUCED_ELSEWHERE = "no logged loss, reproduced on other states"  # args: the diagnostics' ids; not the code
@@ -416,7 +389,7 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
     at_floor = [n[-1] >= floors[ch.floor] for ch, n in losses if ch.floor in floors]
     falls = [n[-1] < n[0] for ch, n in losses if ch.arm == c.method.name]
     if at_floor and all(at_floor) and (falling := budget.still_falling(c, section)):
-        return Reading(R.STILL_FALLING, tuple(falling))  # issue 47: a longer run first, not "scale"
+        return Reading(R.STILL_FALLING, tuple(falling))  # a longer run first, not "scale"
     if at_floor and all(at_floor):
         same = [rows[x.id] for x in same_comparison(study, c)]
         trend = compute_trend(

@@ -17,7 +17,8 @@ from bench.measures import (
     retrieval_metrics,
     xnli_reader,
 )
-from bench.run import Context, run_section
+from bench.reporting import page_text, table_rows
+from bench.run import KEY, Context, run_dir, run_key, run_section
 from bench.studies import evidence as E
 from bench.study import Section
 from polyalign.align.aligner import PAIR_LAYOUT
@@ -65,11 +66,12 @@ def test_each_measure_s_wall_minutes_are_kept_with_its_run_and_listed_once_per_r
     first = run_seed(ctx, c.baseline, 0)
     again = run_seed(ctx, c.baseline, 0)  # cached: nothing runs, the minutes are read back
     assert len(ran) == 1 and first["toy@x"] == 1.0
+    assert (run_dir(ctx, c.baseline, 0) / KEY).read_text() == run_key(ctx, c.baseline) + "\n"  # what it holds
     assert set(first["minutes"]) == {"toy"} and again["minutes"] == first["minutes"]
     shared = {"results": {"start": {"0": again}, "ppa": {"0": {"train": {"seconds": 600.0}}}}}
-    table = "\n".join(minutes_table({"a": shared, "b": shared}))
+    table = page_text(minutes_table({"a": shared, "b": shared}))
     assert table.count("`start`") == 1 and table.count("`ppa`") == 1  # a run two sections share: one row
-    assert "| a: `ppa` | 0 | 10.0 | - | 10.0 |" in table
+    assert ["a: `ppa`", "0", "10.0", "-", "10.0"] in table_rows(table)
     assert minutes_table({"a": {"results": {"start": {"0": {"toy@x": 1.0}}}}}) == []  # nothing timed: no table
 
 
@@ -148,7 +150,7 @@ def test_the_full_xnli_measure_reads_english_and_the_transfer_gap(tmp_path):
     (t.evals / "xnli-full" / "finetune.json").write_text(json.dumps({"results": [result]}))
     read = MEASURES["xnli-full"].read(t)
     assert (read["xnli-full"], read["xnli-full/en"], read["xnli-full/gap"], read[ONE_CLASS]) == (60.0, 63.7, 4.0, False)
-    assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair, as issue 36 asks
+    assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair: the full protocol
 
 
 def test_bucc_readers_keep_the_evaluators_percentages(tmp_path):

@@ -11,6 +11,7 @@ from bench.measures import (
     ONE_PAIR_LAYOUT,
     RELEASED_FILTERING,
 )
+from bench.reporting import table_rows
 from tests.bench_sections import CURRENT_AER, STUDY, section_of
 
 
@@ -48,7 +49,8 @@ def test_the_page_shows_not_run_rows_then_verdicts_floors_and_figures(tmp_path):
     text = page.write(STUDY, tmp_path, "cmd", notes_dir=tmp_path / "notes", root=tmp_path).read_text()
     rows = {r["claim"]: r for r in json.loads((tmp_path / "evidence" / "verdicts.json").read_text())["rows"]}
     assert rows[c.id]["difference"] == pytest.approx(0.2) and rows[c.id]["verdict"] == V.NOT_REPRODUCED
-    assert "unigram floor 6.60 nats" in text and "- Note (commit abc1234): N" in text
+    assert ["translation loss, VECO init", "`veco`", "6.60", "unigram floor 6.60 nats", "-"] in table_rows(text)
+    assert page.note({c.id: {"commit": "abc1234", "note": "N"}}, c.id)[0] in text.splitlines()  # the note, shown
     drawn = {p.name for p in (tmp_path / "evidence").glob("*.png")}
     assert drawn == {
         "veco-tatoeba14-layers.png",
@@ -88,10 +90,10 @@ def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flag
     section = json.loads((sections / "xlm-align.json").read_text())
     held = [V.premise(ch, section, {}) for ch in c.why.checks if ch.premise_max is not None]
     assert held == [(41.0, "at most", 37.8, False)]  # the start's self-labeling AER, above the paper's premise
-    row = next(line for line in text.splitlines() if f"`{c.id}`" in line).split(" | ")
-    premises = row[-1]  # the page's last column: each premise's value beside the papers' references
-    assert "41" in premises and "37.8" in premises and "17.7 / 7.5 / 37.8 / 27.5" in premises
-    assert "models/multilingual-e5-small" in " ".join(row) and "+2.50 (1 seed)" in row
+    row = next(r for r in table_rows(text) if f"`{c.id}`" in r[0])
+    premises = row[-1].split("<br>")[0]  # the last column: each premise's value beside the papers' references
+    assert "41.00" in premises and "37.8" in premises and "17.7 / 7.5 / 37.8 / 27.5" in premises
+    assert row[3:6] == ["31.00", "33.50", "+2.50 (1 seed)"] and "models/multilingual-e5-small" in row[7]
 
     xnli = {
         "start": {"0": {"xnli-full": 33.3, ONE_CLASS: True}},

@@ -78,7 +78,7 @@ def test_models_that_never_passed_the_unigram_floor_read_as_scale_unless_the_gap
         "exp3-camlm": {"0": {"tatoeba14@dev": 2.0, "train": {"mlm/loss": [9.0, 8.7]}}},
     }
     assert reading("ernie-m-camlm-aligned", at_floor, {"unigram": 6.57}) == Reading(R.AT_FLOOR)
-    # issue 47: at the floor, but a loss still falling in the run's last quarter reads as the budget, not scale
+    # at the floor, but a loss still falling in the run's last quarter reads as the budget, not scale
     at_floor["exp3-camlm"]["0"]["train"]["loss_quarters"] = {"mlm": [9.0, 8.8, 8.7, 8.5], "camlm": [9, 9, 9, 9]}
     falling = Reading(R.STILL_FALLING, ("exp3-camlm: mlm",))
     assert reading("ernie-m-camlm-aligned", at_floor, {"unigram": 6.57}) == falling

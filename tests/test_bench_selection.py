@@ -10,8 +10,10 @@ import pytest
 
 from bench import page
 from bench import selection as S
-from bench.selection_run import run_steps, steps_of
-from bench.studies import STUDIES, e5_aligner
+from bench.reporting import table_rows
+from bench.run import Options, run_steps, steps_of
+from bench.steps import e5_aligner
+from bench.studies import STUDIES
 from bench.studies import e5 as E5
 from bench.study import Derived, Reference
 from polyalign.config import load_recipe
@@ -105,25 +107,25 @@ def test_derive_makes_only_what_no_arm_was_made_from(tmp_path, capsys):
     (root / "bench" / "results" / "e5.json").write_text(json.dumps(saved()))
     study = dataclasses.replace(STUDY, selection=dataclasses.replace(SELECTION, derived=(
         Derived("interpolate", 0.5), Derived("interpolate", 0.75))))  # fmt: skip
-    run_steps(study, ["derive"], dry_run=True, root=root)
+    run_steps(study, ["derive"], Options(dry_run=True, root=root))
     made = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     # the base is softmax-labels at 1000 (lowest dev mean), whose 0.5 interpolation is saved (under another name)
     assert len(made) == 1 and "--weight 0.75" in made[0] and "softmax-labels-wise-0.75" in made[0]
 
 
 def test_the_steps_run_in_order_and_an_unknown_one_names_them(tmp_path):
-    assert list(steps_of(STUDY)) == [
+    assert list(steps_of(STUDY, Options(root=tmp_path))) == [
         "convert", "sentences", "start", "arms", "derive", "compare", "speed", "fit", "aligner-speed",
     ]  # fmt: skip
     with pytest.raises(SystemExit, match="convert, sentences, start"):
-        run_steps(STUDY, ["interpolate"], root=tmp_path)
+        run_steps(STUDY, ["interpolate"], Options(root=tmp_path))
     with pytest.raises(SystemExit, match="argmax-labels"):
-        run_steps(STUDY, ["arms"], only=["nope"], dry_run=True, root=tmp_path)
+        run_steps(STUDY, ["arms"], Options(dry_run=True, arms=["nope"], root=tmp_path))
 
 
 def test_a_dry_run_prints_each_arms_training_with_its_schedule_and_stop(tmp_path, capsys):
     (tmp_path / "bench" / "results").mkdir(parents=True)
-    run_steps(STUDY, ["arms"], dry_run=True, root=tmp_path)
+    run_steps(STUDY, ["arms"], Options(dry_run=True, root=tmp_path))
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     assert len(commands) == len(E5.ARMS) and all(f"--init-from {tmp_path}/{E5.E5}" in c for c in commands)
     embeddings = next(c for c in commands if "trained-embeddings" in c)
@@ -180,31 +182,25 @@ def test_the_page_from_a_fixture_shows_every_arm_method_layer_and_reference(tmp_
                                   "minutes": 8.2, "checkpoints": {"500": checkpoint}}  # fmt: skip
     (results / "e5.json").write_text(json.dumps(data))
     text = page.write(STUDY, results, "python -m bench.page e5", notes_dir=tmp_path, root=root).read_text()
-    lines = text.splitlines()
-    assert "Produced by `python -m bench.page e5` (runs made with the code of commits abc1234" in lines[2]
-    assert (
-        "| argmax-labels: not run | – | – |" in lines
-        and "| softmax-labels (1000 steps, 10.0 min) | 17.0 | 11.0 |" in lines
-    )
-    assert "| chosen: softmax-labels at step 500 (5.0 min) | 18.0 | 9.0 |" in lines  # full sets; chosen on dev
-    assert "| chosen: softmax-labels at step 500 (5.0 min) | 30.0 | 30.0 |" in lines  # its test halves, apart
-    assert (
-        "| published: XLM-Align base | 17.42 | 6.71 |" in lines and "| eflomal (same bitext) | 30.0 | 31.0 |" in lines
-    )
-    assert "- `dwa-beside` (recipe `bench/recipes/aligner-dwa.yaml`): D" in lines
-    assert any(
-        line.startswith("- `argmax-labels` (recipe `self-align`)") and line.endswith("(not run)") for line in lines
-    )
-    assert "| dwa-beside at step 500 | 21.0 | 9.0 |" in lines  # the arms at the same step
+    rows = table_rows(text)
+    assert ["argmax-labels: not run", "–", "–"] in rows and [
+        "softmax-labels (1000 steps, 10.0 min)",
+        "17.0",
+        "11.0",
+    ] in rows
+    assert ["chosen: softmax-labels at step 500 (5.0 min)", "18.0", "9.0"] in rows  # full sets; chosen on dev
+    assert ["chosen: softmax-labels at step 500 (5.0 min)", "30.0", "30.0"] in rows  # its test halves, apart
+    assert ["published: XLM-Align base", "17.42", "6.71"] in rows and ["eflomal (same bitext)", "30.0", "31.0"] in rows
+    assert ["dwa-beside at step 500", "21.0", "9.0"] in rows  # the arms at the same step
     summary = json.loads((results / "e5_summary.json").read_text())
     assert summary["arm"] == "softmax-labels" and (results / "e5" / "aer_by_step.png").is_file()
     # every method and layer the start and the chosen one share: the chosen (at 500) has argmax only
-    assert "| separate/argmax | 20.0 → 18.0 | 10.0 → 9.0 |" in lines and "separate/softmax" not in text
+    assert ["separate/argmax", "20.0 → 18.0", "10.0 → 9.0"] in rows and not any("separate/softmax" in r for r in rows)
     data["arms"]["softmax-labels"]["checkpoints"]["500"] |= extra
     (results / "e5.json").write_text(json.dumps(data))
-    lines = page.write(STUDY, results, "cmd", notes_dir=tmp_path, root=root).read_text().splitlines()
-    assert "| separate/softmax | 21.0 → 16.0 | 11.0 → 8.0 |" in lines  # layer 7, its own table
-    assert "| separate/softmax | 21.5 → 16.5 | – |" in lines and "| separate/ot | 25.0 → 22.0 | 15.0 → 12.0 |" in lines
+    rows = table_rows(page.write(STUDY, results, "cmd", notes_dir=tmp_path, root=root).read_text())
+    assert ["separate/softmax", "21.0 → 16.0", "11.0 → 8.0"] in rows  # layer 7, its own table
+    assert ["separate/softmax", "21.5 → 16.5", "–"] in rows and ["separate/ot", "25.0 → 22.0", "15.0 → 12.0"] in rows
 
 
 def test_the_e5_study_is_one_of_the_harness_and_declares_its_published_rows():
@@ -216,7 +212,7 @@ def test_the_e5_study_is_one_of_the_harness_and_declares_its_published_rows():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 44's rule: the layer rule, the offered model at either layer, the offered extraction
+# The selection rule: the layer rule, the offered model at either layer, the offered extraction
 
 
 def layered() -> dict:
@@ -281,11 +277,11 @@ def test_compare_is_not_made_again_for_the_offered_aligner_it_compared(tmp_path,
     (tmp_path / "bench" / "results").mkdir(parents=True)
     results = saved() | {"compare": {"arm": "softmax-labels", "step": 500, "sets": {}}}  # layer 8, argmax: implied
     (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(results))
-    run_steps(STUDY, ["compare"], dry_run=True, root=tmp_path)
+    run_steps(STUDY, ["compare"], Options(dry_run=True, root=tmp_path))
     assert "is compared already" in capsys.readouterr().out
     results["compare"] |= {"layer": 7}
     (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(results))
-    run_steps(STUDY, ["compare"], dry_run=True, root=tmp_path)
+    run_steps(STUDY, ["compare"], Options(dry_run=True, root=tmp_path))
     assert "is compared already" not in capsys.readouterr().out
     assert S.compared(SELECTION, results["compare"]) == ("softmax-labels", "500", "7", "argmax")
 
@@ -293,7 +289,8 @@ def test_compare_is_not_made_again_for_the_offered_aligner_it_compared(tmp_path,
 def test_a_rule_layer_arm_trains_at_the_rules_layer_and_a_minutes_arm_for_its_minutes(tmp_path, capsys):
     (tmp_path / "bench" / "results").mkdir(parents=True)
     (tmp_path / "bench" / "results" / "e5.json").write_text(json.dumps(layered()))
-    run_steps(STUDY, ["arms"], only=["softmax-rule-layer", "dwa-beside", "softmax-labels"], dry_run=True, root=tmp_path)
+    arms = ["softmax-rule-layer", "dwa-beside", "softmax-labels"]
+    run_steps(STUDY, ["arms"], Options(dry_run=True, arms=arms, root=tmp_path))
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     rule, dwa, plain = (next(c for c in commands if f"e5-runs/{n} " in c) for n in ("softmax-rule-layer", "dwa-beside",
                                                                                    "softmax-labels"))  # fmt: skip
@@ -309,16 +306,13 @@ def test_the_page_shows_the_offered_aligner_and_the_ablation_of_every_arm_method
     data = layered()
     data["arms"]["rule-arm"]["checkpoints"]["500"]["separate/argmax/dev"]["7"] = {"de-en": 17.5, "en-fr": 8.5}
     (results / "e5.json").write_text(json.dumps(data))
-    lines = page.write(STUDY, results, "cmd", notes_dir=tmp_path, root=root).read_text().splitlines()
-    offered = next(line for line in lines if "**The offered aligner**" in line)
-    assert offered.startswith("The layer rule's layer: 7 (the start's mean dev-half AER under the protocol, by layer")
-    assert "`start_layers_dev`: 6 14.25, 7 13.50, 8 15.10); candidates at layers 8 and 7" in offered
-    assert "rule-arm at step 500, layer 7, `argmax` extraction (mean dev-half AER 13.00" in offered
-    assert "| chosen: rule-arm at step 500 (9.0 min), layer 7, argmax | 19.0 | 8.5 |" in lines
-    assert "### Ablation at layer 7: mean AER over the 2 gold sets, dev halves / whole sets" in lines
-    assert "| rule-arm | 500 | 9.0 | 13.00 / 13.75 |" in lines  # dev halves / whole sets
-    assert "| softmax-labels | 1000 | 10.0 | 13.00 / 14.00 | 17.00 / 17.00 |" in lines  # argmax, ot at layer 8
-    assert "| start |  |  | 15.00 / 15.00 | 20.00 / 20.00 |" in lines
+    rows = table_rows(page.write(STUDY, results, "cmd", notes_dir=tmp_path, root=root).read_text())
+    summary = json.loads((results / "e5_summary.json").read_text())
+    assert (summary["arm"], summary["step"], summary["layer"], summary["method"]) == ("rule-arm", 500, 7, "argmax")
+    assert ["chosen: rule-arm at step 500 (9.0 min), layer 7, argmax", "19.0", "8.5"] in rows
+    assert ["rule-arm", "500", "9.0", "13.00 / 13.75"] in rows  # the ablation at layer 7: dev halves / whole sets
+    assert ["softmax-labels", "1000", "10.0", "13.00 / 14.00", "17.00 / 17.00"] in rows  # argmax, ot at layer 8
+    assert ["start", "", "", "15.00 / 15.00", "20.00 / 20.00"] in rows
 
 
 def speed_fixture() -> dict:
@@ -332,13 +326,14 @@ def speed_fixture() -> dict:
 def test_the_aligner_speed_section_renders_from_its_json_and_says_how_to_make_it_without():
     from bench.reporting import block_lines
 
-    lines = "\n".join(line for b in e5_aligner.aligner_speed_blocks(speed_fixture()) for line in block_lines(b))
-    lines = lines.splitlines()
-    assert "| eflomal, 2,000 pairs | 150 | 80.0 | 1.9x | 21.0% |" in lines
-    assert "| eflomal, 20,000 pairs | 210 | 800.0 | 0.3x | 30.0% |" in lines
-    assert "| SimAlign, 500 pairs | 100 | 22.8 | 4.4x | – |" in lines
-    missing = "\n".join(line for b in e5_aligner.aligner_speed_blocks(None) for line in block_lines(b))
-    assert "python -m bench.run e5 aligner-speed" in missing and e5_aligner.ALIGNER_SPEED in missing
+    rows = table_rows(
+        "\n".join(line for b in e5_aligner.aligner_speed_blocks(speed_fixture()) for line in block_lines(b))
+    )
+    assert ["eflomal, 2,000 pairs", "150", "80.0", "1.9x", "21.0%"] in rows
+    assert ["eflomal, 20,000 pairs", "210", "800.0", "0.3x", "30.0%"] in rows
+    assert ["SimAlign, 500 pairs", "100", "22.8", "4.4x", "–"] in rows
+    missing = e5_aligner.aligner_speed_blocks(None)  # no table; the file to make named
+    assert not any(b.rows for b in missing) and any(e5_aligner.ALIGNER_SPEED in " ".join(b.text) for b in missing)
 
 
 def test_the_fitted_models_are_a_table_apart_labelled_transductive():
@@ -347,9 +342,9 @@ def test_the_fitted_models_are_a_table_apart_labelled_transductive():
     fit = {"fit": {"start": {"model": E5.E5, "reading": "softmax at 0.1, layer 7", "sets": {"de-en": {
         "all": 21.4, "dev": 22.4, "test": 20.4, "fit": {"minutes": 0.6}}}}}}  # fmt: skip
     blocks = e5_aligner.fit_blocks(saved() | fit, GOLD, E5.PROTOCOL)
-    lines = "\n".join(line for b in blocks for line in block_lines(b)).splitlines()
-    assert any(e5_aligner.TRANSDUCTIVE in line for line in lines)
-    assert "| the start, not fitted (whole sets) | 20.0 | 10.0 |" in lines
-    assert "| the start fitted on each set, read softmax at 0.1, layer 7 (dev halves) | 22.4 | – |" in lines
-    assert "| the offered model fitted on each set: not run | – | – |" in lines
-    assert "| the start: minutes to fit and align | 0.6 | – |" in lines
+    rows = table_rows("\n".join(line for b in blocks for line in block_lines(b)))
+    assert any(e5_aligner.TRANSDUCTIVE in " ".join((b.heading, *b.text)) for b in blocks)
+    assert ["the start, not fitted (whole sets)", "20.0", "10.0"] in rows
+    assert ["the start fitted on each set, read softmax at 0.1, layer 7 (dev halves)", "22.4", "–"] in rows
+    assert ["the offered model fitted on each set: not run", "–", "–"] in rows
+    assert ["the start: minutes to fit and align", "0.6", "–"] in rows

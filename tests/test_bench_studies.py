@@ -11,10 +11,11 @@ import pytest
 
 from bench import page
 from bench import selection as S
-from bench.run import Context, budget_overrides, run_dir, run_section, train
+from bench.arm import Budget, fill, key_text
+from bench.run import Context, Options, budget_overrides, run_dir, run_section, run_steps, steps_of, train
 from bench.studies import STUDIES
 from bench.studies import evidence as E
-from bench.study import TRAIN, Budget, Section, Setup, fill
+from bench.study import TRAIN, Section, Setup
 from polyalign.config import load_recipe
 from tests.bench_sections import ALL, STUDY
 
@@ -102,17 +103,33 @@ def test_sections_share_the_runs_of_the_same_arm_and_nothing_else(tmp_path):
     assert run_dir(ppa, start, 0) != run_dir(dataclasses.replace(ppa, section=fewer), start, 0)
 
 
-def test_run_folders_keep_the_names_of_the_runs_made_before_issue_33(tmp_path):
-    # the hash covers repr(Budget): a budget without minutes reads as it did, so saved runs are found again
-    assert repr(Budget(steps=250)) == "Budget(steps=250, max_flops=None)"
-    assert run_dir(context("ppa", tmp_path), E.PPA, 0).name.startswith("ppa-s0-")
-    from bench.studies.real_start import E5_DATA, MLM_TLM
-    from bench.studies.real_start import STUDY as REAL
+def declared_run_folders() -> dict[str, str]:
+    """The folder name of every arm's seed-0 run in every section of every study, at the section's data."""
+    out = {}
+    for name, study in STUDIES.items():
+        for section_name, section in study.sections().items():
+            ctx = Context(
+                section, Path(section.setup.data or "bench/work/prepared-all24"), Path("runs"), Path("e"), "py"
+            )
+            for arm in (a for top in section.arms for a in top.lineage):
+                out[f"{name}/{section_name}/{arm.name}"] = run_dir(ctx, arm, 0).name
+    return out
 
-    # an arm that continues no other keeps the hash it had before `Arm.continues`; since issue 47 the cold-head arms
-    # name their warm-up of 0 (what issue 36's runs, `mlm-tlm-s0-c91a34afb1`, trained), and so hash anew
-    real = Context(REAL.sections()["xlm-align"], Path(E5_DATA), tmp_path, tmp_path, "py")
-    assert run_dir(real, MLM_TLM, 0).name == "mlm-tlm-s0-ce71c1b615"
+
+def test_every_declared_arm_keeps_the_run_folder_its_saved_runs_live_in():
+    # bench/work/STUDY/runs holds hours of CPU under these names: a refactor of the keys must not rename them (an arm
+    # whose training changes gets a new folder by design; update tests/bench_run_keys.json with it)
+    saved = json.loads((ROOT / "tests" / "bench_run_keys.json").read_text())
+    now = declared_run_folders()
+    assert {k: now.get(k) for k in saved if now.get(k) != saved[k]} == {}
+
+
+def test_a_run_key_is_the_literal_of_its_tuple_with_the_budget_as_it_always_read():
+    key = ("xlm", ("a=1",), None, None, Budget(steps=250), ("en",), (("start", "m", None),))
+    assert key_text(key) == repr(key).replace(repr(Budget(steps=250)), "Budget(steps=250, max_flops=None)")
+    assert key_text(Budget(minutes=4.0)) == "Budget(steps=None, max_flops=None, minutes=4.0)"
+    with pytest.raises(TypeError, match="run key"):
+        key_text((object(),))
 
 
 def test_a_section_trains_only_the_arms_no_earlier_section_trained(tmp_path, capsys):
@@ -195,3 +212,16 @@ def test_max_seeds_one_leaves_close_comparisons_to_one_seed(tmp_path, monkeypatc
     assert calls and {seed for _, seed in calls} == {0}
     run_section(context("ppa", tmp_path), "evidence")
     assert {seed for _, seed in calls} == {0, 1}
+
+
+def test_a_comparison_studys_steps_are_its_sections_run_by_the_one_runner(tmp_path, capsys):
+    assert list(steps_of(STUDY, Options())) == list(STUDY.sections())
+    with pytest.raises(SystemExit, match="nope: steps of evidence are ppa, "):
+        run_steps(STUDY, ["nope"], Options(root=tmp_path))
+    run_steps(STUDY, ["ppa"], Options(dry_run=True, work=tmp_path, root=tmp_path))
+    printed = capsys.readouterr().out
+    assert (
+        "section ppa: about" in printed
+        and f" pretrain ppa --data bench/work/prepared-all24 --run-dir {tmp_path}" in printed
+    )
+    assert not (tmp_path / "bench" / "results").exists()  # a dry run writes nothing

@@ -1,4 +1,4 @@
-"""A start without a trained MLM head gets it trained alone first (issue 47): announced, the encoder bit-identical,
+"""A start without a trained MLM head gets it trained alone first: announced, the encoder bit-identical,
 outside every budget, not repeated by a resume; `head_warmup_steps=0` says what it means."""
 
 import json

@@ -1,4 +1,4 @@
-"""No silent surprise in a run (issue 45): a resume that names another recipe or asks for no new steps is refused
+"""No silent surprise in a run: a resume that names another recipe or asks for no new steps is refused
 with the reason; a resume to more steps is recorded in the run's recipe; checkpoints may keep weights only, or the
 last N, and deleting old ones deletes nothing else; a parallel-only corpus feeds MLM its sides; a warm-up longer
 than the run is cut and said."""

@@ -1,4 +1,4 @@
-"""The aligner's speed against its peers (issue 44), each a whole command in its own process, start-up included:
+"""The aligner's speed against its peers, each a whole command in its own process, start-up included:
 
 - eflomal (training on the same pairs included, both directions) at 2,000 and 20,000 tokenised en-de pairs,
   interleaved round by round with `polyalign align` (bench/perf/cpu_speed.py's `measure_aligner`);

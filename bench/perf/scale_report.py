@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.reporting import commit, cpu_name, markdown_table, read_json, records
+from bench.reporting import commit, cpu_name, page_text, read_json, records, table
 
 ROOT = Path(__file__).resolve().parents[2]
 W = ROOT / "bench" / "work" / "scale"
@@ -57,7 +57,7 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_page(result)
+    write_page(result, OUT)
 
 
 def code_of(result: dict) -> str:
@@ -70,7 +70,8 @@ def code_of(result: dict) -> str:
     return f"{before} (the last commit before the run's date; the run did not record its commit)"
 
 
-def write_page(result: dict) -> None:
+def write_page(result: dict, out: Path) -> Path:
+    """scale.md in `out` from the result scale.json holds."""
     sizes, memory = result["corpus"], result["peak_rss"]
     steps, worst = result["ddp"]["steps"], result["ddp"]["max_rel_diff"]
     lines = [
@@ -88,7 +89,7 @@ def write_page(result: dict) -> None:
         "lines, then every line tokenized into shards. Training: recipe `xlm` (MLM + TLM, 6 layers, hidden 384), "
         "10 steps and one checkpoint. Peak RSS from `getrusage(RUSAGE_CHILDREN)` (bench/perf/peak_rss.py).",
         "",
-        markdown_table(
+        table(
             ["phase", "peak RSS 1x (MB)", "peak RSS 10x (MB)", "ratio", "goal", "wall s (1x / 10x)"],
             [
                 [
@@ -103,7 +104,6 @@ def write_page(result: dict) -> None:
             ],
             align="lrrrrr",
         ),
-        "",
         "## DDP (2 gloo processes) vs 1 process with 2 accumulation steps",
         "",
         "Recipe `mlm` at its size (6 layers, hidden 384, vocabulary 32000, 8192-token micro-batches) on "
@@ -114,18 +114,18 @@ def write_page(result: dict) -> None:
         f"Tolerance: relative loss difference < 1e-3 per logged step (bf16 autocast; only the order of "
         f"floating-point reductions differs). Measured: max {worst:.2e}.",
         "",
-        markdown_table(
+        table(
             ["step", "DDP 2x1 loss", "1 process x 2 accumulation loss", "relative difference"],
             [[s["step"], f"{s['ddp']:.5f}", f"{s['single']:.5f}", f"{s['rel_diff']:.1e}"] for s in steps],
             align="rrrr",
         ),
     ]
-    (OUT / "scale.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    (out / "scale.md").write_text(page_text(lines))
+    return out / "scale.md"
 
 
 if __name__ == "__main__":
     if "--page-only" in sys.argv:
-        write_page(read_json(OUT / "scale.json"))
+        print(write_page(read_json(OUT / "scale.json"), OUT).read_text())
     else:
         main()

@@ -1,4 +1,4 @@
-"""polyalign against transformers on the same batches: the one measurement behind every speed page (issue 43).
+"""polyalign against transformers on the same batches: the one measurement behind every speed page.
 
 Every comparison is the same three things: a training step as polyalign's trainer runs it (loss, backward, clipping,
 fused AdamW; the same optimizer for both stacks, so that the comparison is of the model step), the same batches in

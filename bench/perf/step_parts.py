@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.reporting import markdown_table, median_seconds
+from bench.reporting import median_seconds, page_text, table
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.encoder import Dropout, attend, expand_attention_mask
 from polyalign.model.losses import cross_entropy
@@ -90,7 +90,7 @@ def main() -> None:
         "Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts` (2 threads, bf16 "
         f"tensors, forward + backward, median of 5 after a warm-up; 1-minute load average {load:.1f}).",
         "",
-        markdown_table(
+        table(
             ["part", "stock (ms)", "polyalign (ms)", "speed-up"],
             [
                 [name, f"{r['stock_ms']:.1f}", f"{r['polyalign_ms']:.1f}", f"{r['speedup']:.2f}x"]
@@ -99,7 +99,7 @@ def main() -> None:
             align="lrrr",
         ),
     ]
-    (out / "step_parts.md").write_text("\n".join(lines) + "\n")
+    (out / "step_parts.md").write_text(page_text(lines))
 
 
 if __name__ == "__main__":

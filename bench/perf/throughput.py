@@ -43,7 +43,7 @@ from bench.perf.speed import (
     training_step,
     transformers_mlm,
 )
-from bench.reporting import commit, cpu_name, markdown_table, read_json
+from bench.reporting import commit, cpu_name, page_text, read_json, table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -223,15 +223,14 @@ def report(r: dict, argv: str, results: Path = RESULTS) -> str:
         "FLOPs/s (polyalign/flops.py) over the bf16 peak; transformers also computes MLM logits at unmasked "
         "positions, which is not counted.",
         "",
-        markdown_table(
+        table(
             ["matmul (F.linear)", *r["matmul_gflops"]["fp32"]],
             [[f"{p} GFLOP/s", *(f"{v:.0f}" for v in r["matmul_gflops"][p].values())] for p in ("fp32", "bf16")],
             align="l" + "r" * len(r["matmul_gflops"]["fp32"]),
         ),
-        "",
         f"Peak: fp32 {peak_fp32:.0f} GFLOP/s, bf16 {peak_bf16:.0f} GFLOP/s.",
         "",
-        markdown_table(
+        table(
             [
                 "stack",
                 "precision",
@@ -257,8 +256,7 @@ def report(r: dict, argv: str, results: Path = RESULTS) -> str:
     ]
     q = r["ratios"]
     lines += [
-        "",
-        markdown_table(
+        table(
             ["ratio (tokens/s)", "measured", "goal"],
             [
                 ["polyalign bf16 / transformers fp32", f"{q['ours_bf16_vs_transformers_fp32']:.2f}x", ">= 2x"],
@@ -268,10 +266,9 @@ def report(r: dict, argv: str, results: Path = RESULTS) -> str:
             ],
             align="lrr",
         ),
-        "",
     ]
     lines += cpu_speed_section(results / "cpu_speed.json")  # aligner vs eflomal, Tatoeba-14, prepare
-    return "\n".join(lines)
+    return page_text(lines)
 
 
 def _version(package: str) -> str:

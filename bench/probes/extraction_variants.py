@@ -1,4 +1,4 @@
-"""Extraction variants on the same hidden states (issue 44): what the step from states to links is worth.
+"""Extraction variants on the same hidden states: what the step from states to links is worth.
 
     flock /tmp/polyalign-cpu.lock python -m bench.probes.extraction_variants MODEL [MODEL ...] [--layers 7,8]
 

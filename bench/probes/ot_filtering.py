@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from bench.reporting import markdown_table, provenance, write_json
+from bench.reporting import page_text, provenance, table, write_json
 from polyalign.align import extract
 from polyalign.align.aer import alignment_error_rate, read_gold
 from polyalign.align.aligner import Aligner
@@ -110,7 +110,15 @@ def main() -> None:
     torch.set_num_threads(2)
     synthetic, real = planted(GOLD / "de-en"), model_states(args.model)
     command = f"python -m bench.probes.ot_filtering --model {args.model}"
-    write_json(args.out.with_suffix(".json"), {"provenance": provenance(command), "planted": synthetic, "model": real})
+    saved = {"provenance": provenance(command), "model_path": str(args.model), "planted": synthetic, "model": real}
+    write_json(args.out.with_suffix(".json"), saved)
+    print(write_page(saved, args.out.with_suffix(".md")))
+
+
+def write_page(saved: dict, page: Path) -> Path:
+    """The page from what the probe saved (its JSON)."""
+    synthetic, real = saved["planted"], saved["model"]
+    model = saved.get("model_path", "../shared/models/small-base")
     methods = list(dict.fromkeys(r["method"] for r in synthetic))
     golds = list(dict.fromkeys(r["gold"] for r in real))
     by = {(r["sigma"], r["method"]): r for r in synthetic}
@@ -118,31 +126,25 @@ def main() -> None:
     lines = [
         "# OT filtering: Eq. 9 read literally vs the released Itermax",
         "",
-        provenance(command),
+        saved["provenance"],
         "",
         __doc__.split("\n\n")[1].replace("\n", " "),
         "",
         "## Planted alignments (de-en gold links, AER / precision, %)",
         "",
-        markdown_table(
+        table(
             ["noise sigma", *methods],
             [[s, *(f"{by[s, m]['aer']:.1f} / {by[s, m]['precision']:.1f}" for m in methods)] for s in SIGMAS],
         ),
+        f"## {model} (pair encoding, default layer; AER / precision, %)",
         "",
-        f"## {args.model} (pair encoding, default layer; AER / precision, %)",
-        "",
-        markdown_table(
+        table(
             ["method", *golds],
             [
                 [m, *(f"{on_model[g, m]['aer']:.2f} / {on_model[g, m]['precision']:.1f}" for g in golds)]
                 for m in ("ot (released Itermax)", "ot (Eq. 9 literal)")
             ],
         ),
-        "",
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines))
-    print(args.out.with_suffix(".md"))
-
-
-if __name__ == "__main__":
-    main()
+    page.write_text(page_text(lines))
+    return page

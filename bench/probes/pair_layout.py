@@ -15,7 +15,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from bench.reporting import markdown_table, provenance, write_json
+from bench.reporting import page_text, provenance, table, write_json
 from polyalign.align.aer import read_gold
 from polyalign.align.aligner import PAIR_STYLE, Aligner
 from polyalign.checkpoint import load_model
@@ -46,30 +46,36 @@ def main() -> None:
     args = parser.parse_args()
     models = args.model or ["../shared/models/small-base"]
     results = {m: {style: aer_by_layer(m, style) for style in LAYOUTS} for m in models}
+    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.pair_layout " + " ".join(
+        f"--model {m}" for m in models
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    saved = {"provenance": provenance(command), "aer_by_layer": results}
+    write_json(args.out / "pair_layout.json", saved)
+    print(write_page(saved, args.out))
+
+
+def write_page(saved: dict, out: Path) -> Path:
+    """pair_layout.md in `out` from what the probe saved (its JSON)."""
+    results = saved["aer_by_layer"]
     rows = [
         [f"`{m}`", LAYOUTS[style], *(f"{v:.2f}" for v in sweep)]
         for m, by_style in results.items()
         for style, sweep in by_style.items()
     ]
     depth = max(len(s) for by_style in results.values() for s in by_style.values())
-    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.pair_layout " + " ".join(
-        f"--model {m}" for m in models
-    )
     page = [
         "# OT AER under two pair layouts, same weights",
         "",
-        provenance(command),
+        saved["provenance"],
         "",
         "Mean OT AER over the 7 gold sets (pair encoding, XLM-Align's released Itermax filtering) at every layer "
         "(0 = embeddings). Lower is better; the difference between the two rows of a model is the layout's alone.",
         "",
-        markdown_table(["model", "pair layout", *(f"layer {i}" for i in range(depth))], rows),
-        "",
+        table(["model", "pair layout", *(f"layer {i}" for i in range(depth))], rows),
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pair_layout.md").write_text("\n".join(page))
-    write_json(args.out / "pair_layout.json", {"provenance": provenance(command), "aer_by_layer": results})
-    print(args.out / "pair_layout.md")
+    (out / "pair_layout.md").write_text(page_text(page))
+    return out / "pair_layout.md"
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Code or scale for replaced token detection from scratch: polyalign's MRTD against an independent ELECTRA
 built from transformers' ElectraForMaskedLM (generator) and ElectraForPreTraining (discriminator), trained side
-by side on the same batches with the same optimizer, schedule, clipping, λ and sampling (issue 19, XLM-E).
+by side on the same batches with the same optimizer, schedule, clipping, λ and sampling (XLM-E).
 
 From scratch at our budgets polyalign's discriminator never beats predicting "original" everywhere and its
 generator stays above the unigram floor (bench/results/evidence.md, xlm-e-3). If the reference does the same on
@@ -28,13 +28,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.reporting import markdown_table, provenance, read_json, write_json
+from bench.floors import unigram_floor
+from bench.reporting import page_text, provenance, read_json, table, write_json
 from bench.studies.evidence.common import XNLI15  # xlm-e-3's languages
 from bench.verdict import (
     MAJORITY_MARGIN,
     first_step_beating_majority,
     majority_floor,
-    unigram_floor,
 )
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
@@ -229,7 +229,7 @@ def report(result: dict, out: Path, produced_by: str) -> None:
         f"{MAJORITY_MARGIN:g} (as the evidence page's premise). Unigram floor of the generator loss: "
         f"{result['unigram_floor']:.2f} nats.",
         "",
-        markdown_table(
+        table(
             [
                 "implementation",
                 "above the majority class from step",
@@ -240,11 +240,10 @@ def report(result: dict, out: Path, produced_by: str) -> None:
             ],
             rows,
         ),
-        "",
         f"![curves]({figure.name})",
         "",
     ]
-    out.with_suffix(".md").write_text("\n".join(lines))
+    out.with_suffix(".md").write_text(page_text(lines))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""The arms and sizes of the evidence study's one claim sized for a GPU (issue 46): XLM-E's MRTD + TRTD against
+"""The arms and sizes of the evidence study's one claim sized for a GPU: XLM-E's MRTD + TRTD against
 MLM + TLM from scratch at 3e16 training FLOPs per arm, ~400x the largest CPU budget (8e13), an XLM-R-base-sized
 encoder (12 x 768). The claim is built by the CPU rows' builder (bench/studies/evidence/xlm_e.py, `GPU_CLAIMS`).
 
@@ -10,7 +10,7 @@ data pack of bench/perf/gpu_pack.py. Same measures, checks and rule as the CPU r
 
 from __future__ import annotations
 
-from bench.study import Arm
+from bench.arm import Arm
 from polyalign.languages import XNLI_LANGUAGES
 
 GPU_FLOPS = 3e16
@@ -19,7 +19,7 @@ GPU_MODEL = ("model.hidden_size=768", "model.num_layers=12", "model.num_heads=12
 # builds ~0.8M tokens/s, measured on the CPU here). lr 3e-4 and clipping at 1.0 for both arms: a post-norm 12-layer
 # encoder gets ~800 steps and 10% warm-up; the recipes' 5e-4 was sized for 6 x 384. max_minutes guards the GPU
 # lease: an arm slower than planned stops short of the budget, its logged FLOPs say so, and the rule reads unequal
-# compute. The first loan (one H200) had a 3-minute guard: MLM + TLM spent 3e16 in 133 s, XLM-E 1.9e16 in 180 s;
+# compute. On one H200, MLM + TLM spends 3e16 in 133 s and XLM-E 1.9e16 in 180 s (a 3-minute guard cut XLM-E short);
 # 5 minutes fits XLM-E's ~290 s in the plan of bench/perf/gpu_check.py.
 GPU_TRAINING = (
     "data.mono.max_tokens=16384",

@@ -1,6 +1,6 @@
-"""The benches that each had a runner and a report of their own before issue 33, as studies of the one harness:
-the best recipe (issue 22), the preset sweep, the foundation, PPA's arms (issue 15), ERNIE-M's Table 6, VECO's
-plug-in fine-tuning, word alignment (issue 3), XTREME-style fine-tuning and the evaluation protocols (issue 16).
+"""Studies whose runs were measured by scripts of their own and whose saved results the one harness reads: the
+best recipe, the preset sweep, the foundation, PPA's arms, ERNIE-M's Table 6, VECO's plug-in fine-tuning, word
+alignment, XTREME-style fine-tuning and the evaluation protocols.
 
 Each reads as its shell script did: the same recipes, overrides, starts and budgets. Their measurements were
 saved by those scripts (bench/results/NAME.json and its folder, kept as they are) and copied into the harness's
@@ -10,31 +10,29 @@ in bench/studies/notes/NAME.json.
 
 from __future__ import annotations
 
+from bench.arm import SMALL_BASE, Arm, Budget
+from bench.claim import claim
 from bench.studies.evidence.common import ALIGNED_START, CONTINUED
-from bench.study import SMALL_BASE, Arm, Budget, Comparison, Rule, Setup, Study
+from bench.study import Comparison, Rule, Setup, Study
 
 LOSS = Rule(close=0.1, floor=0.0)  # losses in nats: no test-set sampling error, a second seed under 0.1
 ISSUE = "the issue's question (no paper number)"
 
 
-def versus(study, section, setup, pairs, metric, direction, statement, paper=None, paper_number=ISSUE, **kw):
-    """One comparison per (baseline, method) on the same metric."""
+def versus(study, section, setup, pairs, metric, direction, statement, paper=None, paper_number=ISSUE, rule=Rule(),
+           **fields):  # fmt: skip
+    """One claim per (baseline, method) on the same metric, named after the method (and the baseline, when two pairs
+    share a method)."""
+    setup_fields = {"budget": setup.budget, "start": setup.start, "languages": setup.languages, "data": setup.data,
+                    "device": setup.device}  # fmt: skip
     return tuple(
-        Comparison(
+        claim(
             f"{study}-{m.name}" if len(pairs) == len({x for _, x in pairs}) else f"{study}-{m.name}-vs-{b.name}",
-            section,
-            setup,
-            paper or study,
-            statement.format(m=m.name, b=b.name),
-            paper_number,
-            b,
-            m,
-            metric,
-            direction,
-            **kw,
+            section, paper or study, statement.format(m=m.name, b=b.name), paper_number, b, m, metric, direction,
+            close=rule.close, floor=rule.floor, **setup_fields, **fields,
         )
         for b, m in pairs
-    )
+    )  # fmt: skip
 
 
 # The best recipe (bench/results/best.md): stage 1 is `polyalign pretrain best-sentences` (50 minutes from random

@@ -1,4 +1,4 @@
-"""The papers' continued-training claims from a real multilingual encoder (issue 36): multilingual-e5-small
+"""The papers' continued-training claims from a real multilingual encoder: multilingual-e5-small
 (`polyalign import-e5`), the start the evidence study's small-base could not be (Tatoeba-14 ~90 where small-base
 has 1.6; DWA's self-labels at AER ~37 where small-base's are at 81).
 
@@ -9,31 +9,16 @@ is a note in bench/studies/notes/real-start.json.
 
 from __future__ import annotations
 
-from bench.studies.evidence import common
+from bench.arm import Arm
 from bench.studies.evidence.common import DWA_CODE, OT_CODE, RTD_CODE
 from bench.studies.evidence.xlm_e import detectors, generators
-from bench.studies.warm import NO_WARM_RERUN, warm_reruns  # noqa: F401 (NO_WARM_RERUN: read by its test)
-from bench.study import Arm, Budget, Check, Comparison, Study
+from bench.studies.real_start_common import COLD, CONTINUED, CONTINUED_COLD, E5, START, XNLI15, claim
+from bench.studies.warm import COLD_CLAIMS, WARM_CLAIMS
+from bench.study import Check, Study
 
-E5 = "models/multilingual-e5-small"
-XNLI15 = ("en", "ar", "bg", "de", "el", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
-E5_DATA = "bench/work/prepared-e5"
-STEPS = Budget(steps=200)
-# Departures from the papers, the same for every arm so that only the objectives differ:
-# - lr 5e-5 with 10% warmup: 200 steps continue a converged encoder, the scale of fine-tuning (PPA's own
-#   post-pretraining lr is 3e-5, §3.3); XLM-Align's and ERNIE-M's 2e-4 belong to 150k+ steps of large batches.
-# - 1,024 tokens per objective and step (the recipes' 8,192 for CPU time): 200 steps see ~0.2M tokens each.
-# - e5 has no MLM head: the MLM/TLM arms' head (dense + LayerNorm; the output is tied to the embeddings) starts
-#   new, in every arm alike. Since issue 47 the trainer first trains such a head alone (trainer.head_warmup_steps,
-#   outside the 200 steps); the arms measured before that (issue 36) are kept as cold-head diagnostics and name
-#   their warm-up of 0 (COLD), which is what they ran.
-CONTINUED = ("trainer.lr=5e-5", "data.mono.max_tokens=1024", "data.parallel.max_tokens=1024")
-COLD = "trainer.head_warmup_steps=0"
-CONTINUED_COLD = (*CONTINUED, COLD)
-START = Arm("start", None, init_from=E5)
 MLM_TLM = Arm("mlm-tlm", "xlm", CONTINUED_COLD, E5, seconds_per_step=3.2)
 DWA = Arm("mlm-tlm-dwa", "xlm-align", CONTINUED_COLD, E5, seconds_per_step=4.5)
-# Issue 47: the same two arms from the warm start, the trainer's default (200 head-only steps at lr 1e-2 first).
+# The same two arms from the warm start, the trainer's default (200 head-only steps at lr 1e-2 first).
 MLM_TLM_WARM = Arm("mlm-tlm-warm", "xlm", CONTINUED, E5, seconds_per_step=3.2)
 DWA_WARM = Arm("mlm-tlm-dwa-warm", "xlm-align", CONTINUED, E5, seconds_per_step=4.5)
 # e5 comes without an MLM head. A diagnostic of what the new head does to the encoder: the head trained alone first
@@ -56,7 +41,7 @@ _XLM_E = (
     *(f"objectives.{i}.config.{k}" for i in (0, 1) for k in ("generator_layers=4", "generator_init=model")),
 )
 XLM_E = Arm("mrtd-trtd", "xlm-e", (*CONTINUED_COLD, *_XLM_E), E5, seconds_per_step=4.0)
-# Issue 47: the generators' MLM heads (new in a copy of e5's first 4 layers) trained alone first, as MLM_TLM_WARM's
+# The generators' MLM heads (new in a copy of e5's first 4 layers) trained alone first, as MLM_TLM_WARM's
 XLM_E_WARM = Arm("mrtd-trtd-warm", "xlm-e", (*CONTINUED, *_XLM_E), E5, seconds_per_step=4.0)
 # PPA: MoCo + TLM at PPA's lr 3e-5 and 32 pairs a batch (the paper's 128 for CPU time); the key encoder's momentum
 # 0.9 and the batch's own keys as negatives, as the evidence study's `ppa` arm (200 steps are 20 time constants
@@ -76,38 +61,10 @@ _TLM_ONLY = "objectives=[{name: tlm, config: {style: ppa}}]"
 PPA_TLM = Arm(  # Table 5's -MoCo: PPA's TLM alone on the same batches
     "tlm", "ppa", (*_PPA[:3], _TLM_ONLY, COLD), E5, seconds_per_step=2.0
 )
-# Issue 47: TLM's head trained first, on 1,024-token batches as the other arms' (the warm-up reads data.mono)
+# TLM's head trained first, on 1,024-token batches as the other arms' (the warm-up reads data.mono)
 _WARMUP = "data.mono.max_tokens=1024"
 PPA_WARM = Arm("moco-tlm-warm", "ppa", (*_PPA, _WARMUP), E5, seconds_per_step=5.0)
 PPA_TLM_WARM = Arm("tlm-warm", "ppa", (*_PPA[:3], _TLM_ONLY, _WARMUP), E5, seconds_per_step=2.0)
-# ERNIE-M Table 6 at the paper's settings, in all three arms (its exp2 baseline too): languages sampled with
-# alpha 0.1 (§4.1), Adam betas (0.98, 0.999) (Table 10); BTMLM joins half way (stage 2, §3.2).
-_ERNIE = (*CONTINUED_COLD, "data.mono.alpha=0.1", "data.parallel.alpha=0.1", "trainer.betas=[0.98, 0.999]")
-ERNIE_MLM_TLM = Arm("exp2-mlm-tlm", "ernie-m-exp2", _ERNIE, E5, seconds_per_step=3.2)
-ERNIE_CAMLM = Arm("exp3-mlm-camlm", "ernie-m-exp3", _ERNIE, E5, seconds_per_step=3.5)
-ERNIE_BTMLM = Arm(
-    "exp4-mlm-camlm-btmlm", "ernie-m-exp4", (*_ERNIE, "objectives.2.start_step={half}"), E5, seconds_per_step=5.0
-)
-# VECO §4 from XLM-R: cross-attention plugged into every layer of the start, trained alone first ("first freeze the
-# parameters of XLM-R and only update the cross-attention parameters"), then jointly; the recipe's 10% of the steps.
-VECO = Arm("veco-ca-mlm", "veco", (*CONTINUED_COLD, "trainer.train_only_until=20"), E5, seconds_per_step=4.0)
-# The same model with its cross-attention as initialised: one step at learning rate 0 saves the start with the
-# recipe's new cross-attention (AdamW's decoupled decay is lr-scaled too), so plug-in fine-tuning from it differs
-# from plug-in from `VECO` only in the 200 CA-MLM steps.
-VECO_UNTRAINED = Arm(
-    "veco-ca-untrained",
-    "veco",
-    (*CONTINUED_COLD, "trainer.lr=0", "trainer.max_steps=1", "trainer.warmup_steps=0"),
-    E5,
-    seconds_per_step=4.0,
-)
-
-
-def _mlm_floors(method: Arm) -> tuple[Check, ...]:
-    """Whether the new MLM head learned anything in 200 steps: each arm's MLM loss against the unigram floor."""
-    return tuple(
-        Check(f"MLM loss, {arm.name}", arm.name, "log:mlm/loss", floor="unigram") for arm in (ERNIE_MLM_TLM, method)
-    )
 
 
 _premise = Check(
@@ -121,18 +78,8 @@ _xnli_reference = Check("XNLI of the start (the reference row; chance 33.3)", "s
 _start_t14 = Check("Tatoeba-14 of the start (dev-chosen layer)", "start", "tatoeba14@dev")
 
 
-def claim(id: str, section: str, paper: str, statement: str, number: str, baseline: Arm, method: Arm, metric: str,
-          direction: int, code=(), **extra) -> Comparison:  # fmt: skip
-    """The evidence study's claim() from this study's start, data and budget, the comparison's fields in table order."""
-    return common.claim(
-        id, section=section, budget=STEPS, start=E5, data=E5_DATA, paper=paper, statement=statement,
-        paper_number=number, baseline=baseline, method=method, metric=metric, direction=direction, code_checks=code,
-        **extra,
-    )  # fmt: skip
-
-
 CLAIMS = (
-    claim(  # issue 47: XLM-E from the warm start (the generators' heads trained first), against MLM_TLM_WARM
+    claim(  # XLM-E from the warm start (the generators' heads trained first), against MLM_TLM_WARM
         "real-xlm-e-warm",
         "xlm-e-warm",
         "XLM-E",
@@ -147,7 +94,7 @@ CLAIMS = (
         checks=(*detectors(XLM_E_WARM.name), *generators(XLM_E_WARM.name)),
         code=RTD_CODE,
     ),
-    claim(  # issue 47: PPA from the warm start; its sentence-alignment claim also on retrieval, as e5 is read
+    claim(  # PPA from the warm start; its sentence-alignment claim also on retrieval, as e5 is read
         "real-ppa-retrieval-warm",
         "ppa-warm-retrieval",  # apart from the XNLI claims: a third of their CPU time
         "PPA",
@@ -186,7 +133,7 @@ CLAIMS = (
         -1,
         measures=("tatoeba14-query@last", "bucc-query-f1"),
     ),
-    claim(  # issue 47: XLM-Align's claim from the warm start, the trainer's default
+    claim(  # XLM-Align's claim from the warm start, the trainer's default
         "real-xlm-align-dwa-warm",
         "xlm-align-warm",
         "XLM-Align",
@@ -209,7 +156,7 @@ CLAIMS = (
         "real-xlm-align-dwa",
         "xlm-align",
         "XLM-Align",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
+        "cold head (diagnostic: the MLM head new and untrained): "
         "MLM + TLM + DWA lowers AER vs MLM + TLM, both continued from e5-small",
         "Table 2 OT AER avg: XLM-R 22.64 -> XLM-Align 21.05",
         MLM_TLM,
@@ -287,7 +234,7 @@ CLAIMS = (
         "real-xlm-e",
         "xlm-e",
         "XLM-E",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
+        "cold head (diagnostic: the MLM head new and untrained): "
         "MRTD + TRTD lowers AER vs MLM + TLM, both continued from e5-small",
         "Table 4 AER avg: XLM-E 19.32 (XLM-R 22.64)",
         MLM_TLM,
@@ -302,8 +249,7 @@ CLAIMS = (
         "real-ppa-vs-start",
         "ppa",
         "PPA",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "MoCo + TLM improves XNLI zero-shot over the start",
+        "cold head (diagnostic: the MLM head new and untrained): MoCo + TLM improves XNLI zero-shot over the start",
         "Table 2 zero-shot XNLI avg (8 languages): mBERT 69.6 -> PPA (250k pairs) 73.1",
         START,
         PPA,
@@ -316,7 +262,7 @@ CLAIMS = (
         "real-ppa-no-moco",
         "ppa",
         "PPA",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): -MoCo (TLM alone) loses some XNLI",
+        "cold head (diagnostic: the MLM head new and untrained): -MoCo (TLM alone) loses some XNLI",
         "Table 5 (250k) XNLI 77.4 -> 77.4 (-0.0)",
         PPA,
         PPA_TLM,
@@ -324,104 +270,15 @@ CLAIMS = (
         -1,
         measures=("tatoeba14@dev",),
     ),
-    claim(
-        "real-ernie-m-camlm",
-        "ernie-m",
-        "ERNIE-M",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "MLM + CAMLM vs MLM + TLM on XNLI zero-shot",
-        "Table 6 XNLI: exp2 (MMLM+TLM) 76.3, exp3 (MMLM+CAMLM) 76.1",
-        ERNIE_MLM_TLM,
-        ERNIE_CAMLM,
-        "xnli-full",
-        1,
-        measures=("tatoeba14@dev", "aer-ot@default"),
-        checks=_mlm_floors(ERNIE_CAMLM),
-    ),
-    claim(
-        "real-ernie-m-btmlm",
-        "ernie-m-btmlm",
-        "ERNIE-M",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "MLM + CAMLM + BTMLM beats MLM + TLM on XNLI zero-shot",
-        "Table 6 XNLI: exp2 76.3, exp4 (MMLM+BTMLM, CAMLM) 76.6",
-        ERNIE_MLM_TLM,
-        ERNIE_BTMLM,
-        "xnli-full",
-        1,
-        measures=("tatoeba14@dev", "aer-ot@default"),
-        checks=_mlm_floors(ERNIE_BTMLM),
-    ),
-    claim(
-        "real-ernie-m-pseudo",
-        "ernie-m-btmlm",
-        "ERNIE-M",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "BTMLM's pseudo-tokens carry translation information: more of them in their own sentence's translation than "
-        "in another pair's, after exp4 from e5-small",
-        "Fig. 5 (perplexity falls with BTMLM); no precision number in the paper",
-        ERNIE_BTMLM,
-        ERNIE_BTMLM,
-        "pseudo",
-        1,
-        # Against another pair's translation, not the copy baseline (the evidence study's control): clipped precision
-        # rewards the target language's frequent pieces, which need no x (the frequency baseline shows how much).
-        baseline_metric="pseudo-mismatched",
-        measures=(),
-        checks=(
-            Check("precision of the copy baseline (x's own first tokens)", ERNIE_BTMLM.name, "pseudo-copy"),
-            Check("precision of the frequency baseline", ERNIE_BTMLM.name, "pseudo-frequent", "ignores x"),
-            Check(
-                "share of the pseudo-tokens that are one piece",
-                ERNIE_BTMLM.name,
-                "pseudo-top-share",
-                "a stage 1 that writes translations writes many pieces",
-                premise_max=50.0,
-            ),
-        ),
-    ),
-    claim(
-        "real-veco-plug-in",
-        "veco",
-        "VECO",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): "
-        "Plug-in beats plug-out fine-tuning of the same CA-MLM-continued e5-small (XNLI translate-train-all)",
-        "Table 2 XNLI translate-train-all: VECO_out 83.0 -> VECO_in 84.3",
-        VECO,
-        VECO,
-        "xnli-plug-in-full",
-        1,
-        baseline_metric="xnli-tta-full",
-        measures=(),
-        checks=(  # the premise: the plugged-in cross-attention reads the other language (paired loss below own)
-            Check("CA-MLM loss on its own context", VECO.name, "log:ca_mlm/own_loss", floor="unigram"),
-            Check("CA-MLM loss with the translation plugged in", VECO.name, "log:ca_mlm/paired_loss", floor="unigram"),
-        ),
-        diagnostics=("real-veco-ca-mlm-adds",),
-    ),
-    claim(  # whether the plug-in gain needs CA-MLM at all: the row above's premise (paired loss below own) failed
-        "real-veco-ca-mlm-adds",
-        "veco",
-        "VECO",
-        "cold head (diagnostic: issue 36's runs, the MLM head new and untrained): CA-MLM pre-training of the "
-        "cross-attention adds to plug-in fine-tuning (plug-in from the "
-        "CA-MLM-continued e5-small vs plug-in from e5-small with its cross-attention as initialised)",
-        "no number in the paper: its plug-in fine-tuning always starts from the CA-MLM-pre-trained cross-attention",
-        VECO_UNTRAINED,
-        VECO,
-        "xnli-plug-in-full",
-        1,
-        measures=(),
-    ),
 )
 
-CLAIMS += warm_reruns(CLAIMS, COLD)  # issue 47: bench/studies/warm.py
+CLAIMS += (*COLD_CLAIMS, *WARM_CLAIMS)  # ERNIE-M's and VECO's, cold and warm (bench/studies/warm.py)
 
 STUDY = Study(
     "real-start",
-    "Real start: the papers' continued-training claims from multilingual-e5-small (issue 36)",
+    "Real start: the papers' continued-training claims from multilingual-e5-small",
     CLAIMS,
-    # Issue 36: about 45 CPU-minutes per seed and arm; a section has up to three trained arms and two seeds.
+    # About 45 CPU-minutes per seed and arm; a section has up to three trained arms and two seeds.
     limit_minutes=270,
     premises_in_table=True,
     tables=(

@@ -1,23 +1,15 @@
-"""What every paper's claims share: how a claim is declared, the start and its continued baseline, the
+"""What every paper's claims share: the start and its continued baseline, the
 languages, and the tests that check the code a claim runs."""
 
 from __future__ import annotations
 
-from bench.study import SMALL_BASE, Arm, Budget, Comparison, Investigation, Rule, Setup
+from bench.arm import Arm
+from bench.study import Rule
 
 XNLI_SMOKE_FLOOR = 1.5
 """Points: the XNLI smoke measure scores 100 test pairs in each of 15 languages; one binomial standard error of an
 accuracy near chance over those 1,500 pairs is 1.2 points, so differences up to 1.5 are that test's own error."""
 CLOSE, NOISE_FLOOR = Rule().close, Rule().floor
-
-
-def claim(id: str, *, section: str, budget: Budget, start: str | None = SMALL_BASE, languages=None, data=None,
-          device="cpu", checks=(), code_checks=(), diagnostics=(), localises=(), departs=(), independent="",
-          close=CLOSE, floor=NOISE_FLOOR, **comparison) -> Comparison:  # fmt: skip
-    """A comparison written as the claims were before issue 33: setup, investigation and rule by keyword."""
-    why = Investigation(checks, code_checks, diagnostics, localises, departs, independent)
-    setup = Setup(budget, start, languages, data, device)
-    return Comparison(id, section, setup, rule=Rule(close, floor), why=why, **comparison)
 
 
 # The arms. Continued runs: 4,096 tokens per objective and step (the recipes' 8,192 halved for time, as in the

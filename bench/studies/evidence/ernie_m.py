@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from bench.studies.evidence.common import ALIGNED_START, START, claim
-from bench.study import SMALL_BASE, Arm, Budget, Check, Comparison
+from bench.arm import SMALL_BASE, Arm, Budget
+from bench.claim import claim
+from bench.studies.evidence.common import ALIGNED_START, START
+from bench.study import Check, Comparison
 
 # ERNIE-M Table 6 at bench/results/ernie-m.md's scale (2,048 tokens, 40 steps in 0.3-0.7 min); exp4 adds BTMLM half way.
 _ERNIE = ("trainer.lr=2e-4", "data.mono.max_tokens=2048", "data.parallel.max_tokens=2048")

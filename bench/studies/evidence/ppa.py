@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from bench.studies.evidence.common import CONTINUED, START, XNLI_SMOKE_FLOOR, claim
-from bench.study import Arm, Budget, Check, Comparison
+from bench.arm import Arm, Budget
+from bench.claim import claim
+from bench.studies.evidence.common import CONTINUED, START, XNLI_SMOKE_FLOOR
+from bench.study import Check, Comparison
 
 # PPA: ppa.md's `m90` arm (queue 4,096, mean pooling, lr 1e-3, pairs under 10 tokens kept, 128 pairs per
 # batch; momentum 0.9 with the batch's own keys as negatives too). Momentum scales PPA's 0.999 to our step count:

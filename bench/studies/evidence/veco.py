@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 
-from bench.studies.evidence.common import CPU_SMALL, SEQ2SEQ_CODE, XNLI15, claim
+from bench.arm import Arm, Budget
+from bench.claim import claim
+from bench.studies.evidence.common import CPU_SMALL, SEQ2SEQ_CODE, XNLI15
 from bench.studies.evidence.xlm_e import SCRATCH_XLM
-from bench.study import Arm, Budget, Check, Comparison
+from bench.study import Check, Comparison
 
 # VECO from scratch: every parameter trains from step 1 (the recipe's cross-attention-only start, VECO §4, is
 # for a pretrained encoder, and `pretrain` refuses it without one).
@@ -88,7 +90,7 @@ CLAIMS: tuple[Comparison, ...] = (
             metric="mt-veco-loss",
             direction=-1,
             checks=_mt_checks(init, baseline.name, measure),
-            code_checks=SEQ2SEQ_CODE,
+            code=SEQ2SEQ_CODE,
             close=0.1,
             floor=0.0,
         )

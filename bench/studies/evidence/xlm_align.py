@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-from bench.studies.evidence.common import ALIGN_LANGUAGES, ALIGNED_START, CONTINUED, DWA_CODE, MLM_TLM, OT_CODE, claim
-from bench.study import Arm, Budget, Check, Comparison
+from bench.arm import Arm, Budget
+from bench.claim import claim
+from bench.studies.evidence.common import ALIGN_LANGUAGES, ALIGNED_START, CONTINUED, DWA_CODE, MLM_TLM, OT_CODE
+from bench.study import Check, Comparison
 
 DWA = Arm("dwa", "xlm-align", CONTINUED, seconds_per_step=2.5)
 
@@ -50,7 +52,7 @@ CLAIMS: tuple[Comparison, ...] = (
             _labels,
             Check("DWA pointer accuracy", "dwa", "log:dwa/dwa_accuracy"),
         ),
-        code_checks=DWA_CODE,
+        code=DWA_CODE,
     ),
     _xa_claim(
         "xlm-align-dwa-aligned",
@@ -64,7 +66,7 @@ CLAIMS: tuple[Comparison, ...] = (
         metric="aer-ot@default",
         measures=("aer-ot@best",),
         checks=(_premise, Check("DWA loss", "dwa", "log:dwa/dwa_loss"), _labels),
-        code_checks=DWA_CODE,
+        code=DWA_CODE,
     ),
     *(
         _xa_claim(
@@ -84,7 +86,7 @@ CLAIMS: tuple[Comparison, ...] = (
                     premise_max=39.0,
                 ),
             ),
-            code_checks=OT_CODE,
+            code=OT_CODE,
         )
         for other in ("argmax", "itermax")
         for layer in ("default", "best")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from bench.arm import Arm, Budget
+from bench.claim import claim
 from bench.studies.evidence.common import (
     ALIGN_LANGUAGES,
     CONTINUED,
@@ -13,10 +15,9 @@ from bench.studies.evidence.common import (
     RTD_CODE,
     XNLI15,
     XNLI_SMOKE_FLOOR,
-    claim,
 )
 from bench.studies.gpu_evidence import GPU_FLOPS, GPU_LANGUAGES, GPU_XLM, GPU_XLM_E
-from bench.study import Arm, Budget, Check, Comparison
+from bench.study import Check, Comparison
 
 SCRATCH_XLM = Arm("xlm", "xlm", (), None, CPU_SMALL, seconds_per_step=1.13, flops_per_step=0.25e12)
 SCRATCH_XLM_E = Arm("xlm-e", "xlm-e", (), None, CPU_SMALL, seconds_per_step=2.15, flops_per_step=0.31e12)
@@ -191,7 +192,7 @@ def xlm_e_from_scratch(
             direction=direction,
             start=None,
             checks=rtd_checks(baseline, method),
-            code_checks=RTD_CODE,
+            code=RTD_CODE,
             independent=RTD_REFERENCE,
             diagnostics=aer_diagnostics if metric.startswith("aer") else (),
             **where,
@@ -218,7 +219,7 @@ def _xlm_e_diagnostic(
         direction=-1,
         measures=("aer-ot@best",),
         checks=rtd_checks(baseline, method),
-        code_checks=RTD_CODE,
+        code=RTD_CODE,
         **where,
     )
 
@@ -294,7 +295,7 @@ CLAIMS: tuple[Comparison, ...] = (
                 Check("MRTD generator loss, -TRTD", "xlm-e-mono", "log:mrtd/generator_loss", floor="unigram"),
                 Check("MRTD generator loss, XLM-E", "xlm-e", "log:mrtd/generator_loss", floor="unigram"),
             ),
-            code_checks=RTD_CODE,
+            code=RTD_CODE,
         )
         for metric, direction, number in (
             ("tatoeba14@dev", -1, "Table 3 Tatoeba-14 (en->xx / xx->en): XLM-E 74.4 / 72.3, -TRTD 55.8 / 55.1"),
@@ -390,11 +391,11 @@ CLAIMS: tuple[Comparison, ...] = (
         measures=("aer-ot@best",),
         languages=ALIGN_LANGUAGES,
         checks=(*detectors("xlm-e-mono-continued", ("mrtd",)), *detectors("xlm-e-continued")),
-        code_checks=RTD_CODE,
+        code=RTD_CODE,
     ),
 )
 
-# The same claim sized for a GPU (issue 46; the arms and sizes in bench/studies/gpu_evidence.py): the same measures,
+# The same claim sized for a GPU (the arms and sizes in bench/studies/gpu_evidence.py): the same measures,
 # checks and rule as the CPU rows.
 GPU_CLAIMS = xlm_e_from_scratch(
     "xlm-e-gpu-{}",

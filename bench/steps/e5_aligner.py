@@ -1,4 +1,4 @@
-"""The e5 study's steps on the aligner as a user runs it (issue 44), after the selection's:
+"""The e5 study's steps on the aligner as a user runs it, after the selection's:
 
 - `fit`: `polyalign fit-aligner` as a user runs it, on each gold set's own sentences (src.txt and tgt.txt, the
   languages from the folder's name; no gold link is read), from the start and from the offered model, each scored on
