@@ -1,4 +1,4 @@
-"""The GPU check's data pack (issue 46): what the evidence step trains and measures on, in one folder that travels.
+"""The GPU check's data pack: what the evidence step trains and measures on, in one folder that travels.
 
 The GPU machine gets the working tree and at most 64 MiB of carried files: no ../shared, no network. This builds,
 under an ignored folder, the first `--fraction` of every training file of the languages (../shared/data/train)

@@ -1,4 +1,4 @@
-"""Does BTMLM's stage 1 write the translation? Pseudo-token precision on held-out translation pairs (issue 14).
+"""Does BTMLM's stage 1 write the translation? Pseudo-token precision on held-out translation pairs.
 
 For each held-out pair (x, y) (a Tatoeba-layout folder, e.g. the dev split of `polyalign prepare --dev-pairs`),
 BTMLM's stage 1 (model/ernie_m.py) generates round(ratio·|x|) pseudo-tokens for x in y's language, in

@@ -10,8 +10,8 @@ its own alignments from S and is trained to make both distributions put their ma
 awesome-align labels A with thresholded softmaxes and maximises the probabilities themselves; `labels: argmax`
 (the default) labels the mutual argmax of the cosines instead, which is exactly the `argmax` extraction that
 `polyalign align --method argmax` (SimAlign) reads, so training sharpens what the aligner extracts. With a
-1e-3 threshold and log-probabilities, labels grew until every cell was one (a probe from multilingual-e5-small,
-issue 35): the threshold rule keeps awesome-align's probability loss for that reason.
+1e-3 threshold and log-probabilities, labels grew until every cell was one (a probe from multilingual-e5-small):
+the threshold rule keeps awesome-align's probability loss for that reason.
 The encoder runs only up to the alignment layer: the layers above get no gradient and are not computed.
 """
 

@@ -1,4 +1,4 @@
-"""Step 6 of the GPU check (issue 46): the evidence study's section `xlm-e-gpu` trained and measured on the GPU.
+"""Step 6 of the GPU check: the evidence study's section `xlm-e-gpu` trained and measured on the GPU.
 
 XLM-E's MRTD + TRTD against MLM + TLM from scratch at 3e16 training FLOPs per arm (bench/studies/gpu_evidence.py),
 on the data pack that travels with the check (bench/perf/gpu_pack.py), through the harness's own runner
