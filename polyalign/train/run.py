@@ -17,7 +17,7 @@ from polyalign.checkpoint import (
     optimizer_state_from_files,
     save_checkpoint,
 )
-from polyalign.config import Recipe, TrainerConfig, load_recipe
+from polyalign.config import Recipe, TrainerConfig, load_recipe, packs_rows
 from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError
@@ -200,6 +200,7 @@ def build_slots(
     """This process's slots rank·A + a (a < A): a seeded stream per objective and a masking generator each."""
     cfg = recipe.trainer
     A = cfg.grad_accumulation
+    packed = packs_rows(recipe)
     lang_index = {lang: languages.index(lang) if lang in languages else 0 for lang in data_languages}
     return [
         Slot(
@@ -213,6 +214,7 @@ def build_slots(
                     seed=cfg.seed,
                     slot=rank * A + a,
                     salt=i,
+                    packed=packed,
                 )
                 for i, o in enumerate(recipe.objectives)
             },

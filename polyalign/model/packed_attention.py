@@ -1,0 +1,34 @@
+"""Attention inside each example of packed rows (several examples side by side in one row; see
+polyalign/data/packing.py): FlexAttention's block mask where it runs fused, a materialised boolean mask elsewhere."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+FLEX_ATTENTION_DEVICES = ("cuda",)
+"""Devices on which packed rows attend through FlexAttention; elsewhere through a materialised (B, 1, T, T) mask
+(on a CPU the explicit path is the faster one, and FlexAttention has no CPU backward)."""
+
+
+@functools.cache
+def flex_attention_for(device_type: str):
+    """FlexAttention compiled into one fused kernel on CUDA (eager it materialises the scores); eager elsewhere."""
+    return torch.compile(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
+
+
+def packed_attention_mask(example_ids: torch.Tensor, flex: bool):
+    """Attention kept inside each example of packed rows: query i may see key j when both carry the same example
+    id (padding, id -1, sees only padding, so no softmax runs over nothing). example_ids (B, T) -> a BlockMask
+    when `flex` (built once per batch and shared by every layer: blocks of two examples are skipped), else
+    boolean (B, 1, T, T)."""
+    B, T = example_ids.shape
+    if not flex:
+        return (example_ids[:, :, None] == example_ids[:, None, :])[:, None]  # (B, 1, T, T)
+
+    def same_example(b, h, q_index, kv_index):
+        return example_ids[b, q_index] == example_ids[b, kv_index]
+
+    return create_block_mask(same_example, B, None, T, T, device=example_ids.device)
