@@ -38,6 +38,8 @@ def test_one_step_gives_a_finite_loss_and_gradients_reach_the_encoder(name, samp
     loader = start_loader(run)
     item = next(loader)
     loader.close()
+    # `data.pack: auto`, the recipe holding this objective alone: packed rows exactly where it reads them
+    assert ("example_ids" in item.slots[0][name]) == OBJECTIVES[name].reads_packed_rows
     loss, _, _ = run.trained(item.slots[0])
     loss.backward()
     assert math.isfinite(float(loss.detach()))

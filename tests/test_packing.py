@@ -21,7 +21,8 @@ from polyalign.model.encoder import Dropout, attend
 from polyalign.objectives.base import model_inputs
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_output
 from polyalign.objectives.tlm import TLM, TLMConfig
-from tests.conftest import special_tokens, tiny_config
+from polyalign.train import build_run, pretrain, start_loader
+from tests.conftest import losses, special_tokens, tiny_config, tiny_recipe_overrides
 
 SP = special_tokens()
 
@@ -137,7 +138,7 @@ def test_flex_attention_path_equals_the_materialised_mask(monkeypatch):
     """What CUDA runs (FlexAttention with a document block mask) against the explicit path with the
     materialised (B, 1, T, T) mask; FlexAttention runs its forward on a CPU too."""
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-    model = model_of()
+    model = model_of(num_heads=2)  # heads of 16, the narrowest FlexAttention's CUDA kernel takes
     _, packed, _ = packed_sentences(LENGTHS)
     with torch.no_grad():
         materialised = model(**model_inputs(packed)).last_hidden_state
@@ -146,7 +147,7 @@ def test_flex_attention_path_equals_the_materialised_mask(monkeypatch):
         assert model.encoder.packed_rows_use_flex(torch.device("cpu"))
         flex = model(**model_inputs(packed)).last_hidden_state
         # and attention alone, on random queries, keys and values
-        q, k, v = torch.randn(3, 3, 4, 32, 8).unbind(0)
+        q, k, v = torch.randn(3, 3, 2, 32, 16).unbind(0)
         ids = packed["example_ids"]
         expected = attend(q, k, v, packed_attention.packed_attention_mask(ids, flex=False), Dropout(0.0))
         got = attend(q, k, v, packed_attention.packed_attention_mask(ids, flex=True), Dropout(0.0))
@@ -155,13 +156,34 @@ def test_flex_attention_path_equals_the_materialised_mask(monkeypatch):
     torch.testing.assert_close(got.transpose(1, 2)[real], expected.transpose(1, 2)[real])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_compiled_flex_attention_on_cuda_equals_the_materialised_mask_in_values_and_gradients(monkeypatch):
+    model = model_of(num_heads=2).cuda()
+    _, packed, _ = packed_sentences(LENGTHS)
+    packed = {k: v.cuda() for k, v in packed.items()}
+    real = packed["attention_mask"]
+    results = []
+    for devices in (("cuda",), ()):
+        monkeypatch.setattr("polyalign.model.encoder.FLEX_ATTENTION_DEVICES", devices)
+        assert model.encoder.packed_rows_use_flex(torch.device("cuda")) == bool(devices)
+        model.zero_grad()
+        hidden = model(**model_inputs(packed)).last_hidden_state[real]
+        hidden.square().sum().backward()
+        results.append([hidden.detach()] + [p.grad.clone() for p in model.parameters() if p.grad is not None])
+    for flex, materialised in zip(*results, strict=True):
+        torch.testing.assert_close(flex, materialised, rtol=1e-3, atol=1e-4)
+
+
 def test_flex_attention_waits_for_what_it_lacks(monkeypatch):
-    """No FlexAttention under a position bias or with attention dropout while training: those take the mask."""
+    """No FlexAttention under a position bias, with attention dropout while training or with heads narrower than
+    its CUDA kernel takes: those take the materialised mask."""
     monkeypatch.setattr("polyalign.model.encoder.FLEX_ATTENTION_DEVICES", ("cpu",))
     cpu = torch.device("cpu")
-    assert model_of().encoder.packed_rows_use_flex(cpu)
-    assert not model_of(position_bias="relative").encoder.packed_rows_use_flex(cpu)
-    dropout = model_of(attention_dropout=0.1)
+    assert model_of(num_heads=2).encoder.packed_rows_use_flex(cpu)
+    assert not model_of().encoder.packed_rows_use_flex(cpu)  # heads of 8
+    assert not model_of(num_heads=2, position_bias="relative").encoder.packed_rows_use_flex(cpu)
+    dropout = model_of(num_heads=2, attention_dropout=0.1)
     assert dropout.encoder.packed_rows_use_flex(cpu)
     assert not dropout.train().encoder.packed_rows_use_flex(cpu)
 
@@ -214,3 +236,20 @@ def test_recipe_switch_packs_when_every_objective_reads_packed_rows(tmp_path):
         load_recipe("ppa", ["data.pack=true"])
     with pytest.raises(DataError, match="data.pack=sometimes: .*pack='sometimes': use true, false or auto"):
         load_recipe("xlm", ["data.pack=sometimes"])
+
+
+@pytest.mark.integration
+def test_pretraining_reads_packed_rows_through_the_trainers_own_step(sample_prepared, tmp_path):
+    """`--set data.pack=true` on a tiny MLM + TLM run: the loader hands every objective packed rows, and the
+    trainer's step trains on them."""
+    recipe = load_recipe("xlm", [*tiny_recipe_overrides(sample_prepared, steps=3), "data.pack=true"])
+    run, _ = build_run(recipe, tmp_path / "probe")
+    loader = start_loader(run)
+    item = next(loader)
+    loader.close()
+    for batch in item.slots[0].values():
+        assert batch["example_ids"].max() >= batch["example_ids"].shape[0]  # more examples than rows
+        assert item.tokens > 0
+    pretrain(recipe, tmp_path / "run", progress=False)
+    curve = losses(tmp_path / "run")
+    assert [s for s, _ in curve] == [1, 2, 3] and all(np.isfinite(loss) for _, loss in curve)

@@ -24,7 +24,12 @@ import torch.utils.checkpoint
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask
 
-from polyalign.model.packed_attention import FLEX_ATTENTION_DEVICES, flex_attention_for, packed_attention_mask
+from polyalign.model.packed_attention import (
+    FLEX_ATTENTION_DEVICES,
+    FLEX_MIN_HEAD_SIZE,
+    flex_attention_for,
+    packed_attention_mask,
+)
 from polyalign.model.position_bias import build_position_bias
 
 
@@ -374,9 +379,12 @@ class Encoder(nn.Module):
 
     def packed_rows_use_flex(self, device: torch.device) -> bool:
         """FlexAttention for packed rows where it runs fused, unless the attention needs what it lacks: an additive
-        position bias (which takes the materialised mask) or attention dropout while training."""
-        dropout = self.training and self.config.attention_dropout > 0
-        return device.type in FLEX_ATTENTION_DEVICES and self.config.position_bias == "none" and not dropout
+        position bias (which takes the materialised mask), attention dropout while training, heads of at least
+        FLEX_MIN_HEAD_SIZE."""
+        c = self.config
+        dropout = self.training and c.attention_dropout > 0
+        fits = c.position_bias == "none" and not dropout and c.hidden_size // c.num_heads >= FLEX_MIN_HEAD_SIZE
+        return device.type in FLEX_ATTENTION_DEVICES and fits
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids", "example_ids")

@@ -11,6 +11,8 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 FLEX_ATTENTION_DEVICES = ("cuda",)
 """Devices on which packed rows attend through FlexAttention; elsewhere through a materialised (B, 1, T, T) mask
 (on a CPU the explicit path is the faster one, and FlexAttention has no CPU backward)."""
+FLEX_MIN_HEAD_SIZE = 16
+"""Narrowest head FlexAttention's CUDA kernel takes (Triton's dot products need 16); narrower ones take the mask."""
 
 
 @functools.cache
