@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import polyalign.model.packed_attention as packed_attention
 from polyalign.config import load_recipe, packs_rows
@@ -21,7 +22,7 @@ from polyalign.model.encoder import Dropout, attend
 from polyalign.objectives.base import model_inputs
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_output
 from polyalign.objectives.tlm import TLM, TLMConfig
-from polyalign.train import build_run, pretrain, start_loader
+from polyalign.train import build_run, load_run_recipe, pretrain, start_loader
 from tests.conftest import losses, special_tokens, tiny_config, tiny_recipe_overrides
 
 SP = special_tokens()
@@ -214,6 +215,13 @@ def test_packed_stream_fills_rows_under_a_real_token_budget(tmp_path):
     assert packed_count > 1.3 * plain_count  # the budget holds real tokens, not padding
 
 
+def test_packed_rows_capped_by_examples_hold_no_empty_row(tmp_path):
+    cfg = StreamConfig(max_tokens=256, max_length=30, pack=False, max_examples=3)
+    stream = MonoStream([shard_of(tmp_path, [4] * 50)], [0], cfg, seed=0, packed=True)
+    batch = stream.next_batch()
+    assert len(batch.sentences) == 3 and batch.packing.rows == 1  # 3 x (4 + 2) tokens share the first row
+
+
 def test_packed_stream_resumes_exactly(tmp_path):
     lengths = np.random.default_rng(1).integers(1, 31, size=100).tolist()
     shard = shard_of(tmp_path, lengths)
@@ -234,6 +242,11 @@ def test_recipe_switch_packs_when_every_objective_reads_packed_rows(tmp_path):
     assert not packs_rows(load_recipe("ppa"))  # MoCo pools each pair: auto leaves rows unpacked
     with pytest.raises(DataError, match=r"--set data\.pack=true: data\.pack: true, but moco"):
         load_recipe("ppa", ["data.pack=true"])
+    # a run whose saved recipe has no `data.pack` trained unpacked, and resumes so
+    saved = load_recipe("xlm").to_dict()
+    del saved["data"]["pack"]
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(saved))
+    assert not packs_rows(load_run_recipe(tmp_path)) and packs_rows(load_run_recipe(tmp_path, ["data.pack=true"]))
     with pytest.raises(DataError, match="data.pack=sometimes: .*pack='sometimes': use true, false or auto"):
         load_recipe("xlm", ["data.pack=sometimes"])
 

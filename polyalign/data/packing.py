@@ -37,11 +37,16 @@ def row_length(longest_example: int) -> int:
 
 
 class RowFiller:
-    """First-fit placement of examples into `rows` rows of `length` tokens."""
+    """First-fit placement of examples into at most `rows` rows of `length` tokens."""
 
     def __init__(self, rows: int, length: int):
         self.packing = Packing(rows, length)
         self.used = [0] * rows
+
+    def rows_used(self) -> Packing:
+        """The packing cut to the rows that hold an example (first fit opens a row only when those before it are
+        full, so these come first): a batch capped by its examples count computes no empty rows."""
+        return Packing(sum(u > 0 for u in self.used), self.packing.length, list(self.packing.placement))
 
     def place(self, n: int) -> bool:
         """Put an example of n tokens in the first row with room for it; False (nothing placed) when none has."""

@@ -110,7 +110,7 @@ class _Stream:
                 if rows and not over:
                     rows.packing.placement.pop()  # placed, but the batch was already full
                 self._pending = example
-                return batch, rows.packing if rows else None
+                return batch, rows.rows_used() if rows else None
             batch.append(example)
             longest = longest_if_added
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from torch import nn
 
 from polyalign.checkpoint import (
@@ -315,6 +316,10 @@ def load_run_recipe(
         # Nothing to resume (an empty or new folder, or a run killed before it wrote its recipe): starting a new
         # run instead would hide a mistyped --run-dir.
         raise DataError(f"{path}: not found, so {run_dir} holds no run to resume; drop --resume to start one there")
+    saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if "pack" not in (saved.get("data") or {}):
+        # A recipe saved without `data.pack` trained unpacked rows: the run goes on unpacked unless told otherwise.
+        overrides = ["data.pack=false", *(overrides or [])]
     recipe = load_recipe(path, overrides, preset)
     check_recipe_name(Path(run_dir), recipe.name, None if named is None else load_recipe(named).name)
     return recipe
