@@ -3,6 +3,7 @@ are those of the unpacked batch, streams fill rows under a real-token budget, an
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -20,6 +21,7 @@ from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from polyalign.model.encoder import Dropout, attend
 from polyalign.objectives.base import model_inputs
+from polyalign.objectives.contrast import ContrastConfig, SentenceContrast
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_output
 from polyalign.objectives.tlm import TLM, TLMConfig
 from polyalign.train import build_run, load_run_recipe, pretrain, start_loader
@@ -131,6 +133,28 @@ def test_packed_masked_lm_loss_equals_the_unpacked_loss(objective):
         loss = masked_lm_output(model, batch).loss
         loss.backward()
         results.append((loss.detach(), model.encoder.layers[0].attention.qkv.weight.grad))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    torch.testing.assert_close(results[0][1], results[1][1])
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first"])
+def test_packed_contrast_reads_each_side_alone_as_unpacked(pooling):
+    """Translation ranking on packed rows (both sides of a pair in the pair's place, one encoder pass): the
+    sentence vectors, so the loss and its gradients, are those of the two unpacked passes."""
+    objective = SentenceContrast(ContrastConfig(pooling=pooling), SP, tiny_config())
+    first, second = sentences([4, 9, 2, 11, 7], seed=1), sentences([6, 3, 8, 5, 2], seed=2)
+    raw = ParallelBatch(first, second, np.zeros(5, dtype=np.int64), np.ones(5, dtype=np.int64))
+    n = [len(x) + len(y) + 4 for x, y in zip(first, second, strict=True)]
+    packed = objective.make_training_batch(
+        dataclasses.replace(raw, packing=first_fit(n, rows=3, length=32)), np.random.default_rng(0)
+    )
+    assert packed["input_ids"].shape == (3, 32)
+    results = []
+    for batch in (objective.make_training_batch(raw, np.random.default_rng(0)), packed):
+        model = model_of()
+        output = objective(model, batch)
+        output.loss.backward()
+        results.append((output.loss.detach(), model.encoder.layers[0].attention.qkv.weight.grad))
     torch.testing.assert_close(results[0][0], results[1][0])
     torch.testing.assert_close(results[0][1], results[1][1])
 
