@@ -20,6 +20,7 @@ from polyalign.data.streams import MonoBatch, MonoStream, ParallelBatch, Paralle
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
 from polyalign.model.encoder import Dropout, attend
+from polyalign.model.pooling import pool, pool_examples
 from polyalign.objectives.base import model_inputs
 from polyalign.objectives.contrast import ContrastConfig, SentenceContrast
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_lm_output
@@ -135,6 +136,16 @@ def test_packed_masked_lm_loss_equals_the_unpacked_loss(objective):
         results.append((loss.detach(), model.encoder.layers[0].attention.qkv.weight.grad))
     torch.testing.assert_close(results[0][0], results[1][0])
     torch.testing.assert_close(results[0][1], results[1][1])
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first"])
+def test_pooling_packed_rows_per_example_equals_pooling_each_row(pooling):
+    model = model_of()
+    unpacked, packed, _ = packed_sentences(LENGTHS)
+    with torch.no_grad():
+        each = pool(model(**model_inputs(unpacked)).last_hidden_state, unpacked["attention_mask"], pooling)
+        hidden = model(**model_inputs(packed)).last_hidden_state
+    torch.testing.assert_close(pool_examples(hidden, packed["example_ids"], len(LENGTHS), pooling), each)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "first"])
