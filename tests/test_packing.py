@@ -208,7 +208,7 @@ def test_compiled_flex_attention_on_cuda_equals_the_materialised_mask_in_values_
         hidden.square().sum().backward()
         results.append([hidden.detach()] + [p.grad.clone() for p in model.parameters() if p.grad is not None])
     for flex, materialised in zip(*results, strict=True):
-        torch.testing.assert_close(flex, materialised, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(flex, materialised, rtol=1e-2, atol=1e-3)  # TF32 dots at most
 
 
 def test_flex_attention_waits_for_what_it_lacks(monkeypatch):
