@@ -66,9 +66,10 @@ class DataConfig:
     pack: bool | str = "auto"
     """Lay several examples (sentences; translation pairs, each read as one sequence) side by side in rows of the
     longest example's length, attention kept inside each, instead of padding every example to the longest of its
-    batch; `max_tokens` then counts rows x length, nearly all real tokens. `auto`: when every objective of the
-    recipe reads packed rows (MLM, TLM, MRTD, TRTD), else not; `true` insists. Not `mono.pack` (lines joined
-    into one example)."""
+    batch; `max_tokens` then counts rows x length, nearly all real tokens. `auto`: on CUDA when every objective
+    of the recipe reads packed rows (MLM, TLM, MRTD, TRTD, contrast), where no padding means fused attention
+    kernels; on a CPU not, so the batches the project's CPU measurements were made on stay as they were. `true`
+    packs on any device. Not `mono.pack` (lines joined into one example)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.pack, str) and self.pack != "auto":
@@ -237,9 +238,10 @@ def objectives_reading_unpacked_rows(recipe: Recipe) -> list[str]:
     return [o.name for o in recipe.objectives if not OBJECTIVES[o.name].reads_packed_rows]
 
 
-def packs_rows(recipe: Recipe) -> bool:
-    """Whether the run's streams lay their examples in packed rows: `data.pack`, with `auto` resolved."""
-    return recipe.data.pack is True or (recipe.data.pack == "auto" and not objectives_reading_unpacked_rows(recipe))
+def packs_rows(recipe: Recipe, device_type: str) -> bool:
+    """Whether the run's streams lay their examples in packed rows on this device: `data.pack`, `auto` resolved."""
+    auto = recipe.data.pack == "auto" and device_type == "cuda" and not objectives_reading_unpacked_rows(recipe)
+    return recipe.data.pack is True or auto
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -272,16 +272,19 @@ def test_packed_stream_resumes_exactly(tmp_path):
 
 
 def test_recipe_switch_packs_when_every_objective_reads_packed_rows(tmp_path):
-    assert packs_rows(load_recipe("xlm"))  # MLM + TLM
-    assert not packs_rows(load_recipe("xlm", ["data.pack=false"]))
-    assert not packs_rows(load_recipe("ppa"))  # MoCo pools each pair: auto leaves rows unpacked
+    assert packs_rows(load_recipe("xlm"), "cuda")  # MLM + TLM
+    assert not packs_rows(load_recipe("xlm"), "cpu")  # auto: the CPU keeps its measured batches
+    assert packs_rows(load_recipe("xlm", ["data.pack=true"]), "cpu")
+    assert not packs_rows(load_recipe("xlm", ["data.pack=false"]), "cuda")
+    assert not packs_rows(load_recipe("ppa"), "cuda")  # MoCo pools each pair: auto leaves rows unpacked
     with pytest.raises(DataError, match=r"--set data\.pack=true: data\.pack: true, but moco"):
         load_recipe("ppa", ["data.pack=true"])
     # a run whose saved recipe has no `data.pack` trained unpacked, and resumes so
     saved = load_recipe("xlm").to_dict()
     del saved["data"]["pack"]
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(saved))
-    assert not packs_rows(load_run_recipe(tmp_path)) and packs_rows(load_run_recipe(tmp_path, ["data.pack=true"]))
+    assert not packs_rows(load_run_recipe(tmp_path), "cuda")
+    assert packs_rows(load_run_recipe(tmp_path, ["data.pack=true"]), "cuda")
     with pytest.raises(DataError, match="data.pack=sometimes: .*pack='sometimes': use true, false or auto"):
         load_recipe("xlm", ["data.pack=sometimes"])
 

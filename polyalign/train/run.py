@@ -176,7 +176,7 @@ def build_run(recipe: Recipe, run_dir: Path, fresh: bool = True) -> tuple[Run, P
     freeze_held_for_good(module, cfg)  # before DDP/FSDP and the optimizer see the parameters
     trained = wrap_for_processes(module, recipe, world, device)
     optimizer, scheduler = build_optimizer(module, cfg)
-    slots = build_slots(recipe, objectives, prepared, data_languages, languages, rank)
+    slots = build_slots(recipe, objectives, prepared, data_languages, languages, rank, device)
     run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
     run.bookkeeping = bookkeeping_group(world)
     run.slot_states = [s.state_dict() for s in slots]
@@ -196,12 +196,18 @@ def announce_parallel_as_mono(prepared: PreparedData, languages: list[str], read
 
 
 def build_slots(
-    recipe: Recipe, objectives: dict, prepared: PreparedData, data_languages: list[str], languages: list[str], rank: int
+    recipe: Recipe,
+    objectives: dict,
+    prepared: PreparedData,
+    data_languages: list[str],
+    languages: list[str],
+    rank: int,
+    device: torch.device,
 ) -> list[Slot]:
     """This process's slots rank·A + a (a < A): a seeded stream per objective and a masking generator each."""
     cfg = recipe.trainer
     A = cfg.grad_accumulation
-    packed = packs_rows(recipe)
+    packed = packs_rows(recipe, device.type)
     lang_index = {lang: languages.index(lang) if lang in languages else 0 for lang in data_languages}
     return [
         Slot(
