@@ -179,8 +179,7 @@ def test_flex_attention_path_equals_the_materialised_mask(monkeypatch):
     with torch.no_grad():
         materialised = model(**model_inputs(packed)).last_hidden_state
         monkeypatch.setattr(packed_attention, "FLEX_ATTENTION_DEVICES", ("cpu",))
-        monkeypatch.setattr("polyalign.model.encoder.FLEX_ATTENTION_DEVICES", ("cpu",))
-        assert model.encoder.packed_rows_use_flex(torch.device("cpu"))
+        assert packed_attention.flex_attention_fits(model.config, model.training, torch.device("cpu"))
         flex = model(**model_inputs(packed)).last_hidden_state
         # and attention alone, on random queries, keys and values
         q, k, v = torch.randn(3, 3, 2, 32, 16).unbind(0)
@@ -201,8 +200,8 @@ def test_compiled_flex_attention_on_cuda_equals_the_materialised_mask_in_values_
     real = packed["attention_mask"]
     results = []
     for devices in (("cuda",), ()):
-        monkeypatch.setattr("polyalign.model.encoder.FLEX_ATTENTION_DEVICES", devices)
-        assert model.encoder.packed_rows_use_flex(torch.device("cuda")) == bool(devices)
+        monkeypatch.setattr(packed_attention, "FLEX_ATTENTION_DEVICES", devices)
+        assert packed_attention.flex_attention_fits(model.config, False, torch.device("cuda")) == bool(devices)
         model.zero_grad()
         hidden = model(**model_inputs(packed)).last_hidden_state[real]
         hidden.square().sum().backward()
@@ -214,14 +213,15 @@ def test_compiled_flex_attention_on_cuda_equals_the_materialised_mask_in_values_
 def test_flex_attention_waits_for_what_it_lacks(monkeypatch):
     """No FlexAttention under a position bias, with attention dropout while training or with heads narrower than
     its CUDA kernel takes: those take the materialised mask."""
-    monkeypatch.setattr("polyalign.model.encoder.FLEX_ATTENTION_DEVICES", ("cpu",))
-    cpu = torch.device("cpu")
-    assert model_of(num_heads=2).encoder.packed_rows_use_flex(cpu)
-    assert not model_of().encoder.packed_rows_use_flex(cpu)  # heads of 8
-    assert not model_of(num_heads=2, position_bias="relative").encoder.packed_rows_use_flex(cpu)
-    dropout = model_of(num_heads=2, attention_dropout=0.1)
-    assert dropout.encoder.packed_rows_use_flex(cpu)
-    assert not dropout.train().encoder.packed_rows_use_flex(cpu)
+    monkeypatch.setattr(packed_attention, "FLEX_ATTENTION_DEVICES", ("cpu",))
+
+    def fits(training: bool = False, **overrides) -> bool:
+        return packed_attention.flex_attention_fits(tiny_config(**overrides), training, torch.device("cpu"))
+
+    assert fits(num_heads=2) and fits(num_heads=2, attention_dropout=0.1)  # heads of 16; dropout off in eval
+    assert not fits()  # heads of 8
+    assert not fits(num_heads=2, position_bias="relative")
+    assert not fits(True, num_heads=2, attention_dropout=0.1)
 
 
 def shard_of(tmp_path, lengths: list[int]) -> TokenShard:

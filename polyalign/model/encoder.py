@@ -24,12 +24,7 @@ import torch.utils.checkpoint
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask
 
-from polyalign.model.packed_attention import (
-    FLEX_ATTENTION_DEVICES,
-    FLEX_MIN_HEAD_SIZE,
-    flex_attention_for,
-    packed_attention_mask,
-)
+from polyalign.model.packed_attention import flex_attention_fits, flex_attention_for, packed_attention_mask
 from polyalign.model.position_bias import build_position_bias
 
 
@@ -352,7 +347,8 @@ class Encoder(nn.Module):
         elif attention_mask is not None:
             raise ValueError("pass attention_mask or example_ids (packed rows), not both")
         else:
-            mask = packed_attention_mask(example_ids, self.packed_rows_use_flex(input_ids.device))
+            flex = flex_attention_fits(self.config, self.training, input_ids.device)
+            mask = packed_attention_mask(example_ids, flex)
         relative_positions = None
         if self.config.position_bias != "none":
             relative_positions = position_ids[:, None, :] - position_ids[:, :, None]  # (B, T, T): j - i
@@ -376,15 +372,6 @@ class Encoder(nn.Module):
             if output_hidden_states:
                 hidden_states[-1] = x
         return EncoderOutput(x, tuple(hidden_states) if output_hidden_states else None)
-
-    def packed_rows_use_flex(self, device: torch.device) -> bool:
-        """FlexAttention for packed rows where it runs fused, unless the attention needs what it lacks: an additive
-        position bias (which takes the materialised mask), attention dropout while training, heads of at least
-        FLEX_MIN_HEAD_SIZE."""
-        c = self.config
-        dropout = self.training and c.attention_dropout > 0
-        fits = c.position_bias == "none" and not dropout and c.hidden_size // c.num_heads >= FLEX_MIN_HEAD_SIZE
-        return device.type in FLEX_ATTENTION_DEVICES and fits
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids", "example_ids")

@@ -15,6 +15,15 @@ FLEX_MIN_HEAD_SIZE = 16
 """Narrowest head FlexAttention's CUDA kernel takes (Triton's dot products need 16); narrower ones take the mask."""
 
 
+def flex_attention_fits(config, training: bool, device: torch.device) -> bool:
+    """FlexAttention for an encoder's packed rows where it runs fused, unless the attention needs what it lacks:
+    an additive position bias (which takes the materialised mask), attention dropout while training, heads of at
+    least FLEX_MIN_HEAD_SIZE."""
+    dropout = training and config.attention_dropout > 0
+    heads = config.hidden_size // config.num_heads >= FLEX_MIN_HEAD_SIZE
+    return device.type in FLEX_ATTENTION_DEVICES and config.position_bias == "none" and not dropout and heads
+
+
 @functools.cache
 def flex_attention_for(device_type: str):
     """FlexAttention compiled into one fused kernel on CUDA (eager it materialises the scores); eager elsewhere."""
