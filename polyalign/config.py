@@ -63,6 +63,17 @@ class DataConfig:
     """Train on these languages only (default: all in the prepared folder)."""
     mono: StreamConfig = field(default_factory=StreamConfig)
     parallel: StreamConfig = field(default_factory=StreamConfig)
+    pack: bool | str = "auto"
+    """Lay several examples (sentences; translation pairs, each read as one sequence) side by side in rows of the
+    longest example's length, attention kept inside each, instead of padding every example to the longest of its
+    batch; `max_tokens` then counts rows x length, nearly all real tokens. `auto`: on CUDA when every objective
+    of the recipe reads packed rows (MLM, TLM, MRTD, TRTD, contrast), where no padding means fused attention
+    kernels; on a CPU not, so the batches the project's CPU measurements were made on stay as they were. `true`
+    packs on any device. Not `mono.pack` (lines joined into one example)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pack, str) and self.pack != "auto":
+            raise ValueError(f"pack={self.pack!r}: use true, false or auto")
 
     def for_objective(self, spec: ObjectiveSpec) -> DataConfig:
         """This data config with the objective's own stream overrides applied to both stream kinds."""
@@ -205,12 +216,32 @@ def recipe_from_dict(tree, where: str = "recipe") -> Recipe:
     check_model(recipe.model)
     for i, spec in enumerate(recipe.objectives):
         check_objective(i, spec)
+    unpacked = objectives_reading_unpacked_rows(recipe)
+    if recipe.data.pack is True and unpacked:
+        raise RecipeError(
+            "data.pack",
+            f"true, but {', '.join(unpacked)} read each example as a unit, not packed rows; set it to auto (packs "
+            "when every objective can) or false",
+        )
     # Absolute paths: the saved recipe must work when a run is resumed from another working directory.
     if recipe.data.prepared is not None:
         recipe.data.prepared = str(Path(recipe.data.prepared).absolute())
     if recipe.init_from is not None:
         recipe.init_from = str(Path(recipe.init_from).absolute())
     return recipe
+
+
+def objectives_reading_unpacked_rows(recipe: Recipe) -> list[str]:
+    """The recipe's objectives that do not read packed rows (see `Objective.reads_packed_rows`)."""
+    from polyalign.objectives import OBJECTIVES
+
+    return [o.name for o in recipe.objectives if not OBJECTIVES[o.name].reads_packed_rows]
+
+
+def packs_rows(recipe: Recipe, device_type: str) -> bool:
+    """Whether the run's streams lay their examples in packed rows on this device: `data.pack`, `auto` resolved."""
+    auto = recipe.data.pack == "auto" and device_type == "cuda" and not objectives_reading_unpacked_rows(recipe)
+    return recipe.data.pack is True or auto
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -34,7 +34,12 @@ def check_value(hint, value, key: str):
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None and len(inner) < len(typing.get_args(hint)):
             return None
-        return check_value(inner[0], value, key)
+        for alternative in inner[:-1]:  # the first type that takes the value (`bool | str`: true, or "auto")
+            try:
+                return check_value(alternative, value, key)
+            except RecipeError:
+                pass
+        return check_value(inner[-1], value, key)
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):

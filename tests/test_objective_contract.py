@@ -34,10 +34,13 @@ def tiny_recipe_of(name: str, prepared) -> Recipe:
 @pytest.mark.parametrize("name", list(OBJECTIVES))
 def test_one_step_gives_a_finite_loss_and_gradients_reach_the_encoder(name, sample_prepared, tmp_path):
     torch.manual_seed(0)
-    run, _ = build_run(tiny_recipe_of(name, sample_prepared), tmp_path / "run")
+    recipe = tiny_recipe_of(name, sample_prepared)
+    recipe.data.pack = OBJECTIVES[name].reads_packed_rows  # packed rows wherever the objective reads them
+    run, _ = build_run(recipe, tmp_path / "run")
     loader = start_loader(run)
     item = next(loader)
     loader.close()
+    assert ("example_ids" in item.slots[0][name]) == OBJECTIVES[name].reads_packed_rows
     loss, _, _ = run.trained(item.slots[0])
     loss.backward()
     assert math.isfinite(float(loss.detach()))

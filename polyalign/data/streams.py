@@ -12,6 +12,7 @@ from functools import partial
 
 import numpy as np
 
+from polyalign.data.packing import Packing, RowFiller, row_length
 from polyalign.data.sampling import language_probabilities
 from polyalign.data.shards import TokenShard
 from polyalign.io import DataError
@@ -22,7 +23,8 @@ class StreamConfig:
     """How one stream (a recipe's `data.mono` or `data.parallel`) cuts, samples and batches its examples."""
 
     max_tokens: int = 8192
-    """Token budget of one batch: examples x longest example (padding included)."""
+    """Token budget of one batch: examples x longest example (padding included); with packed rows (`data.pack`),
+    rows x row length, the rows holding real tokens only up to their last example."""
     max_length: int = 254
     """Most tokens of one sentence (parallel: of each side), before special tokens are added."""
     min_length: int = 1
@@ -31,7 +33,8 @@ class StreamConfig:
     """Language sampling exponent, p_j ∝ m_j^alpha with m_j the tokens of language (pair) j (XLM-E Eq. 9
     uses 0.7; XLM and VECO 0.5). Tokens, not lines, because corpus lines range from captions to paragraphs."""
     pack: bool = True
-    """Monolingual only: fill an example with consecutive lines up to max_length (RoBERTa's FULL-SENTENCES)."""
+    """Monolingual only: fill an example with consecutive lines up to max_length (RoBERTa's FULL-SENTENCES). Not
+    `data.pack`, which lays several examples side by side in one row."""
     max_examples: int = 0
     """Cap on examples per batch (0 = only the token budget limits it)."""
     max_pair_length: int = 0
@@ -51,6 +54,8 @@ class StreamConfig:
 class MonoBatch:
     sentences: list[np.ndarray]
     languages: np.ndarray  # (B,) language index
+    packing: Packing | None = None
+    """Where each example goes in packed rows, when the stream packs (see polyalign/data/packing.py)."""
 
 
 @dataclass
@@ -59,6 +64,8 @@ class ParallelBatch:
     target: list[np.ndarray]
     source_languages: np.ndarray
     target_languages: np.ndarray
+    packing: Packing | None = None
+    """Where each pair, read as one sequence, goes in packed rows, when the stream packs."""
 
 
 class _Stream:
@@ -68,8 +75,10 @@ class _Stream:
     kind: int
     """Appended to the seed: each kind of stream draws from its own generator at the same seed."""
 
-    def __init__(self, sizes: list[int], config: StreamConfig, seed: list[int] | int):
+    def __init__(self, sizes: list[int], config: StreamConfig, seed: list[int] | int, packed: bool = False):
         self.config = config
+        self.packed = packed
+        """Lay the examples in packed rows (`data.pack`): the budget then counts rows, not padded examples."""
         self.probs = language_probabilities(sizes, config.alpha)
         self.rng = np.random.default_rng([*np.atleast_1d(seed).tolist(), self.kind])
         self._pending = None  # an example drawn but not fitting the last batch: first in the next
@@ -81,16 +90,27 @@ class _Stream:
     def _size(example) -> int:
         raise NotImplementedError
 
-    def _collect(self) -> list:
+    def longest_example(self) -> int:
+        """Most tokens one example can have, special tokens included."""
+        return self.config.max_length + self.overhead
+
+    def _collect(self) -> tuple[list, Packing | None]:
         cfg, batch, longest = self.config, [], 0
+        rows = None
+        if self.packed:
+            length = row_length(self.longest_example())
+            rows = RowFiller(max(1, cfg.max_tokens // length), length)
         while True:
             example, self._pending = (self._pending or self._draw()), None
             n = self._size(example) + self.overhead
             longest_if_added = max(longest, n)
             full = cfg.max_examples and len(batch) >= cfg.max_examples
-            if batch and (full or longest_if_added * (len(batch) + 1) > cfg.max_tokens):
+            over = not rows.place(n) if rows else batch and longest_if_added * (len(batch) + 1) > cfg.max_tokens
+            if batch and (full or over):
+                if rows and not over:
+                    rows.packing.placement.pop()  # placed, but the batch was already full
                 self._pending = example
-                return batch
+                return batch, rows.rows_used() if rows else None
             batch.append(example)
             longest = longest_if_added
 
@@ -127,9 +147,16 @@ def segment_at(shard: TokenShard, i: int, cfg: StreamConfig) -> tuple[np.ndarray
 class _ShardStream(_Stream):
     """A stream over monolingual shards, one language each, chosen by their token counts."""
 
-    def __init__(self, shards: list[TokenShard], languages: list[int], config: StreamConfig, seed: list[int] | int = 0):
+    def __init__(
+        self,
+        shards: list[TokenShard],
+        languages: list[int],
+        config: StreamConfig,
+        seed: list[int] | int = 0,
+        packed: bool = False,
+    ):
         self.shards, self.languages = shards, languages
-        super().__init__([s.num_tokens for s in shards], config, seed)
+        super().__init__([s.num_tokens for s in shards], config, seed, packed)
 
 
 class MonoStream(_ShardStream):
@@ -150,8 +177,8 @@ class MonoStream(_ShardStream):
         return len(example[0])
 
     def next_batch(self) -> MonoBatch:
-        batch = self._collect()
-        return MonoBatch([e[0] for e in batch], np.array([e[1] for e in batch], dtype=np.int64))
+        batch, packing = self._collect()
+        return MonoBatch([e[0] for e in batch], np.array([e[1] for e in batch], dtype=np.int64), packing)
 
 
 MAX_REJECTED_DRAWS = 100_000  # a filter that rejects this many pairs in a row rejects (nearly) all of them
@@ -167,9 +194,10 @@ class ParallelStream(_Stream):
         languages: list[tuple[int, int]],
         config: StreamConfig,
         seed: list[int] | int = 0,
+        packed: bool = False,
     ):
         self.pairs, self.languages = pairs, languages
-        super().__init__([s.num_tokens + t.num_tokens for s, t in pairs], config, seed)
+        super().__init__([s.num_tokens + t.num_tokens for s, t in pairs], config, seed, packed)
 
     _batch_pair: int | None = None  # with one_pair_per_batch: the language pair of the batch being collected
 
@@ -198,18 +226,24 @@ class ParallelStream(_Stream):
     def _size(example) -> int:
         return len(example[0]) + len(example[1])
 
+    def longest_example(self) -> int:
+        cfg = self.config
+        both = min(2 * cfg.max_length, cfg.max_pair_length or 2 * cfg.max_length)
+        return both + self.overhead
+
     def next_batch(self) -> ParallelBatch:
         if self.config.one_pair_per_batch:
             # One language pair per batch: draw it, and drop the example left over from the last batch (it
             # may be of another pair); the stream's state stays its generator alone.
             self._batch_pair = int(self.rng.choice(len(self.pairs), p=self.probs))
             self._pending = None
-        batch = self._collect()
+        batch, packing = self._collect()
         return ParallelBatch(
             [e[0] for e in batch],
             [e[1] for e in batch],
             np.array([e[2] for e in batch], dtype=np.int64),
             np.array([e[3] for e in batch], dtype=np.int64),
+            packing,
         )
 
 
@@ -221,6 +255,9 @@ class AdjacentStream(_ShardStream):
     kind = 3
     _size = staticmethod(ParallelStream._size)
     next_batch = ParallelStream.next_batch
+
+    def longest_example(self) -> int:
+        return 2 * self.config.max_length + self.overhead
 
     def _draw(self):
         cfg = self.config
@@ -242,7 +279,13 @@ class AdjacentStream(_ShardStream):
 
 
 def shard_stream(
-    stream: type[_ShardStream], prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]
+    stream: type[_ShardStream],
+    prepared,
+    languages: list[str],
+    lang_index: dict[str, int],
+    data_config,
+    seed: list[int],
+    packed: bool = False,
 ) -> _ShardStream:
     """A stream of `stream`'s kind over the monolingual shards of `languages`; a corpus without any reads both
     sides of its parallel pairs as monolingual text instead (the trainer says so once)."""
@@ -252,7 +295,7 @@ def shard_stream(
         raise DataError(
             f"{prepared.folder}: no monolingual or parallel text for languages {languages}; prepare it with --mono"
         )
-    return stream([s for _, s in shards], [i for i, _ in shards], data_config.mono, seed)
+    return stream([s for _, s in shards], [i for i, _ in shards], data_config.mono, seed, packed)
 
 
 def parallel_sides(prepared, languages: list[str], lang_index: dict[str, int]) -> list[tuple[int, TokenShard]]:
@@ -265,7 +308,7 @@ def parallel_sides(prepared, languages: list[str], lang_index: dict[str, int]) -
 
 
 def parallel_stream(
-    prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int]
+    prepared, languages: list[str], lang_index: dict[str, int], data_config, seed: list[int], packed: bool = False
 ) -> ParallelStream:
     pairs = prepared.parallel_shards(languages)
     if not pairs:
@@ -275,6 +318,7 @@ def parallel_stream(
         [(lang_index[a], lang_index[b]) for a, b, _, _ in pairs.values()],
         data_config.parallel,
         seed,
+        packed,
     )
 
 
@@ -285,8 +329,11 @@ STREAMS = {
 }
 
 
-def build_stream(kind: str, prepared, languages, lang_index, data_config, seed: int, slot: int, salt: int):
-    """A stream of `kind` for one micro-batch slot; (seed, slot, salt) make each stream independent."""
+def build_stream(
+    kind: str, prepared, languages, lang_index, data_config, seed: int, slot: int, salt: int, packed: bool = False
+):
+    """A stream of `kind` for one micro-batch slot; (seed, slot, salt) make each stream independent. `packed`: its
+    batches come with their place in packed rows."""
     if kind not in STREAMS:
         raise ValueError(f"unknown stream kind {kind!r}; known: {sorted(STREAMS)}")
-    return STREAMS[kind](prepared, languages, lang_index, data_config, [seed, slot, salt])
+    return STREAMS[kind](prepared, languages, lang_index, data_config, [seed, slot, salt], packed)

@@ -4,6 +4,8 @@ Reads top-down. Features any recipe can switch on through `EncoderConfig`:
 - learned absolute position embeddings (BERT, XLM-R), or none, leaving word order to a position bias;
 - an arbitrary per-example attention mask, (B, T) padding or (B, T, T) "query i may see key j", so
   objectives such as CAMLM and BTMLM are masks, not new models;
+- packed rows: several examples side by side in a row, `example_ids` keeping each one's attention to itself
+  (FlexAttention's block mask on CUDA, a materialised mask elsewhere);
 - language embeddings (XLM), token-type embeddings (BERT), factorised embeddings (ELECTRA);
 - post-LN (BERT, XLM-R) or pre-LN layers;
 - an additive position bias per layer (relative, gated relative: XLM-E §3.3);
@@ -20,7 +22,9 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask
 
+from polyalign.model.packed_attention import flex_attention_fits, flex_attention_for, packed_attention_mask
 from polyalign.model.position_bias import build_position_bias
 
 
@@ -134,16 +138,19 @@ EXPLICIT_ATTENTION_MAX = 256 * 256
 """Largest T x S for which CPU attention runs as explicit matmul-softmax-matmul (see `attend`)."""
 
 
-def attend(q, k, v, mask: torch.Tensor | None, dropout: Dropout) -> torch.Tensor:
+def attend(q, k, v, mask, dropout: Dropout) -> torch.Tensor:
     """softmax(q kᵀ / √hs + mask) v for q (B, H, T, hs), k and v (B, H, S, hs); `mask` is boolean (True = may
     see) or additive, broadcastable to (B, H, T, S), or None (all see all: on CUDA, flash attention's case;
-    with a mask SDPA takes the memory-efficient kernel). Returns (B, H, T, hs).
+    with a mask SDPA takes the memory-efficient kernel), or a FlexAttention BlockMask (packed rows; no attention
+    dropout, see `packed_attention_mask`). Returns (B, H, T, hs).
 
     On a CPU, for pre-training lengths, three plain ops (bf16 matmuls under autocast, fp32 softmax, as
     transformers' eager attention) run forward + backward ~2.5x faster than SDPA's fused kernel and allow
     attention dropout. They keep (B, H, T, S) weights for backward, so long inputs and GPUs use SDPA, and so
     does inference (no autograd), where the fused forward is the faster one.
     """
+    if isinstance(mask, BlockMask):
+        return flex_attention_for(q.device.type)(q, k, v, block_mask=mask)
     T, S = q.shape[-2], k.shape[-2]
     if q.device.type != "cpu" or T * S > EXPLICIT_ATTENTION_MAX or not torch.is_grad_enabled():
         p = dropout.p if dropout.training else 0.0
@@ -325,16 +332,24 @@ class Encoder(nn.Module):
         memory: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         num_layers: int | None = None,
+        example_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """input_ids (B, T). attention_mask: (B, T) True at real tokens, or (B, T, T) True where query i may
-        attend key j. memory: states (B, S, C) that every layer's cross-attention sublayer reads keys and values
-        from (VECO §2.2: the partner's last layer H^L), with memory_mask (B, S) or (B, T, S). num_layers: run
-        only the first layers (e.g. an aligner reading layer 3 of 6); the states computed are those of the full
-        model."""
+        attend key j. example_ids (B, T), instead of attention_mask: packed rows, each token's example (-1 at
+        padding), attention kept inside each (see polyalign/data/packing.py). memory: states (B, S, C) that
+        every layer's cross-attention sublayer reads keys and values from (VECO §2.2: the partner's last layer
+        H^L), with memory_mask (B, S) or (B, T, S). num_layers: run only the first layers (e.g. an aligner reading
+        layer 3 of 6); the states computed are those of the full model."""
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        mask = expand_attention_mask(attention_mask, B, T, T, input_ids.device)
+        if example_ids is None:
+            mask = expand_attention_mask(attention_mask, B, T, T, input_ids.device)
+        elif attention_mask is not None:
+            raise ValueError("pass attention_mask or example_ids (packed rows), not both")
+        else:
+            flex = flex_attention_fits(self.config, self.training, input_ids.device)
+            mask = packed_attention_mask(example_ids, flex)
         if memory is not None:
             if not isinstance(memory, torch.Tensor) or memory.dim() != 3:
                 raise ValueError("memory must be one (B, S, C) tensor, read by every layer's cross-attention")
@@ -357,12 +372,13 @@ class Encoder(nn.Module):
         return EncoderOutput(x, tuple(hidden_states) if output_hidden_states else None)
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids")
+MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids", "example_ids")
 """The entries of a batch that are keyword arguments of `Encoder.forward`."""
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The entries of a batch the encoder takes as keyword arguments. A batch the loader found free of padding
-    goes without its attention mask, which lets SDPA pick the flash kernel on CUDA."""
-    drop = "attention_mask" if batch.get("padding_free") else None
+    goes without its attention mask, which lets SDPA pick the flash kernel on CUDA; so does a packed one, whose
+    `example_ids` say what each token may see."""
+    drop = "attention_mask" if batch.get("padding_free") or "example_ids" in batch else None
     return {k: v for k, v in batch.items() if k in MODEL_INPUTS and k != drop}

@@ -16,3 +16,20 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, how: str = "mean") 
         raise ValueError(f"pooling={how!r}: use one of {POOLINGS}")
     m = attention_mask[..., None].float()  # (B, T, 1)
     return (hidden.float() * m).sum(-2) / m.sum(-2).clamp(min=1.0)
+
+
+def pool_examples(hidden: torch.Tensor, example_ids: torch.Tensor, count: int, how: str = "mean") -> torch.Tensor:
+    """`pool` for packed rows: (B, T, C) hidden states, (B, T) example ids (-1 at padding; each example's tokens
+    contiguous) -> (count, C) in fp32, row e the mean over example e's tokens or its first token."""
+    if how not in POOLINGS:
+        raise ValueError(f"pooling={how!r}: use one of {POOLINGS}")
+    ids = example_ids.flatten()  # (B*T,)
+    real = ids >= 0
+    states = hidden.flatten(0, 1)[real].float()  # (N, C)
+    ids = ids[real]
+    if how == "first":
+        positions = torch.arange(ids.numel(), device=ids.device)
+        first = torch.full((count,), ids.numel(), device=ids.device).scatter_reduce_(0, ids, positions, "amin")
+        return states[first]
+    sums = torch.zeros(count, states.shape[-1], device=states.device).index_add_(0, ids, states)
+    return sums / torch.bincount(ids, minlength=count).clamp(min=1)[:, None]

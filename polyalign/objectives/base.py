@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from polyalign.data.packing import pack_batch
 from polyalign.model import EncoderConfig, MaskedLanguageModel, model_inputs
 from polyalign.tokenizer import SpecialTokens
 
@@ -45,6 +46,11 @@ class Objective(nn.Module):
     needs_pretrained_start: ClassVar[str] = ""
     """Why it needs `init_from` (a pretrained start), as a clause; empty when it does not. Such an objective's
     Config offers `allow_cold_start: bool`, the user's override."""
+    reads_packed_rows: ClassVar[bool] = False
+    """Whether its forward reads packed rows (several examples side by side in a row, `example_ids` in the batch;
+    polyalign/data/packing.py): a token-level loss does, whatever row its tokens lie in. One that reads each
+    sentence or pair as a unit (pooling it, aligning its two sides) does not until it reads its segments; a
+    recipe with such an objective trains unpacked under `data.pack: auto`."""
 
     def __init__(self, config, special: SpecialTokens, model_config: EncoderConfig, languages: list[str] | None = None):
         super().__init__()
@@ -70,6 +76,11 @@ class Objective(nn.Module):
 
     def make_batch(self, raw, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+    def make_training_batch(self, raw, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """make_batch, its examples then laid into packed rows when the stream packed them (`raw.packing`)."""
+        batch = self.make_batch(raw, rng)
+        return batch if raw.packing is None else pack_batch(batch, raw.packing, self.special.pad)
 
     def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         raise NotImplementedError

@@ -18,11 +18,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from polyalign.data.layout import sentence_layout
+from polyalign.data.layout import pair_layout, sentence_layout
+from polyalign.data.packing import pack_batch
 from polyalign.data.streams import ParallelBatch
 from polyalign.flops import encoder_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
-from polyalign.model.pooling import POOLINGS, pool
+from polyalign.model.pooling import POOLINGS, pool, pool_examples
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 
 TARGET = "target_"  # batch entries of the target side; the source side is bare
@@ -76,6 +77,7 @@ class SentenceContrast(Objective):
     stream = "parallel"
     Config = ContrastConfig
     leaves_parameters_unused = ("lm_head",)  # it reads pooled hidden states only
+    reads_packed_rows = True  # each side of a pair its own example in the pair's place, pooled per example
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         # Each side padded on its own (one encoder pass per side: two passes of B rows run faster on a CPU
@@ -84,21 +86,41 @@ class SentenceContrast(Objective):
         batch |= {TARGET + k: v for k, v in sentence_layout(raw.target, None, self.special).tensors().items()}
         return batch
 
-    def sentence_vectors(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def make_training_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """Packed: pair b's place in its row holds `<s> x </s> <s> y </s>`, positions restarting at y, x as
+        example 2b and y as 2b + 1, so that one encoder pass reads each side alone, as unpacked."""
+        if raw.packing is None:
+            return self.make_batch(raw, rng)
+        pairs = pair_layout(raw.source, raw.target, None, None, self.special)
+        batch = pack_batch(pairs.tensors(), raw.packing, self.special.pad)
+        batch["example_ids"] = torch.where(batch["example_ids"] >= 0, 2 * batch["example_ids"] + batch["segment"], -1)
+        batch["pairs"] = torch.arange(len(raw.source))  # (B,): how many sentence vectors each side has
+        return batch
+
+    def hidden_states(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         layer = self.config.layer % (model.config.num_layers + 1)
         out = model(**model_inputs(batch), output_hidden_states=layer != model.config.num_layers)
-        hidden = out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
-        return pool(hidden, batch["attention_mask"], self.config.pooling)  # (B, C)
+        return out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
+
+    def sentence_vectors(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return pool(self.hidden_states(model, batch), batch["attention_mask"], self.config.pooling)  # (B, C)
 
     def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        target_batch = {k[len(TARGET) :]: v for k, v in batch.items() if k.startswith(TARGET)}
-        source = self.sentence_vectors(model, batch)
-        target = self.sentence_vectors(model, target_batch)
+        if "example_ids" in batch:  # packed: both sides in one pass
+            B = batch["pairs"].shape[0]
+            hidden = self.hidden_states(model, batch)
+            vectors = pool_examples(hidden, batch["example_ids"], 2 * B, self.config.pooling).view(B, 2, -1)
+            source, target = vectors.unbind(1)  # (B, C) each
+            flops = training_flops(encoder_forward_flops(model.config, *batch["input_ids"].shape))
+        else:
+            target_batch = {k[len(TARGET) :]: v for k, v in batch.items() if k.startswith(TARGET)}
+            source = self.sentence_vectors(model, batch)
+            target = self.sentence_vectors(model, target_batch)
+            flops = training_flops(
+                encoder_forward_flops(model.config, *batch["input_ids"].shape)
+                + encoder_forward_flops(model.config, *target_batch["input_ids"].shape)
+            )
         # fp32 outside autocast: with tau = 0.05, bf16 cosines (3 significant digits) would blur the ranking.
         with torch.autocast(source.device.type, enabled=False):
             loss, accuracy = translation_ranking_loss(source, target, self.config.temperature, self.config.margin)
-        flops = training_flops(
-            encoder_forward_flops(model.config, *batch["input_ids"].shape)
-            + encoder_forward_flops(model.config, *target_batch["input_ids"].shape)
-        )
         return ObjectiveOutput(loss, {"accuracy": accuracy}, flops)

@@ -87,6 +87,7 @@ def masked_lm_output(model: MaskedLanguageModel, batch: dict[str, torch.Tensor])
 class MLM(Objective):
     stream = "mono"
     Config = MLMConfig
+    reads_packed_rows = True  # a loss per token, wherever its example lies
 
     def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         return monolingual_batch(raw, self.special, self.config, self.uses_languages, rng)

@@ -179,6 +179,7 @@ class ReplacedTokenDetection(Objective):
     """The shared core. MRTD and TRTD differ only in their data: MLM's batches and TLM's."""
 
     leaves_parameters_unused = ("lm_head",)  # XLM-E trains a detection head instead
+    reads_packed_rows = True  # losses per token (detection at every real one), wherever its example lies
 
     def __init__(self, config, special, model_config: EncoderConfig):
         super().__init__(config, special, model_config)

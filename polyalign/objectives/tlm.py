@@ -71,6 +71,7 @@ class TLM(Objective):
 
     stream = "parallel"
     Config = TLMConfig
+    reads_packed_rows = True  # a loss per token, wherever its example lies
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         return translation_batch(raw, self.special, self.config, self.uses_languages, rng)

@@ -33,7 +33,7 @@ def active_objectives(specs: list, step: int) -> list[str]:
 
 
 def start_loader(run: Run) -> StepLoader:
-    makers = {name: objective.make_batch for name, objective in run.module.objectives.items()}
+    makers = {name: objective.make_training_batch for name, objective in run.module.objectives.items()}
     dataset = SlotBatches(run.slots, makers, partial(active_objectives, run.recipe.objectives), run.step)
     return StepLoader(dataset, run.cfg.loader_workers, pin=run.device.type == "cuda")
 

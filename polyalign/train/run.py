@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from torch import nn
 
 from polyalign.checkpoint import (
@@ -17,7 +18,7 @@ from polyalign.checkpoint import (
     optimizer_state_from_files,
     save_checkpoint,
 )
-from polyalign.config import Recipe, TrainerConfig, load_recipe
+from polyalign.config import Recipe, TrainerConfig, load_recipe, packs_rows
 from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError
@@ -175,7 +176,7 @@ def build_run(recipe: Recipe, run_dir: Path, fresh: bool = True) -> tuple[Run, P
     freeze_held_for_good(module, cfg)  # before DDP/FSDP and the optimizer see the parameters
     trained = wrap_for_processes(module, recipe, world, device)
     optimizer, scheduler = build_optimizer(module, cfg)
-    slots = build_slots(recipe, objectives, prepared, data_languages, languages, rank)
+    slots = build_slots(recipe, objectives, prepared, data_languages, languages, rank, device)
     run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
     run.bookkeeping = bookkeeping_group(world)
     run.slot_states = [s.state_dict() for s in slots]
@@ -195,11 +196,18 @@ def announce_parallel_as_mono(prepared: PreparedData, languages: list[str], read
 
 
 def build_slots(
-    recipe: Recipe, objectives: dict, prepared: PreparedData, data_languages: list[str], languages: list[str], rank: int
+    recipe: Recipe,
+    objectives: dict,
+    prepared: PreparedData,
+    data_languages: list[str],
+    languages: list[str],
+    rank: int,
+    device: torch.device,
 ) -> list[Slot]:
     """This process's slots rank·A + a (a < A): a seeded stream per objective and a masking generator each."""
     cfg = recipe.trainer
     A = cfg.grad_accumulation
+    packed = packs_rows(recipe, device.type)
     lang_index = {lang: languages.index(lang) if lang in languages else 0 for lang in data_languages}
     return [
         Slot(
@@ -213,6 +221,7 @@ def build_slots(
                     seed=cfg.seed,
                     slot=rank * A + a,
                     salt=i,
+                    packed=packed,
                 )
                 for i, o in enumerate(recipe.objectives)
             },
@@ -313,6 +322,10 @@ def load_run_recipe(
         # Nothing to resume (an empty or new folder, or a run killed before it wrote its recipe): starting a new
         # run instead would hide a mistyped --run-dir.
         raise DataError(f"{path}: not found, so {run_dir} holds no run to resume; drop --resume to start one there")
+    saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if "pack" not in (saved.get("data") or {}):
+        # A recipe saved without `data.pack` trained unpacked rows: the run goes on unpacked unless told otherwise.
+        overrides = ["data.pack=false", *(overrides or [])]
     recipe = load_recipe(path, overrides, preset)
     check_recipe_name(Path(run_dir), recipe.name, None if named is None else load_recipe(named).name)
     return recipe
