@@ -186,6 +186,28 @@ TRIM_ROWS = "trim.rows"
 DATA_ALIGN = 32
 
 
+def e5_file_bytes(f: E5File) -> bytes:
+    """An E5File as E5S1 bytes: its dimensions, vocabulary, normaliser bytes and tensors as stored (`stored`)."""
+    dims = [int(f.dims[n]) for n in ("hidden", "layers", "heads", "ffn", "vocab_rows", "positions", "token_types")]
+    header = MAGIC + struct.pack("<I7ifi", f.version, *dims, f.dims["eps"], BLOCK)
+    blob = [p.encode("utf-8") for p in f.pieces]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blob])]).astype(np.uint32)
+    special = (f.special[k] for k in ("bos", "eos", "pad", "unk"))
+    vocabulary = struct.pack("<5iQ", len(f.pieces), *special, int(offsets[-1]))
+    vocabulary += offsets.tobytes() + np.asarray(f.scores, np.float32).tobytes() + b"".join(blob)
+    directory = struct.pack("<i", len(f.stored))
+    entry_sizes = sum(2 + len(n.encode()) + 1 + 4 + 8 + 8 for n in f.stored)
+    position = len(header) + len(vocabulary) + len(f.normaliser_bytes) + len(directory) + entry_sizes
+    data = bytearray()
+    for name, (dtype, values, raw) in f.stored.items():
+        data += bytes(-(position + len(data)) % DATA_ALIGN)
+        encoded = name.encode()
+        directory += struct.pack("<H", len(encoded)) + encoded
+        directory += struct.pack("<BIQQ", dtype, values, position + len(data), len(raw))
+        data += raw
+    return header + vocabulary + f.normaliser_bytes + directory + bytes(data)
+
+
 def trimmed_e5_bytes(f: E5File, keep: np.ndarray) -> bytes:
     """An E5S1 file holding only the vocabulary pieces `keep` (increasing ids, every special piece among them):
     their Q4_0 embedding rows byte for byte (a 384-wide row is 12 whole blocks, so no block spans two rows), every
@@ -203,35 +225,23 @@ def trimmed_e5_bytes(f: E5File, keep: np.ndarray) -> bytes:
     origin, rows = f.tensors.get(TRIM_ORIGIN), f.tensors.get(TRIM_ROWS)  # a trimmed file trimmed again
     origin = keep.astype(np.float32) if origin is None else origin[keep]
     rows = np.array([f.dims["vocab_rows"]], np.float32) if rows is None else rows
-
-    dims = [int(f.dims[n]) for n in ("hidden", "layers", "heads", "ffn", "vocab_rows", "positions", "token_types")]
-    dims[4] = len(keep)
-    header = MAGIC + struct.pack("<I7ifi", f.version, *dims, f.dims["eps"], BLOCK)
-    blob = [f.pieces[i].encode("utf-8") for i in keep]
-    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blob])]).astype(np.uint32)
-    special = (new[f.special[k]] for k in ("bos", "eos", "pad", "unk"))
-    vocabulary = struct.pack("<5iQ", len(keep), *special, int(offsets[-1]))
-    vocabulary += offsets.tobytes() + f.scores[keep].astype(np.float32).tobytes() + b"".join(blob)
-
-    dtype, values, raw = f.stored["emb.word"]
-    row_bytes = H // BLOCK * BLOCK_BYTES
-    word = np.frombuffer(raw, np.uint8).reshape(-1, row_bytes)[keep].tobytes()  # (kept rows, 12 blocks x 18 bytes)
-    tensors = {**f.stored, "emb.word": (dtype, len(keep) * H, word)}
+    dtype, _, raw = f.stored["emb.word"]
+    word = np.frombuffer(raw, np.uint8).reshape(-1, H // BLOCK * BLOCK_BYTES)[keep]  # (kept rows, blocks x 18 bytes)
+    stored = {**f.stored, "emb.word": (dtype, len(keep) * H, word.tobytes())}
     for name, extra in ((TRIM_ORIGIN, origin), (TRIM_ROWS, rows)):
-        tensors[name] = (F32, extra.size, extra.astype(np.float32).tobytes())
-
-    directory = struct.pack("<i", len(tensors))
-    entry_sizes = sum(2 + len(n.encode()) + 1 + 4 + 8 + 8 for n in tensors)
-    position = len(header) + len(vocabulary) + len(f.normaliser_bytes) + len(directory) + entry_sizes
-    data = bytearray()
-    for name, (dtype, values, raw) in tensors.items():
-        gap = -(position + len(data)) % DATA_ALIGN
-        data += bytes(gap)
-        encoded = name.encode()
-        directory += struct.pack("<H", len(encoded)) + encoded
-        directory += struct.pack("<BIQQ", dtype, values, position + len(data), len(raw))
-        data += raw
-    return header + vocabulary + f.normaliser_bytes + directory + bytes(data)
+        stored[name] = (F32, extra.size, extra.astype(np.float32).tobytes())
+    trimmed = E5File(
+        {**f.dims, "vocab_rows": len(keep)},
+        [f.pieces[i] for i in keep],
+        f.scores[keep],
+        {k: new[v] for k, v in f.special.items()},
+        f.normalisation,
+        {},
+        stored,
+        f.normaliser_bytes,
+        f.version,
+    )
+    return e5_file_bytes(trimmed)
 
 
 # ---------------------------------------------------------------------------------------------------------
