@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench import selection as S
 from bench.reporting import commit, machine, read_json, write_json
-from bench.selection_run import subset
+from bench.selection_run import gold_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 EVAL = ROOT.parent / "shared" / "data" / "eval"
@@ -33,26 +33,13 @@ AER_TOLERANCE, TATOEBA_TOLERANCE = 0.1, 0.2
 
 
 def aer_scores(folder: Path) -> dict:
-    """{"argmax@8": {"all": {"de-en": AER}, "dev": ..., "test": ...}, ...} with each sentence encoded alone."""
-    from polyalign.align.aer import read_gold
-    from polyalign.align.aligner import Aligner
+    """{"argmax@8": {"all": {"de-en": AER}, "dev": ..., "test": ...}, ...}, each sentence encoded alone."""
     from polyalign.checkpoint import load_model
-    from polyalign.evaluate.alignment import score_gold
 
-    aligner = Aligner(load_model(folder), encoding="separate")
-    out: dict = {}
-    for name in GOLD_SETS:
-        gold = read_gold(EVAL / "word_alignment" / name)
-        encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
-        for reading, layer in READINGS:
-            method, threshold = S.extraction(reading)
-            if threshold is not None:
-                aligner.softmax_threshold = threshold
-            found = aligner.align_encoded(encoded, [method], [layer], gold.languages)[(method, layer)]
-            for half, rows in S.halves(len(found)).items():
-                aer = score_gold(subset(gold, rows), [found[i] for i in rows]).aer
-                out.setdefault(f"{reading}@{layer}", {}).setdefault(half, {})[name] = round(aer, 2)
-    return out
+    methods, layers = [m for m, _ in READINGS], [layer for _, layer in READINGS]
+    scores = gold_scores(load_model(folder), EVAL / "word_alignment", GOLD_SETS, methods, layers)
+    return {f"{m}@{layer}": {half: scores[f"separate/{m}" + ("" if half == "all" else f"/{half}")][str(layer)]
+                             for half in ("all", S.DEV, S.TEST)} for m, layer in READINGS}  # fmt: skip
 
 
 def tatoeba_scores(folder: Path) -> dict:
