@@ -99,7 +99,10 @@ def unpack(step: Step) -> Inputs | None:
     if not (base / "prepared" / "meta.json").is_file():
         shutil.rmtree(base / "unpacking", ignore_errors=True)
         with tarfile.open(DEFAULT_PACK / BITEXT_FILE) as tar:
-            tar.extractall(base / "unpacking", filter="data")
+            try:
+                tar.extractall(base / "unpacking", filter="data")  # regular files only, inside the folder
+            except TypeError:  # a Python before the filters (3.11.3 and older): our own archive, trusted
+                tar.extractall(base / "unpacking")
         (base / "unpacking" / "prepared").rename(base / "prepared")
     start = base / "start"
     if not (start / "config.json").is_file():
@@ -171,7 +174,8 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
             f"data.parallel.max_examples={plan.pairs_per_step}", f"data.parallel.max_tokens={plan.tokens_per_step}",
             f"objectives.0.config.layer={layer}", *plan.overrides]  # fmt: skip
     done = run_dir / "done"
-    if not done.is_file():
+    finished_before = done.is_file()  # by an earlier call with this work folder
+    if not finished_before:
         command = polyalign_cli("pretrain", ARMS[arm], "--data", str(inputs.prepared), "--init-from", str(inputs.start))
         command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
         command += ["--resume"] if (run_dir / "checkpoints").is_dir() else []
@@ -186,7 +190,7 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
     steps = [checkpoint_step(c) for c in checkpoint_dirs(run_dir)]
     record = {"steps": max(steps), "max_steps": max_steps, "steps_per_pass": steps_per_pass,
               "passes": round(max(steps) / steps_per_pass, 3), "pairs_seen": max(steps) * plan.pairs_per_step,
-              "seconds": json.loads(done.read_text())["seconds"]}  # fmt: skip
+              "seconds": json.loads(done.read_text())["seconds"], "finished_before": finished_before}  # fmt: skip
     step.part(f"train {arm}", status="ok", **record)
     return run_dir, record
 
@@ -249,8 +253,7 @@ def step_aligner(step: Step) -> None:
         method = min(METHODS, key=lambda m: S.mean(dev_aer(chosen_scores, m, layer), inputs.gold_sets))
         result["arms"][arm] = {
             "training": trained,
-            "candidates": {n: round(S.mean(dev_aer(s, "argmax", layer), inputs.gold_sets), 2) for n, (_, s) in
-                           found.items()},
+            "candidates_dev": {n: dev_aer(s, "argmax", layer) for n, (_, s) in found.items()},
             "chosen": chosen, "method": method, "model": str(found[chosen][0]), "scores": chosen_scores,
         }  # fmt: skip
         step.part(f"chosen {arm}", status="ok", model=chosen, method=method,
