@@ -17,6 +17,14 @@ THE RULE, written before any run (bench/studies/e5.py's, issue 44's, with passes
 3. Extraction: on each chosen model at the rule's layer, the method (argmax, itermax, ot, softmax at 1e-3, softmax
    at 0.1) with the lowest mean dev-half AER. Test halves and whole sets are reported, never used to choose.
 
+THE PLAN for one loan (device seconds, 900 in all; no loan has run it yet, so every figure is an estimate): the
+machine's start ~90; call 1 (timeout_s 600, `--steps aligner --work /tmp/gaw`): unpacking and importing ~20, the
+start's sweep ~15, self-training 240 (its guard: 1 pass of the pack at 128 pairs a step, ~3,000 steps, unless the
+4 minutes run out first), scoring its 4 checkpoints and 3 interpolations ~60, DWA-beside's start (cut at the call's
+budget); call 2 (the same command at once): DWA-beside's rest (4 minutes in all, equal training minutes as on the
+e5 page), its scores ~60, `align` ~40; then give the machine back. Equal minutes, not equal pairs: DWA's steps
+cost more (a TLM forward pass and the pointer network), so it sees fewer pairs; both are recorded.
+
 It resumes inside a loan: the start, the bitext, each run (`pretrain --resume`), each model's scores stay in the
 step's --work folder, so a call cut at its budget is finished by the next call with the same --work. Results:
 the step's parts (gpu_check.json) and aligner/result.json beside the logs. The dry run does all of it on the CPU
@@ -61,7 +69,7 @@ class Plan:
     """At most this many steps (0: as many as the passes take); the dry run's few."""
 
 
-FULL = Plan(128, 16384, 5e-5, 1.0, 4, {"self-align": 3.0, "dwa-beside": 3.5}, 20_000, tuple(range(4, 11)))
+FULL = Plan(128, 16384, 5e-5, 1.0, 4, {"self-align": 4.0, "dwa-beside": 4.0}, 20_000, tuple(range(4, 11)))
 DRY = Plan(8, 1024, 5e-5, 1.0, 2, {"self-align": 0.5, "dwa-beside": 0.5}, 200, (1, 2),
            ("trainer.loader_workers=0", "trainer.head_warmup_steps=2", "data.mono.max_tokens=1024"), 6)  # fmt: skip
 
