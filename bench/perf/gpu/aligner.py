@@ -184,6 +184,10 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
     done = run_dir / "done"
     finished_before = done.is_file()  # by an earlier call with this work folder
     if not finished_before:
+        from polyalign.checkpoint import checkpoint_dirs
+
+        if not checkpoint_dirs(run_dir):  # cut before its first checkpoint: start it again
+            shutil.rmtree(run_dir, ignore_errors=True)
         command = polyalign_cli("pretrain", ARMS[arm], "--data", str(inputs.prepared), "--init-from", str(inputs.start))
         command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
         command += ["--resume"] if (run_dir / "checkpoints").is_dir() else []
@@ -193,7 +197,7 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
             step.part(f"train {arm}", status=status, seconds=seconds)
             raise RuntimeError(f"train {arm}: {status}")
         done.write_text(json.dumps({"seconds": seconds}))
-    from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
+    from polyalign.checkpoint import checkpoint_step
 
     steps = [checkpoint_step(c) for c in checkpoint_dirs(run_dir)]
     record = {"steps": max(steps), "max_steps": max_steps, "steps_per_pass": steps_per_pass,
