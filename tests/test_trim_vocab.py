@@ -121,3 +121,29 @@ def test_the_real_file_trimmed_reads_back_to_the_trimmed_import(tmp_path):
     a, b = load_model(tmp_path / "trimmed").model.state_dict(), load_model(back).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert report["compact"]["bytes"] < 14_000_000  # 12 blocks of 18 bytes a kept row, the layers as stored
+
+
+def test_special_ids_follow_their_pieces_when_earlier_pieces_are_dropped(trimmed):
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    from polyalign.tokenizer import special_piece_ids, trim_sentencepiece
+
+    root, _ = trimmed
+    proto = pb.ModelProto.FromString((root / "full" / "tokenizer" / "sentencepiece.model").read_bytes())
+    pieces = list(proto.pieces)
+    del proto.pieces[:]
+    for p in [pieces[10], pieces[11], *pieces[:4], *pieces[4:10], *pieces[12:]]:  # two ordinary pieces first
+        proto.pieces.add().CopyFrom(p)
+    t = proto.trainer_spec
+    t.bos_id, t.pad_id, t.eos_id, t.unk_id = 2, 3, 4, 5
+    model = proto.SerializeToString()
+    keep = special_piece_ids(model) + [6, 7]
+    keep.sort()
+    assert keep[:4] == [2, 3, 4, 5]
+    cut = trim_sentencepiece(model, keep)
+    t = pb.ModelProto.FromString(cut).trainer_spec  # the ids the model file states, as other readers take them
+    assert (t.bos_id, t.pad_id, t.eos_id, t.unk_id, t.vocab_size) == (0, 1, 2, 3, len(keep))
+    sp = spm.SentencePieceProcessor(model_proto=cut)
+    assert (sp.bos_id(), sp.pad_id(), sp.eos_id(), sp.unk_id()) == (0, 1, 2, 3)
+    assert sp.id_to_piece(sp.unk_id()) == "<unk>" and sp.id_to_piece(sp.pad_id()) == "<pad>"
