@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "perf" / "gpu_check.py"
-STEPS = ["environment", "gpu_tests", "throughput", "alignment", "tatoeba", "evidence"]
+STEPS = ["environment", "gpu_tests", "throughput", "alignment", "tatoeba", "evidence", "aligner"]
 STATUS = re.compile(r"^(ok|skipped: .+|failed: .+)$")
 
 
