@@ -171,6 +171,8 @@ def dev_aer(saved: dict, method: str, layer: int) -> dict[str, float]:
 
 def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]:
     """One arm's run over the packed bitext (resumed when its run folder has checkpoints); its record."""
+    from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
+
     plan = FULL if not step.dry_run else DRY
     run_dir = step.work / "aligner" / "runs" / arm
     steps_per_pass = math.ceil(inputs.pairs / plan.pairs_per_step)
@@ -184,8 +186,6 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
     done = run_dir / "done"
     finished_before = done.is_file()  # by an earlier call with this work folder
     if not finished_before:
-        from polyalign.checkpoint import checkpoint_dirs
-
         if not checkpoint_dirs(run_dir):  # cut before its first checkpoint: start it again
             shutil.rmtree(run_dir, ignore_errors=True)
         command = polyalign_cli("pretrain", ARMS[arm], "--data", str(inputs.prepared), "--init-from", str(inputs.start))
@@ -197,8 +197,6 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
             step.part(f"train {arm}", status=status, seconds=seconds)
             raise RuntimeError(f"train {arm}: {status}")
         done.write_text(json.dumps({"seconds": seconds}))
-    from polyalign.checkpoint import checkpoint_step
-
     steps = [checkpoint_step(c) for c in checkpoint_dirs(run_dir)]
     record = {"steps": max(steps), "max_steps": max_steps, "steps_per_pass": steps_per_pass,
               "passes": round(max(steps) / steps_per_pass, 3), "pairs_seen": max(steps) * plan.pairs_per_step,
