@@ -111,19 +111,23 @@ def build_pack(out: Path, fraction: float | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="aligner-pack") as tmp:
         staging = Path(tmp) / "pack"
         staging.mkdir()
-        full = None
-        if fraction is None:  # measure everything once; the compressed size grows with the lines kept
+        auto, room = fraction is None, budget - start_bytes - gold_bytes - 16_384  # pack.json's room
+        if auto:  # measure everything once; the compressed size grows with the lines kept
             meta = prepare_bitext(TRIM / "model", 1.0, Path(tmp) / "all")
             full = compress(Path(tmp) / "all" / "prepared", Path(tmp) / "all.tar.xz")
-            room = budget - start_bytes - gold_bytes - 4096
             fraction = min(1.0, 0.98 * room / full)
             shutil.rmtree(Path(tmp) / "all")
-        if fraction < 1.0 or full is None:
-            meta = prepare_bitext(TRIM / "model", fraction, Path(tmp) / "part")
-            bitext = compress(Path(tmp) / "part" / "prepared", staging / BITEXT_FILE)
-        else:
+        if auto and fraction >= 1.0:
             shutil.move(Path(tmp) / "all.tar.xz", staging / BITEXT_FILE)
             bitext = full
+        else:
+            for _ in range(3):  # the archive's tokenizer weighs the same at any fraction: shrink until it fits
+                shutil.rmtree(Path(tmp) / "part", ignore_errors=True)
+                meta = prepare_bitext(TRIM / "model", fraction, Path(tmp) / "part")
+                bitext = compress(Path(tmp) / "part" / "prepared", staging / BITEXT_FILE)
+                if bitext <= room or not auto:
+                    break
+                fraction *= 0.99 * room / bitext
         shutil.copy(TRIM / "e5-small-trimmed.e5", staging / START_FILE)
         for gold in GOLD_SETS:
             shutil.copytree(SHARED / "data/eval/word_alignment" / gold, staging / GOLD_DIR / gold)
