@@ -19,7 +19,7 @@ THE RULE, written before any run (bench/studies/e5.py's, issue 44's, with passes
 
 THE PLAN for one loan (device seconds, 900 in all; no loan has run it yet, so every figure is an estimate): the
 machine's start ~90; call 1 (timeout_s 600, `--steps aligner --work /tmp/gaw`): unpacking and importing ~20, the
-start's sweep ~15, self-training 240 (its guard: 1 pass of the pack at 128 pairs a step, ~3,000 steps, unless the
+start's sweep ~15, self-training 240 (its guard: 1 pass of the pack at 128 pairs a step, ~3,840 steps, unless the
 4 minutes run out first), scoring its 4 checkpoints and 3 interpolations ~60, DWA-beside's start (cut at the call's
 budget); call 2 (the same command at once): DWA-beside's rest (4 minutes in all, equal training minutes as on the
 e5 page), its scores ~60, `align` ~40; then give the machine back. Equal minutes, not equal pairs: DWA's steps
