@@ -86,30 +86,39 @@ class SelectionRun:
 
 def alignment_scores(run: SelectionRun, folder: Path, encodings: tuple[str, ...], layers, methods=()) -> dict:
     """AER (%) per encoding/method[/half]/layer/gold set: {"separate/argmax": {"8": {"de-en": ...}}}, and the same
-    under "separate/argmax/dev" and "/test" for the halves; every method of the protocol (or `methods`), a method
-    with a threshold (`softmax-0.1`) scored at it on the same encoded sentences (bench/selection.py `extraction`)."""
-    from polyalign.align.aer import read_gold
-    from polyalign.align.aligner import Aligner
-    from polyalign.align.extract import SOFTMAX_THRESHOLD
+    under "separate/argmax/dev" and "/test" for the halves; every method of the protocol (or `methods`)."""
     from polyalign.checkpoint import load_model
 
     loaded, p = load_model(folder), run.selection.protocol
+    out: dict = {}
+    for encoding in encodings:
+        out |= gold_scores(loaded, run.path(run.selection.gold), run.selection.gold_sets,
+                           methods or p.methods or (p.method,), layers, encoding)  # fmt: skip
+    return out
+
+
+def gold_scores(loaded, gold_root: Path, gold_sets, methods, layers, encoding: str = "separate") -> dict:
+    """A loaded model's AER (%) on the gold sets in alignment_scores' layout, one encoding; a method with a
+    threshold (`softmax-0.1`) is scored at it on the same encoded sentences (bench/selection.py `extraction`)."""
+    from polyalign.align.aer import read_gold
+    from polyalign.align.aligner import Aligner
+    from polyalign.align.extract import SOFTMAX_THRESHOLD
+
     by_threshold: dict = {}
-    for method in methods or p.methods or (p.method,):
+    for method in methods:
         name, threshold = S.extraction(method)
         by_threshold.setdefault(threshold, {})[name] = method
     out: dict = {}
-    for encoding in encodings:
-        aligner = Aligner(loaded, encoding=encoding, softmax_threshold=SOFTMAX_THRESHOLD)  # `softmax`: at 1e-3
-        for name in run.selection.gold_sets:
-            gold = read_gold(run.path(run.selection.gold) / name)
-            encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
-            links = {}
-            for threshold, named in by_threshold.items():
-                at = aligner if threshold is None else aligner.reading_as(softmax_threshold=threshold)
-                found = at.align_encoded(encoded, list(named), list(layers), gold.languages)
-                links |= {(named[method], layer): f for (method, layer), f in found.items()}
-            score_halves(out, gold, name, encoding, links)
+    aligner = Aligner(loaded, encoding=encoding, softmax_threshold=SOFTMAX_THRESHOLD)  # `softmax`: at 1e-3
+    for name in gold_sets:
+        gold = read_gold(Path(gold_root) / name)
+        encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
+        links = {}
+        for threshold, named in by_threshold.items():
+            at = aligner if threshold is None else aligner.reading_as(softmax_threshold=threshold)
+            found = at.align_encoded(encoded, list(named), list(layers), gold.languages)
+            links |= {(named[method], layer): f for (method, layer), f in found.items()}
+        score_halves(out, gold, name, encoding, links)
     return out
 
 

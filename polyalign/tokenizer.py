@@ -221,3 +221,41 @@ def _train(spm, text_file, prefix, vocab_size, num_threads) -> None:
         num_threads=num_threads,
         minloglevel=2,
     )
+
+
+def special_piece_ids(model_bytes: bytes) -> list[int]:
+    """Ids of a SentencePiece model's pieces that are not ordinary text (control, unknown, user-defined such as
+    <mask>) and those its trainer spec names (bos, eos, pad, unk)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    proto = pb.ModelProto.FromString(model_bytes)
+    t = proto.trainer_spec
+    named = {i for i in (t.bos_id, t.eos_id, t.pad_id, t.unk_id) if 0 <= i < len(proto.pieces)}
+    kinds = {i for i, p in enumerate(proto.pieces) if p.type != pb.ModelProto.SentencePiece.NORMAL}
+    return sorted(named | kinds)
+
+
+def trim_sentencepiece(model_bytes: bytes, keep: list[int]) -> bytes:
+    """The model with only the pieces `keep` (increasing old ids), renumbered from 0 in their old order.
+
+    A unigram model segments by Viterbi over its pieces: a text whose best path uses only kept pieces keeps that
+    path (it is still there, and no new path appeared), so it is segmented as before; text the kept pieces cannot
+    cover becomes <unk> (one per run of uncovered characters)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    full = pb.ModelProto.FromString(model_bytes)
+    if full.trainer_spec.model_type != pb.TrainerSpec.UNIGRAM:
+        raise DataError("trimming needs a unigram SentencePiece model (BPE merges would need their pieces kept)")
+    position = {old: new for new, old in enumerate(keep)}
+    proto = pb.ModelProto()
+    proto.CopyFrom(full)
+    del proto.pieces[:]
+    for old in keep:
+        proto.pieces.add().CopyFrom(full.pieces[old])
+    t = proto.trainer_spec
+    t.vocab_size = len(keep)
+    for field in ("bos_id", "eos_id", "pad_id", "unk_id"):
+        old = getattr(t, field)
+        if old >= 0:  # -1: the model has no such piece
+            setattr(t, field, position[old])
+    return proto.SerializeToString()

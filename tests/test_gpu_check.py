@@ -16,7 +16,7 @@ from bench.perf.gpu.throughput import ARMS, PEERS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "perf" / "gpu_check.py"
-STEPS = ["environment", "gpu_tests", "kernels", "throughput", "alignment", "tatoeba", "evidence"]
+STEPS = ["environment", "gpu_tests", "kernels", "throughput", "alignment", "tatoeba", "evidence", "aligner"]
 STATUS = re.compile(r"^(ok|skipped: .+|failed: .+)$")
 
 

@@ -44,6 +44,9 @@ as failed, with what it had measured so far, and the next one starts):
 6. tatoeba: `polyalign evaluate tatoeba --langs tatoeba14 --layers all` with the same model, seconds.
 7. evidence: the evidence study's section xlm-e-gpu (XLM-E vs MLM + TLM from scratch, 3e16 FLOPs per arm, 12 x 768)
    on the carried data pack, measured and judged by the evidence page's rule (bench/perf/gpu/evidence.py).
+8. aligner: the word aligner at GPU scale (bench/perf/gpu/aligner.py): from the trimmed multilingual-e5-small of
+   `python bench/perf/aligner_pack.py` (carry bench/work/aligner-pack), self-training and DWA beside it over the
+   packed bitext, WiSE-FT, AER on the 7 gold sets by the rule written there, `align` pairs/s; `--work` resumes it.
 A step records `ok`, `skipped: <reason>` or `failed: <one line>`, and so does each of its parts.
 """
 

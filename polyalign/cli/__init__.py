@@ -6,7 +6,7 @@
                             evaluate.py   sentence retrieval, bitext mining, word-alignment AER
   align, fit-aligner        align.py      word-align a user's bitext (Pharaoh links); fit an aligner to it first
   finetune, xtreme          finetune.py   XTREME-style fine-tuning of one task or several
-  import-e5, export, plug-out, interpolate
+  import-e5, trim-vocab, export, plug-out, interpolate
                             models.py     write model folders
   quickstart                quickstart.py the main job on the bundled sample, start to finish
 

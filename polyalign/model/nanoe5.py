@@ -22,7 +22,7 @@ matches the engine's Viterbi over the same pieces.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +79,11 @@ class E5File:
     special: dict[str, int]  # bos, eos, pad, unk
     normalisation: dict[int, tuple[int, ...]]
     tensors: dict[str, np.ndarray]
+    stored: dict[str, tuple[int, int, bytes]] = field(default_factory=dict, repr=False)
+    """Each tensor as the file stores it: (dtype, values, bytes); what a trimmed file copies."""
+    normaliser_bytes: bytes = b""
+    """The normaliser section as stored (its header and entries)."""
+    version: int = 1
 
 
 def default_source() -> Path:
@@ -130,7 +135,7 @@ def read_e5_file(path: str | Path) -> E5File:
     r = _Reader(path.read_bytes(), path)
     if r.take(4, "magic") != MAGIC:
         raise DataError(f"{path}: not an E5S1 model file (magic is not {MAGIC.decode()})")
-    r.unpack("I", "header")  # version
+    (version,) = r.unpack("I", "header")
     names = ("hidden", "layers", "heads", "ffn", "vocab_rows", "positions", "token_types")
     dims: dict[str, float] = dict(zip(names, r.unpack("7i", "header"), strict=True))
     dims["eps"], dims["block"] = r.unpack("fi", "header")
@@ -147,13 +152,15 @@ def read_e5_file(path: str | Path) -> E5File:
         pieces = [blob[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(n)]
     except UnicodeDecodeError:
         raise DataError(f"{path}: corrupt E5S1 vocabulary (a piece is not UTF-8)") from None
+    normaliser_start = r.pos
     entries, _ = r.unpack("iI", "normalisation map")
     normalisation = {}
     for _ in range(entries):
         cp, k = r.unpack("IB", "normalisation map")
         normalisation[cp] = r.unpack(f"{k}I", "normalisation map")
+    normaliser_bytes = r.data[normaliser_start : r.pos]
     (count,) = r.unpack("i", "tensor directory")
-    tensors = {}
+    tensors, stored = {}, {}
     for _ in range(count):
         (name_len,) = r.unpack("H", "tensor directory")
         name = r.take(name_len, "tensor directory").decode("utf-8", "replace")
@@ -162,9 +169,79 @@ def read_e5_file(path: str | Path) -> E5File:
         if dtype not in (F32, Q4_0) or nbytes != expected or offset + nbytes > len(r.data):
             raise DataError(f"{path}: truncated or corrupt E5S1 file (tensor {name!r} does not fit)")
         raw = r.data[offset : offset + nbytes]
+        stored[name] = (dtype, values, raw)
         tensors[name] = np.frombuffer(raw, np.float32).copy() if dtype == F32 else dequantize_q4_0(raw, values)
     special = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
-    return E5File(dims, pieces, scores, special, normalisation, tensors)
+    return E5File(dims, pieces, scores, special, normalisation, tensors, stored, normaliser_bytes, version)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A trimmed file: the same format with fewer vocabulary rows
+
+
+TRIM_ORIGIN = "trim.origin"
+"""A trimmed file's extra f32 tensor: each kept row's id in the untrimmed file (exact in f32 below 2**24)."""
+TRIM_ROWS = "trim.rows"
+"""A trimmed file's extra f32 tensor: the untrimmed file's row count, one value."""
+DATA_ALIGN = 32
+
+
+def e5_file_bytes(f: E5File) -> bytes:
+    """An E5File as E5S1 bytes: its dimensions, vocabulary, normaliser bytes and tensors as stored (`stored`)."""
+    dims = [int(f.dims[n]) for n in ("hidden", "layers", "heads", "ffn", "vocab_rows", "positions", "token_types")]
+    header = MAGIC + struct.pack("<I7ifi", f.version, *dims, f.dims["eps"], BLOCK)
+    blob = [p.encode("utf-8") for p in f.pieces]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blob])]).astype(np.uint32)
+    special = (f.special[k] for k in ("bos", "eos", "pad", "unk"))
+    vocabulary = struct.pack("<5iQ", len(f.pieces), *special, int(offsets[-1]))
+    vocabulary += offsets.tobytes() + np.asarray(f.scores, np.float32).tobytes() + b"".join(blob)
+    directory = struct.pack("<i", len(f.stored))
+    entry_sizes = sum(2 + len(n.encode()) + 1 + 4 + 8 + 8 for n in f.stored)
+    position = len(header) + len(vocabulary) + len(f.normaliser_bytes) + len(directory) + entry_sizes
+    data = bytearray()
+    for name, (dtype, values, raw) in f.stored.items():
+        data += bytes(-(position + len(data)) % DATA_ALIGN)
+        encoded = name.encode()
+        directory += struct.pack("<H", len(encoded)) + encoded
+        directory += struct.pack("<BIQQ", dtype, values, position + len(data), len(raw))
+        data += raw
+    return header + vocabulary + f.normaliser_bytes + directory + bytes(data)
+
+
+def trimmed_e5_bytes(f: E5File, keep: np.ndarray) -> bytes:
+    """An E5S1 file holding only the vocabulary pieces `keep` (increasing ids, every special piece among them):
+    their Q4_0 embedding rows byte for byte (a 384-wide row is 12 whole blocks, so no block spans two rows), every
+    other tensor and the normaliser exactly as stored, plus where each kept row came from (TRIM_ORIGIN, TRIM_ROWS).
+    Reading it gives the untrimmed file's weights for the kept rows, bit for bit."""
+    H = int(f.dims["hidden"])
+    keep = np.asarray(keep, dtype=np.int64)
+    if H % BLOCK or not f.stored:
+        raise ValueError("trimming needs a file read by read_e5_file whose rows are whole Q4_0 blocks")
+    if len(keep) == 0 or np.any(np.diff(keep) <= 0) or keep[0] < 0 or keep[-1] >= len(f.pieces):
+        raise ValueError(f"keep: increasing piece ids in [0, {len(f.pieces)})")
+    new = {int(old): i for i, old in enumerate(keep)}
+    if missing := [k for k, v in f.special.items() if v not in new]:
+        raise ValueError(f"keep: the special pieces {missing} must be kept")
+    origin, rows = f.tensors.get(TRIM_ORIGIN), f.tensors.get(TRIM_ROWS)  # a trimmed file trimmed again
+    origin = keep.astype(np.float32) if origin is None else origin[keep]
+    rows = np.array([f.dims["vocab_rows"]], np.float32) if rows is None else rows
+    dtype, _, raw = f.stored["emb.word"]
+    word = np.frombuffer(raw, np.uint8).reshape(-1, H // BLOCK * BLOCK_BYTES)[keep]  # (kept rows, blocks x 18 bytes)
+    stored = {**f.stored, "emb.word": (dtype, len(keep) * H, word.tobytes())}
+    for name, extra in ((TRIM_ORIGIN, origin), (TRIM_ROWS, rows)):
+        stored[name] = (F32, extra.size, extra.astype(np.float32).tobytes())
+    trimmed = E5File(
+        {**f.dims, "vocab_rows": len(keep)},
+        [f.pieces[i] for i in keep],
+        f.scores[keep],
+        {k: new[v] for k, v in f.special.items()},
+        f.normalisation,
+        {},
+        stored,
+        f.normaliser_bytes,
+        f.version,
+    )
+    return e5_file_bytes(trimmed)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.perf.gpu.aligner import step_aligner
 from bench.perf.gpu.alignment import step_alignment
 from bench.perf.gpu.environment import step_environment
 from bench.perf.gpu.evidence import step_evidence
@@ -34,9 +35,11 @@ STEPS = {  # name: (title, budget in seconds on the GPU, function)
     "alignment": ("5. Word alignment: polyalign vs transformers, AER", 110, step_alignment),
     "tatoeba": ("6. Tatoeba-14 with a layer sweep", 55, step_tatoeba),
     "evidence": ("7. Evidence above CPU scale: XLM-E vs MLM + TLM at 3e16 FLOPs", 565, step_evidence),
+    "aligner": ("8. The aligner at GPU scale: self-training and DWA over the packed bitext", 565, step_aligner),
 }
 DRY_BUDGET_S = 120  # per step on a busy 2-core CPU: the dry run's steps take seconds, a budget is a safety net
-DRY_BUDGETS_S = {"evidence": 420, "throughput": 240}  # tiny trainings (two through the CLI, eleven recipes)
+# tiny trainings: evidence and aligner two each through the CLI and their measures, throughput eleven recipes
+DRY_BUDGETS_S = {"evidence": 420, "throughput": 240, "aligner": 300}
 
 
 def run_step(name: str, work: Path, logs: Path, dry_run: bool, budget: float) -> dict:

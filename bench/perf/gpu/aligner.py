@@ -1,0 +1,304 @@
+"""Step 8 of the GPU check: the word aligner at GPU scale. From the trimmed multilingual-e5-small that travels in
+bench/perf/aligner_pack.py's pack (a compact E5S1 file, read by `polyalign import-e5 --source`), self-training
+(fit-aligner's method: the recipe `self-align`, softmax labels, embeddings held) over the whole packed bitext, and
+the same with XLM-Align's DWA beside it (bench/recipes/aligner-dwa.yaml: its MLM head trained first), their WiSE-FT
+interpolations towards the start; AER on the 7 gold sets, dev and test halves as bench/results/e5.md reports them;
+`polyalign align` on 20,000 pairs, pairs/s.
+
+THE RULE, written before any run (bench/studies/e5.py's, issue 44's, with passes over the pack for steps):
+1. Layer: the start's layer (4 to 10) with the lowest mean argmax AER over the gold sets' dev halves; both arms
+   self-train there and every candidate is scored there.
+2. Passes: each arm's schedule spans PASSES passes over the packed bitext, a checkpoint every 1/CHECKPOINTS of a
+   pass (a minutes guard per arm stops it earlier on a slow card: the passes it made are recorded). Each arm's best
+   checkpoint by mean dev-half argmax AER is interpolated towards the start at 0.25, 0.5 and 0.75 (WiSE-FT).
+   The offered aligner: among self-training's checkpoints and interpolations below the start on every dev half
+   (argmax, the rule's layer), the lowest mean dev-half AER (none below everywhere: the lowest mean); the number
+   of passes is that checkpoint's. DWA-beside is chosen the same way among its own candidates, reported beside.
+3. Extraction: on each chosen model at the rule's layer, the method (argmax, itermax, ot, softmax at 1e-3, softmax
+   at 0.1) with the lowest mean dev-half AER. Test halves and whole sets are reported, never used to choose.
+
+THE PLAN for one loan (device seconds, 900 in all; no loan has run it yet, so every figure is an estimate): the
+machine's start ~90; call 1 (timeout_s 600, `--steps aligner --work /tmp/gaw`): unpacking and importing ~20, the
+start's sweep ~15, self-training 240 (its guard: 1 pass of the pack at 128 pairs a step, ~3,840 steps, unless the
+4 minutes run out first), scoring its 4 checkpoints and 3 interpolations ~60, DWA-beside's start (cut at the call's
+budget); call 2 (the same command at once): DWA-beside's rest (4 minutes in all, equal training minutes as on the
+e5 page), its scores ~60, `align` ~40; then give the machine back. Equal minutes, not equal pairs: DWA's steps
+cost more (a TLM forward pass and the pointer network), so it sees fewer pairs; both are recorded.
+
+It resumes inside a loan: the start, the bitext, each run (`pretrain --resume`), each model's scores stay in the
+step's --work folder, so a call cut at its budget is finished by the next call with the same --work. Results:
+the step's parts (gpu_check.json) and aligner/result.json beside the logs. The dry run does all of it on the CPU
+with a random 2 x 32 model on the bundled sample (tests/test_gpu_check.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import selection as S
+from bench.perf.aligner_pack import BITEXT_FILE, DEFAULT_PACK, GOLD_DIR, PACK_JSON, START_FILE
+from bench.perf.gpu.alignment import rate, write_pairs
+from bench.perf.gpu.step import NO_CUDA, ROOT, SAMPLE, UNFINISHED, Step, device_name, polyalign_cli, run_command
+from bench.perf.gpu.step import sample_prepared as prepare_sample
+
+ARMS = {"self-align": "self-align", "dwa-beside": str(ROOT / "bench" / "recipes" / "aligner-dwa.yaml")}
+OFFERED_ARM = "self-align"
+WISE_WEIGHTS = (0.25, 0.5, 0.75)
+METHODS = ("argmax", "itermax", "ot", "softmax", "softmax-0.1")
+
+
+@dataclass(frozen=True)
+class Plan:
+    pairs_per_step: int
+    tokens_per_step: int
+    lr: float
+    """awesome-align's 2e-5 at 16 pairs, scaled by the square root of the batch's growth."""
+    passes: float
+    checkpoints_per_pass: int
+    minutes: dict
+    """A guard per arm: one loan holds both trainings, their scores and `align`."""
+    align_pairs: int
+    rule_layers: tuple[int, ...]
+    overrides: tuple[str, ...] = ()
+    step_cap: int = 0
+    """At most this many steps (0: as many as the passes take); the dry run's few."""
+
+
+FULL = Plan(128, 16384, 5e-5, 1.0, 4, {"self-align": 4.0, "dwa-beside": 4.0}, 20_000, tuple(range(4, 11)))
+DRY = Plan(8, 1024, 5e-5, 1.0, 2, {"self-align": 0.5, "dwa-beside": 0.5}, 200, (1, 2),
+           ("trainer.loader_workers=0", "trainer.head_warmup_steps=2", "data.mono.max_tokens=1024"), 6)  # fmt: skip
+
+
+@dataclass
+class Inputs:
+    start: Path
+    prepared: Path
+    gold: Path
+    gold_sets: tuple[str, ...]
+    pairs: int
+    described: dict
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs: the pack on the GPU, the bundled sample in the dry run
+
+
+def unpack(step: Step) -> Inputs | None:
+    """The start as a model folder and the bitext as a prepared folder, made once in the work folder."""
+    base = step.work / "aligner"
+    if step.dry_run:
+        prepared = prepare_sample(step)
+        start = base / "start"
+        if not (start / "config.json").is_file():
+            tiny_start(prepared, start)
+        gold = SAMPLE / "word_alignment"
+        meta = json.loads((prepared / "meta.json").read_text())
+        pairs = sum(p["lines"] for p in meta["parallel"].values())
+        return Inputs(start, prepared, gold, tuple(sorted(p.name for p in gold.iterdir())), pairs, {"dry_run": True})
+    if not (DEFAULT_PACK / PACK_JSON).is_file():
+        step.part("pack", status="skipped: no pack (python bench/perf/aligner_pack.py; carry bench/work/aligner-pack)")
+        return None
+    described = json.loads((DEFAULT_PACK / PACK_JSON).read_text())
+    if not (base / "prepared" / "meta.json").is_file():
+        shutil.rmtree(base / "unpacking", ignore_errors=True)
+        with tarfile.open(DEFAULT_PACK / BITEXT_FILE) as tar:
+            try:
+                tar.extractall(base / "unpacking", filter="data")  # regular files only, inside the folder
+            except TypeError:  # a Python before the filters (3.11.3 and older): our own archive, trusted
+                tar.extractall(base / "unpacking")
+        (base / "unpacking" / "prepared").rename(base / "prepared")
+    start = base / "start"
+    if not (start / "config.json").is_file():
+        command = polyalign_cli("import-e5", "--source", str(DEFAULT_PACK / START_FILE), "--out", str(start))
+        status, _ = run_command(step, "import-e5", command + ["--overwrite"])
+        if status != "ok":
+            step.part("pack", status=status)
+            return None
+    gold_sets = tuple(described["gold_sets"])
+    return Inputs(start, base / "prepared", DEFAULT_PACK / GOLD_DIR, gold_sets, described["total_pairs"], described)
+
+
+def tiny_start(prepared: Path, out: Path) -> None:
+    """The dry run's start: a random 2 x 32 model with the sample's tokenizer, no language embeddings."""
+    import torch
+
+    from polyalign.checkpoint import save_model_folder
+    from polyalign.data.prepared import PreparedData
+    from polyalign.model import EncoderConfig, MaskedLanguageModel
+
+    tokenizer = PreparedData(prepared).tokenizer()
+    torch.manual_seed(0)
+    config = EncoderConfig(vocab_size=tokenizer.special.vocab_size, hidden_size=32, num_layers=2, num_heads=2,
+                           ffn_size=64, max_positions=128, pad_token_id=tokenizer.special.pad)  # fmt: skip
+    save_model_folder(out, MaskedLanguageModel(config), tokenizer, [], overwrite=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scores, kept per model in the work folder
+
+
+def scores(step: Step, inputs: Inputs, name: str, folder: Path, methods, layers) -> dict:
+    """A model's AER by method, half, layer and gold set (bench/selection_run.py's layout); computed once."""
+    from bench.selection_run import gold_scores
+    from polyalign.checkpoint import load_model
+
+    file = step.work / "aligner" / "scores" / f"{name}.json"
+    saved = json.loads(file.read_text()) if file.is_file() else {}
+    wanted = [(m, layer) for m in methods for layer in layers if str(layer) not in saved.get(f"separate/{m}", {})]
+    if wanted:
+        loaded = load_model(folder, device=device_name(step))
+        new = gold_scores(loaded, inputs.gold, inputs.gold_sets, sorted({m for m, _ in wanted}),
+                          sorted({layer for _, layer in wanted}))  # fmt: skip
+        for key, by_layer in new.items():
+            saved.setdefault(key, {}).update(by_layer)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(json.dumps(saved, indent=1) + "\n")
+    return saved
+
+
+def dev_aer(saved: dict, method: str, layer: int) -> dict[str, float]:
+    return saved[f"separate/{method}/{S.DEV}"][str(layer)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training
+
+
+def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]:
+    """One arm's run over the packed bitext (resumed when its run folder has checkpoints); its record."""
+    from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
+
+    plan = FULL if not step.dry_run else DRY
+    run_dir = step.work / "aligner" / "runs" / arm
+    steps_per_pass = math.ceil(inputs.pairs / plan.pairs_per_step)
+    max_steps = max(2, round(plan.passes * steps_per_pass))
+    max_steps = min(max_steps, plan.step_cap) if plan.step_cap else max_steps
+    save_every = max(1, min(steps_per_pass, max_steps) // plan.checkpoints_per_pass)
+    sets = [f"trainer.max_steps={max_steps}", f"trainer.save_every={save_every}", "trainer.keep_checkpoints=0",
+            "trainer.stop_at=0", f"trainer.max_minutes={plan.minutes[arm]:g}", f"trainer.lr={plan.lr:g}",
+            f"data.parallel.max_examples={plan.pairs_per_step}", f"data.parallel.max_tokens={plan.tokens_per_step}",
+            f"objectives.0.config.layer={layer}", *plan.overrides]  # fmt: skip
+    done = run_dir / "done"
+    finished_before = done.is_file()  # by an earlier call with this work folder
+    if not finished_before:
+        if not checkpoint_dirs(run_dir):  # cut before its first checkpoint: start it again
+            shutil.rmtree(run_dir, ignore_errors=True)
+        command = polyalign_cli("pretrain", ARMS[arm], "--data", str(inputs.prepared), "--init-from", str(inputs.start))
+        command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
+        command += ["--resume"] if (run_dir / "checkpoints").is_dir() else []
+        step.part(f"train {arm}", status=UNFINISHED)
+        status, seconds = run_command(step, f"train-{arm}", command)
+        if status != "ok":
+            step.part(f"train {arm}", status=status, seconds=seconds)
+            raise RuntimeError(f"train {arm}: {status}")
+        done.write_text(json.dumps({"seconds": seconds}))
+    steps = [checkpoint_step(c) for c in checkpoint_dirs(run_dir)]
+    record = {"steps": max(steps), "max_steps": max_steps, "steps_per_pass": steps_per_pass,
+              "passes": round(max(steps) / steps_per_pass, 3), "pairs_seen": max(steps) * plan.pairs_per_step,
+              "seconds": json.loads(done.read_text())["seconds"], "finished_before": finished_before}  # fmt: skip
+    step.part(f"train {arm}", status="ok", **record)
+    return run_dir, record
+
+
+def candidates(step: Step, inputs: Inputs, arm: str, run_dir: Path, layer: int) -> dict[str, tuple[Path, dict]]:
+    """Every checkpoint of the arm and the WiSE-FT interpolations of its best one, with their scores."""
+    from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
+
+    found = {}
+    for folder in checkpoint_dirs(run_dir):
+        name = f"{arm}@{checkpoint_step(folder)}"
+        found[name] = (folder, scores(step, inputs, name, folder, ("argmax",), (layer,)))
+    best = min(found, key=lambda n: S.mean(dev_aer(found[n][1], "argmax", layer), inputs.gold_sets))
+    for weight in WISE_WEIGHTS:
+        name, out = f"{best}-wise-{weight:g}", step.work / "aligner" / "wise" / f"{best}-wise-{weight:g}"
+        if not (out / "config.json").is_file():
+            args = ["interpolate", "--start", str(inputs.start), "--tuned", str(found[best][0])]
+            status, _ = run_command(step, f"wise-{arm}-{weight:g}", polyalign_cli(
+                *args, "--weight", str(weight), "--out", str(out), "--overwrite"))  # fmt: skip
+            if status != "ok":
+                raise RuntimeError(f"interpolate {best} at {weight}: {status}")
+        found[name] = (out, scores(step, inputs, name, out, ("argmax",), (layer,)))
+    return found
+
+
+def choose(inputs: Inputs, found: dict, start: dict, layer: int) -> str:
+    """The rule's (2): below the start on every dev half, the lowest mean dev-half argmax AER."""
+    scored = {(n,): dev_aer(s, "argmax", layer) for n, (_, s) in found.items()}
+    return S.choose(scored, dev_aer(start, "argmax", layer), inputs.gold_sets)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The step
+
+
+def step_aligner(step: Step) -> None:
+    import torch
+
+    if not step.dry_run and not torch.cuda.is_available():
+        step.part("pack", status=NO_CUDA)
+        return
+    plan = DRY if step.dry_run else FULL
+    inputs = unpack(step)
+    if inputs is None:
+        return
+    step.part("pack", status="ok", pairs=inputs.pairs, **{k: inputs.described.get(k) for k in ("fraction", "tokens")})
+    start = scores(step, inputs, "start", inputs.start, ("argmax",), plan.rule_layers)
+    layer = min(plan.rule_layers, key=lambda i: S.mean(dev_aer(start, "argmax", i), inputs.gold_sets))
+    step.part("layer rule", status="ok", layer=layer,
+              dev_mean_by_layer={i: round(S.mean(dev_aer(start, "argmax", i), inputs.gold_sets), 2)
+                                 for i in plan.rule_layers})  # fmt: skip
+    result = {"rule_layer": layer, "gold_sets": list(inputs.gold_sets), "pack": inputs.described, "arms": {}}
+    start = scores(step, inputs, "start", inputs.start, METHODS, (layer,))
+    result["start"] = start
+    for arm in ARMS:
+        run_dir, trained = train(step, inputs, arm, layer)
+        found = candidates(step, inputs, arm, run_dir, layer)
+        chosen = choose(inputs, found, start, layer)
+        chosen_scores = scores(step, inputs, chosen, found[chosen][0], METHODS, (layer,))
+        method = min(METHODS, key=lambda m: S.mean(dev_aer(chosen_scores, m, layer), inputs.gold_sets))
+        result["arms"][arm] = {
+            "training": trained,
+            "candidates_dev": {n: dev_aer(s, "argmax", layer) for n, (_, s) in found.items()},
+            "chosen": chosen, "method": method, "model": str(found[chosen][0]), "scores": chosen_scores,
+        }  # fmt: skip
+        step.part(f"chosen {arm}", status="ok", model=chosen, method=method,
+                  **aer_rows(chosen_scores, start, method, layer, inputs.gold_sets))  # fmt: skip
+        save(step, result)
+    offered = result["arms"][OFFERED_ARM]
+    result["align"] = align_speed(step, Path(offered["model"]), offered["method"], layer, plan.align_pairs)
+    save(step, result)
+
+
+def aer_rows(chosen: dict, start: dict, method: str, layer: int, gold_sets) -> dict:
+    """The chosen model's and the start's AER per gold set, whole / dev / test, at the chosen extraction."""
+    def row(saved: dict, half: str) -> dict:
+        key = f"separate/{method}" + ("" if half == "all" else f"/{half}")
+        return {g: saved[key][str(layer)][g] for g in gold_sets}
+
+    return {f"{who} {half}": row(saved, half) for who, saved in (("model", chosen), ("start", start))
+            for half in ("all", S.DEV, S.TEST)}  # fmt: skip
+
+
+def align_speed(step: Step, model: Path, method: str, layer: int, pairs: int) -> dict:
+    """`polyalign align` with the offered aligner and reading on `pairs` sentence pairs: pairs/s of the command."""
+    src, tgt, origin = write_pairs(step.work / "aligner" / "pairs", pairs)
+    name, threshold = S.extraction(method)
+    args = ["align", "--model", str(model), "--src", str(src), "--tgt", str(tgt), "--method", name]
+    args += ["--layer", str(layer), "--device", device_name(step), "--no-progress"]
+    args += ["--softmax-threshold", str(threshold)] if threshold is not None else []
+    status, seconds = run_command(step, "align", polyalign_cli(*args), stdout=step.work / "aligner" / "links")
+    record = {"status": status, "pairs": pairs, "from": origin, "seconds": seconds, **rate(status, pairs, seconds)}
+    step.part("polyalign align", **record)
+    return record
+
+
+def save(step: Step, result: dict) -> None:
+    out = step.logs.parent / "aligner"
+    out.mkdir(parents=True, exist_ok=True)
+    result["command"] = "python bench/perf/gpu_check.py --steps aligner" + (" --dry-run" if step.dry_run else "")
+    (out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
