@@ -345,14 +345,14 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
     return ", ".join(codes) if codes else None, lines
 
 
-PROBE_PAGES = ("ot_filtering", "pair_layout", "rtd_reference", "scale", "throughput")
+PROBE_PAGES = ("ot_filtering", "pair_layout", "rtd_reference", "scale", "throughput", "trim")
 """The pages of probes and perf benches: each drawn again from the JSON its command saved (RESULTS/NAME.json)."""
 
 
 def probe_page(name: str, results: Path) -> Path:
     """A probe's or perf bench's page from its saved JSON, by the blocks its module draws."""
     from bench.perf import scale_report, throughput
-    from bench.probes import ot_filtering, pair_layout, rtd_reference
+    from bench.probes import ot_filtering, pair_layout, rtd_reference, trim_equivalence
 
     saved, page = read_json(results / f"{name}.json"), results / f"{name}.md"
     draw = {
@@ -361,6 +361,7 @@ def probe_page(name: str, results: Path) -> Path:
         "rtd_reference": lambda: rtd_reference.report(saved, results / f"{name}.json", saved["provenance"]),
         "scale": lambda: scale_report.write_page(saved, results),
         "throughput": lambda: page.write_text(throughput.report(saved, "", results)),
+        "trim": lambda: trim_equivalence.write_page(saved, page),
     }
     draw[name]()
     return page

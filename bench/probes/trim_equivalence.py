@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench import selection as S
-from bench.reporting import commit, machine, read_json, write_json
+from bench.reporting import commit, machine, page_text, read_json, table, write_json
 from bench.selection_run import gold_scores
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,8 +80,25 @@ def measure(full: Path, trimmed: Path) -> dict:
     return out
 
 
-def page(result: dict) -> str:
+def write_page(result: dict, page: Path) -> Path:
+    """The page from what the probe saved (its JSON), drawn by the bench's one table writer."""
     trim, v = result["trim"], result["verdict"]
+    aer_rows = [
+        [reading, half, name, *(f"{result[name]['aer'][reading][half][g]:.2f}" for g in GOLD_SETS)]
+        for reading, halves in result["untrimmed"]["aer"].items()
+        for half in halves
+        for name in ("untrimmed", "trimmed")
+    ]
+    tatoeba_rows = [
+        [reading, *(f"{result[m]['tatoeba'][reading]['xx_to_en']:.2f} / {result[m]['tatoeba'][reading]['en_to_xx']:.2f}"
+                    for m in ("untrimmed", "trimmed"))]
+        for reading in result["untrimmed"]["tatoeba"]
+    ]  # fmt: skip
+    coverage_rows = [
+        [Path(c["file"]).name, f"{c['tokens']:,}", f"{100 * c['kept']:.2f}", f"{100 * c['unknown']:.3f}"]
+        for c in trim["coverage"]
+        if c["file"] in trim["corpus"]
+    ]
     lines = [
         "# Vocabulary trimming: multilingual-e5-small trimmed against the untrimmed model",
         "",
@@ -97,29 +114,17 @@ def page(result: dict) -> str:
         f"average within {TATOEBA_TOLERANCE}. Largest differences: AER {v['largest_aer_difference']}, Tatoeba "
         f"{v['largest_tatoeba_difference']}: **{'equivalent' if v['equivalent'] else 'not equivalent'}**.",
         "",
-        "| reading | half | model | " + " | ".join(GOLD_SETS) + " |",
-        "|---|---|---|" + "---|" * len(GOLD_SETS),
+        table(["reading", "half", "model", *GOLD_SETS], aer_rows),
+        "Tatoeba-14 averages, acc@1 (%), xx→en / en→xx:",
+        "",
+        table(["reading", "untrimmed", "trimmed"], tatoeba_rows),
+        "Coverage of the training bitext under the trimmed tokenizer (share of tokens whose piece was kept; share of "
+        "the trimmed tokenizer's tokens that are `<unk>`):",
+        "",
+        table(["file", "tokens", "kept %", "<unk> %"], coverage_rows),
     ]
-    for reading, halves in result["untrimmed"]["aer"].items():
-        for half in halves:
-            for name in ("untrimmed", "trimmed"):
-                row = result[name]["aer"][reading][half]
-                cells = " | ".join(f"{row[g]:.2f}" for g in GOLD_SETS)
-                lines.append(f"| {reading} | {half} | {name} | {cells} |")
-    lines += ["", "Tatoeba-14 averages, acc@1 (%), xx→en / en→xx:", "", "| reading | untrimmed | trimmed |",
-              "|---|---|---|"]  # fmt: skip
-    for reading, row in result["untrimmed"]["tatoeba"].items():
-        other = result["trimmed"]["tatoeba"][reading]
-        lines.append(f"| {reading} | {row['xx_to_en']:.2f} / {row['en_to_xx']:.2f} | "
-                     f"{other['xx_to_en']:.2f} / {other['en_to_xx']:.2f} |")  # fmt: skip
-    lines += ["", "Coverage of the training bitext under the trimmed tokenizer (share of tokens whose piece was kept; "
-              "share of the trimmed tokenizer's tokens that are `<unk>`):", "", "| file | tokens | kept % | <unk> % |",
-              "|---|---|---|---|"]  # fmt: skip
-    for c in trim["coverage"]:
-        if c["file"] in trim["corpus"]:
-            shares = f"{100 * c['kept']:.2f} | {100 * c['unknown']:.3f}"
-            lines.append(f"| {Path(c['file']).name} | {c['tokens']:,} | {shares} |")
-    return "\n".join(lines) + "\n"
+    page.write_text(page_text(lines), encoding="utf-8")
+    return page
 
 
 def main() -> None:
@@ -130,8 +135,7 @@ def main() -> None:
     args = ap.parse_args()
     if not args.page:
         write_json(RESULTS / "trim.json", measure(args.model, args.trimmed))
-    (RESULTS / "trim.md").write_text(page(read_json(RESULTS / "trim.json")), encoding="utf-8")
-    print(f"wrote {RESULTS / 'trim.md'}")
+    print(f"wrote {write_page(read_json(RESULTS / 'trim.json'), RESULTS / 'trim.md')}")
 
 
 if __name__ == "__main__":
