@@ -13,7 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-import tempfile
+import sys
 import unicodedata
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -29,12 +29,14 @@ from polyalign.data.shards import ShardWriter, ids_dtype
 from polyalign.io import (
     BadLineCounter,
     DataError,
+    FolderLock,
     LinePolicy,
     atomic_dir,
     open_binary,
     read_lines,
     read_parallel,
     read_tsv_pairs,
+    recover_atomic_leftovers,
     write_json,
 )
 from polyalign.progress import ticking, tqdm
@@ -302,6 +304,7 @@ def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
         pool = multiprocessing.get_context("spawn").Pool(workers, initializer=start_worker, initargs=(exclusions,))
     else:
         start_worker(exclusions)
+    lock = hold_output(Path(config.out))
     try:
         with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
             tok_dir = tmp / "tokenizer"
@@ -309,12 +312,14 @@ def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
                 source.save(tok_dir)
                 sampled = {}
             else:
-                with tempfile.TemporaryDirectory() as scratch:
-                    text = Path(scratch) / "tokenizer_text.txt"
-                    with ticking("sample tokenizer text", config.progress):
-                        sampled = sample_tokenizer_text(corpus, config, text, pool)
-                    with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
-                        train_sentencepiece(text, tok_dir, config.vocab_size)  # threads fixed: same pieces
+                # The sampled text lives in the half-built folder, not under $TMPDIR: whatever stops this
+                # command, the next `prepare` of this --out removes it with the folder.
+                text = tmp / ".tokenizer_text.txt"
+                with ticking("sample tokenizer text", config.progress):
+                    sampled = sample_tokenizer_text(corpus, config, text, pool)
+                with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
+                    train_sentencepiece(text, tok_dir, config.vocab_size)  # threads fixed: same pieces
+                text.unlink()
             meta = tokenize_corpus(corpus, load_tokenizer(tok_dir), config, tmp, pool, 2 * workers)
             meta["tokenizer_sample_lines"] = sampled
             meta["alpha"] = config.alpha
@@ -322,7 +327,19 @@ def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
     finally:
         if pool is not None:
             pool.terminate()
+        lock.release()
     return meta
+
+
+def hold_output(out: Path) -> FolderLock:
+    """Lock `out` for this command (a lock file beside it), then remove what an earlier `prepare` of the same
+    --out left when it was killed: its half-built `.NAME.tmp-*` folder (tokenizer text included)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    busy = f"{out}: another `polyalign prepare` (pid {{pid}}) is writing it; wait for it or choose another --out"
+    lock = FolderLock(out.parent / f".{out.name}.lock", busy)
+    for note in recover_atomic_leftovers(out.parent, out.name):
+        print(f"note: {note}", file=sys.stderr)
+    return lock
 
 
 # Each worker process (or the main one, with one worker) keeps the exclusion keys and a loaded tokenizer.
