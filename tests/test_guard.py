@@ -240,3 +240,43 @@ def test_prepare_removes_what_a_killed_prepare_left_and_refuses_a_live_one(tmp_p
     assert "removed the half-written .out.tmp-k1lled" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.tmp-abc", "out"]
     assert not list(out.rglob(".tokenizer_text.txt"))
+
+
+def test_a_cut_gzip_input_and_a_file_in_the_out_path_are_one_line(tmp_path, capsys):
+    import gzip
+
+    from tests.conftest import SAMPLE
+
+    mono = tmp_path / "mono"
+    mono.mkdir()
+    whole = gzip.compress((SAMPLE / "mono" / "de.txt").read_bytes()[:4000])
+    (mono / "de.txt.gz").write_bytes(whole[: len(whole) // 2])
+    code, err = _run(_prepare(tmp_path / "out")[:2] + [str(mono)] + _prepare(tmp_path / "out")[3:], capsys)
+    _one_line_exit_2(code, err, "an input file ends early")
+    (tmp_path / "a-file").write_text("mine")
+    code, err = _run(_prepare(tmp_path / "a-file" / "out"), capsys)
+    _one_line_exit_2(code, err, "a-file: File exists; a file is there where a folder is needed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "mono"]
+
+
+@pytest.mark.integration
+def test_sigterm_stops_prepare_with_one_line_and_leaves_nothing(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "polyalign.cli", *_prepare(out)[:-1], "--tokenizer-sample-lines", "100000"],
+        cwd=Path(__file__).resolve().parents[1],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # the half-built folder, early on (its tokenizer text is there from sampling until the tokenizer is trained)
+    while proc.poll() is None and not list(tmp_path.glob(".out.tmp-*/.tokenizer_text.txt")):
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and err.strip().splitlines()[-1] == "terminated", err
+    assert list(tmp_path.iterdir()) == []

@@ -18,11 +18,14 @@ named by $POLYALIGN_DATA, else shared/data/eval beside the checkout (options.eva
 from __future__ import annotations
 
 import errno
+import functools
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import typer
+from safetensors import SafetensorError
 from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
 from polyalign.cli import align, evaluate, finetune, models, prepare, pretrain, quickstart
@@ -42,6 +45,27 @@ app = typer.Typer(
 # Each module's commands, listed at the top level; evaluate's Typer is named, so its commands sit under `evaluate`.
 for group in (prepare, pretrain, evaluate, align, finetune, models, quickstart):
     app.add_typer(group.app)
+
+
+def _guarded(command):
+    """A command whose Ctrl-C and cut-short inputs reach `main` as themselves: click would turn both into its
+    Abort, after printing an empty line."""
+
+    @functools.wraps(command)  # typer reads the options from the wrapped signature
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Stopped("interrupted", 128 + signal.SIGINT) from None
+        except EOFError as err:  # a compressed input cut short
+            raise DataError(f"an input file ends early ({err}); check that it was copied whole") from None
+
+    return run
+
+
+for group in (prepare, pretrain, evaluate, align, finetune, models, quickstart):
+    for info in group.app.registered_commands:
+        info.callback = _guarded(info.callback)
 
 
 class Terminated(BaseException):
@@ -84,6 +108,8 @@ def main(args: list[str] | None = None) -> None:
         _fail(f"input is not UTF-8 text (byte 0x{err.object[err.start]:02x} at byte {err.start + 1}); save it as UTF-8")
     except FloatingPointError as err:
         _fail(str(err))
+    except SafetensorError as err:
+        _fail(f"a safetensors file could not be written or read ({str(err).splitlines()[0]})")
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
@@ -108,6 +134,8 @@ def describe_os_error(err: OSError) -> str:
     """One line for a failed file operation: the path, what the system said, what to do."""
     path = f"{err.filename}: " if err.filename else ""
     fix = OS_ERROR_FIXES.get(err.errno)
+    if err.errno == errno.EEXIST and err.filename and Path(err.filename).is_file():
+        fix = "a file is there where a folder is needed; choose another path"
     return f"{path}{err.strerror or err}" + (f"; {fix}" if fix else "")
 
 

@@ -99,8 +99,7 @@ def take_run_folder(run_dir: Path, resume: bool) -> FolderLock:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        fix = "choose a --run-dir you can write"
-        raise DataError(f"{run_dir}: cannot create the run folder ({err.strerror}); {fix}") from None
+        raise DataError(f"{run_dir}: cannot create the run folder ({err.strerror}); choose another --run-dir") from None
     busy = f"{run_dir}: another process (pid {{pid}}) trains in this folder; wait for it or choose another --run-dir"
     try:
         lock = FolderLock(run_dir / LOCK_FILE, busy)
