@@ -280,3 +280,20 @@ def test_sigterm_stops_prepare_with_one_line_and_leaves_nothing(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM and err.strip().splitlines()[-1] == "terminated", err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pretrain_into_a_folder_another_process_holds_is_refused_and_changes_nothing(sample_prepared, tmp_path, capsys):
+    from polyalign.train.guard import LOCK_FILE
+
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = FolderLock(run / LOCK_FILE, "held by {pid}")  # as a run that is still building its model holds it
+    try:
+        for resume in ([], ["--resume"]):
+            args = ["pretrain", "mlm", "--run-dir", str(run), "--no-progress", *resume, *_sets(sample_prepared)]
+            code, err = _run(args, capsys)
+            expected = "holds no run to resume" if resume else f"another process (pid {os.getpid()}) trains in this"
+            _one_line_exit_2(code, err, expected)
+        assert _files(run) == [LOCK_FILE]
+    finally:
+        holder.release()
