@@ -49,12 +49,16 @@ def _cli(args: list[str], capsys) -> tuple[int, str]:
     return exit_info.value.code, " ".join(capsys.readouterr().err.split())
 
 
-def _continue(said: str, capsys, lr: str | None = None) -> int:
-    """Run the command a one-line message gives (`...`), with trainer.lr set to `lr` where it sets one."""
+def _command(said: str, lr: str | None = None) -> list[str]:
+    """The command a one-line message gives (`polyalign ...`), with trainer.lr set to `lr` where it sets one."""
     command = shlex.split(re.search(r"`polyalign (pretrain [^`]*)`", said)[1])
     if lr is not None:
         command = [f"trainer.lr={lr}" if a.startswith("trainer.lr=") else a for a in command]
-    return _cli([*command, "--no-progress"], capsys)[0]
+    return [*command, "--no-progress"]
+
+
+def _continue(said: str, capsys, lr: str | None = None) -> int:
+    return _cli(_command(said, lr), capsys)[0]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +88,16 @@ def test_a_signal_saves_the_step_it_came_in_and_the_resume_is_exact(sig, straigh
     assert said.startswith(f"{sig.name} at step {step}: kept: checkpoint step-{step:07d} (step {step}); continue with")
     assert [p.name for p in checkpoint_dirs(run)] == [f"step-{step:07d}"]  # no save was due before: this one is it
     assert "Traceback" not in err
-    assert _continue(said, capsys) == 0
+    # in a process of its own, as the straight run: the same threads, so the same float sums
+    resumed = subprocess.run(
+        [sys.executable, "-m", "polyalign.cli", *_command(said)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming from {run / 'checkpoints' / f'step-{step:07d}'} at step {step}" in resumed.stdout
     assert losses(run) == losses(straight)
 
 
