@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -331,6 +332,17 @@ class FolderLock:
         self.path.unlink(missing_ok=True)  # while still held: nobody can lock the file we remove
         os.close(self.fd)
         self.fd = None
+
+
+def claim_output(out: Path, command: str) -> FolderLock:
+    """Lock the folder `out` that `command` builds (a lock file beside it), then remove what an earlier run of it
+    left when it was killed: its half-built `.NAME.tmp-*` folder, scratch files included."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    busy = f"{out}: another `{command}` (pid {{pid}}) is writing it; wait for it or choose another --out"
+    lock = FolderLock(out.parent / f".{out.name}.lock", busy)
+    for note in recover_atomic_leftovers(out.parent, out.name):
+        print(f"note: {note}", file=sys.stderr)
+    return lock
 
 
 def write_json(path: str | Path, obj) -> None:
