@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 
 from polyalign.checkpoint import checkpoint_dirs
 from polyalign.cli import main
-from tests.conftest import losses, tiny_recipe_overrides
+from tests.conftest import losses, metrics, tiny_recipe_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40
@@ -114,25 +114,45 @@ def test_two_runs_started_together_on_one_folder_one_trains_the_other_is_refused
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("save_every", [100, 1])
-def test_a_nan_loss_says_what_was_kept_and_the_command_that_continues(save_every, sample_prepared, tmp_path, capsys):
+def test_a_nan_loss_before_the_first_checkpoint_leaves_no_folder_to_block_the_fixed_command(
+    sample_prepared, tmp_path, capsys
+):
     run = tmp_path / "run"
-    sets = _sets(sample_prepared, 4, "trainer.lr=1e30", f"trainer.save_every={save_every}")
+    sets = _sets(sample_prepared, 4, "trainer.lr=1e30", "trainer.save_every=100")
     code, said = _cli(["pretrain", "mlm", "--run-dir", str(run), "--no-progress", *sets], capsys)
     assert code == 2 and said.startswith("error: step 2: loss is nan; lower trainer.lr"), said
-    if save_every == 100:  # nothing kept: the folder is gone, and the fixed command starts afresh in it
-        assert (
-            f"no checkpoint was written, so {run} was removed: run the command again with --set trainer.lr=1e+29"
-            in said
-        )
-        assert not run.exists()
-        fixed = [a if a != "trainer.lr=1e30" else "trainer.lr=1e-3" for a in sets]
-        assert _cli(["pretrain", "mlm", "--run-dir", str(run), "--no-progress", *fixed], capsys)[0] == 0
-    else:
-        kept = "kept: checkpoint step-0000001 (step 1); continue with "
-        assert f"{kept}`polyalign pretrain --resume --run-dir {run} --set trainer.lr=1e+29`" in said
-        assert _continue(said, capsys, lr="1e-3") == 0
+    assert f"no checkpoint was written, so {run} was removed: run the command again with --set trainer.lr=1e+29" in said
+    assert not run.exists()
+    fixed = [a if a != "trainer.lr=1e30" else "trainer.lr=1e-3" for a in sets]
+    assert _cli(["pretrain", "mlm", "--run-dir", str(run), "--no-progress", *fixed], capsys)[0] == 0
     assert losses(run)[-1][0] == 4
+
+
+@pytest.mark.integration
+def test_a_nan_loss_after_a_checkpoint_names_it_and_the_resume_with_a_lower_lr_uses_it(
+    sample_prepared, tmp_path, capsys, monkeypatch
+):
+    from polyalign.train.metrics import Window
+
+    real_add = Window.add_micro_batch
+    steps_seen = []
+
+    def nan_at_step_3(self, loss, *args):  # the loss the loop reads at step 3 is NaN; the weights stay clean
+        steps_seen.append(1)
+        return real_add(self, loss * float("nan") if len(steps_seen) == 3 else loss, *args)
+
+    monkeypatch.setattr(Window, "add_micro_batch", nan_at_step_3)
+    run = tmp_path / "run"
+    sets = _sets(sample_prepared, 4, "trainer.save_every=1")
+    code, said = _cli(["pretrain", "mlm", "--run-dir", str(run), "--no-progress", *sets], capsys)
+    assert code == 2 and said.startswith("error: step 3: loss is nan; lower trainer.lr"), said
+    kept = "kept: checkpoint step-0000002 (step 2); continue with "
+    assert f"{kept}`polyalign pretrain --resume --run-dir {run} --set trainer.lr=0.0001`" in said, said
+    monkeypatch.setattr(Window, "add_micro_batch", real_add)
+    assert _continue(said, capsys) == 0
+    rates = {r["step"]: r["lr"] for r in metrics(run)}
+    # trainer.lr 1e-3 up to the checkpoint, 1e-4 after it: the resume's --set is the schedule's new peak
+    assert sorted(rates) == [1, 2, 3, 4] and rates[2] > 1e-4 and 0 < rates[3] <= 1e-4
 
 
 @pytest.mark.integration

@@ -143,13 +143,12 @@ def continuation(run_dir: Path, resume: bool, removed: bool, fix: str = "") -> s
     return f"no checkpoint yet: `polyalign pretrain --resume --run-dir {run_dir}{sets}` starts it again from step 0"
 
 
-def failure_line(err: BaseException, guard: RunGuard, recipe: Recipe) -> tuple[str, str] | None:
+def failure_line(err: BaseException, guard: RunGuard, recipe: Recipe, run_dir: Path) -> tuple[str, str] | None:
     """(what happened, a --set that avoids it) for a failure a user can act on; None for anything else."""
     if isinstance(err, FloatingPointError):  # the loop's non-finite loss
         return str(err), f"trainer.lr={recipe.trainer.lr / 10:g}"
-    if isinstance(err, OSError):
-        what = f"cannot write {err.filename}" if err.filename else "cannot write"
-        return f"step {guard.step}: {what}: {err.strerror or err}", ""
+    if isinstance(err, OSError):  # a failed write() names no file: the run folder is where it wrote
+        return f"step {guard.step}: cannot write {err.filename or run_dir}: {err.strerror or err}", ""
     return None
 
 
@@ -173,7 +172,7 @@ def hold_run_folder(run_dir: Path, recipe: Recipe, resume: bool) -> Iterator[Run
             name = signal.Signals(guard.signum).name
             said = f"{name} at step {guard.step}: {continuation(run_dir, resume, removed)}"
             raise Stopped(said, 128 + guard.signum) from None
-        said = failure_line(err, guard, recipe)
+        said = failure_line(err, guard, recipe, run_dir)
         if said is None:
             raise
         what, fix = said
