@@ -149,6 +149,12 @@ def test_a_nan_loss_after_a_checkpoint_names_it_and_the_resume_with_a_lower_lr_u
     kept = "kept: checkpoint step-0000002 (step 2); continue with "
     assert f"{kept}`polyalign pretrain --resume --run-dir {run} --set trainer.lr=0.0001`" in said, said
     monkeypatch.setattr(Window, "add_micro_batch", real_add)
+    # the first resumed step already runs at the new peak: the rate restored is the recipe's, not the one saved
+    from polyalign.train import build_run, load_run_recipe, restore_run
+
+    resumed, _ = build_run(load_run_recipe(run, ["trainer.lr=0.0001"]), run, fresh=False)
+    restore_run(resumed, checkpoint_dirs(run)[-1])
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4 * resumed.scheduler.lr_lambdas[0](2))
     assert _continue(said, capsys) == 0
     rates = {r["step"]: r["lr"] for r in metrics(run)}
     # trainer.lr 1e-3 up to the checkpoint, 1e-4 after it: the resume's --set is the schedule's new peak
