@@ -13,6 +13,7 @@ Loading never unpickles anything: safetensors holds raw tensors, JSON holds the 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file, save_model
 from safetensors.torch import load_model as load_safetensors_into
 from torch import nn
@@ -265,12 +266,15 @@ def save_checkpoint(
     processes); by default the modules' own."""
     final = Path(run_dir) / "checkpoints" / f"step-{step:07d}"
     part = {p: None if weights is None else _prefixed(weights, p) for p in ("model.", "objectives.")}
-    with atomic_dir(final, overwrite=True) as tmp:
-        write_model_files(tmp, model, tokenizer, languages, {"step": step}, part["model."])
-        save_weights(objectives, tmp / OBJECTIVES_FILE, part["objectives."])
-        opt_tensors, opt_info = optimizer_to_files(optimizer_state)
-        save_file({**opt_tensors, **state_tensors}, str(tmp / STATE_TENSORS))
-        write_json(tmp / STATE_JSON, {**state, "optimizer": opt_info})
+    try:
+        with atomic_dir(final, overwrite=True) as tmp:
+            write_model_files(tmp, model, tokenizer, languages, {"step": step}, part["model."])
+            save_weights(objectives, tmp / OBJECTIVES_FILE, part["objectives."])
+            opt_tensors, opt_info = optimizer_to_files(optimizer_state)
+            save_file({**opt_tensors, **state_tensors}, str(tmp / STATE_TENSORS))
+            write_json(tmp / STATE_JSON, {**state, "optimizer": opt_info})
+    except SafetensorError as err:  # safetensors' own type for a failed write (a full disk, a file-size limit)
+        raise OSError(errno.EIO, str(err).splitlines()[0], str(final)) from None
     if keep > 0:
         for old in checkpoint_dirs(run_dir)[:-keep]:
             _remove_checkpoint(old)

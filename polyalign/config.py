@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from polyalign.data.streams import StreamConfig
-from polyalign.io import DataError
+from polyalign.io import DataError, read_text
 from polyalign.schema import RecipeError, build_dataclass, join_key
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
@@ -193,12 +193,13 @@ class Recipe:
 # Checks: every value of a recipe is checked against the dataclass field it fills (schema.py), before anything runs.
 
 
-def check_model(model: dict) -> None:
-    """`model:` holds EncoderConfig fields (with `num_languages: auto`); check names, types and ranges."""
+def check_model(model: dict):
+    """`model:` holds EncoderConfig fields (with `num_languages: auto`); check names, types and ranges together
+    (heads divide the width); returns the EncoderConfig."""
     from polyalign.model import EncoderConfig
 
     fixed = {k: v for k, v in model.items() if not (k == "num_languages" and v == "auto")}
-    build_dataclass(EncoderConfig, fixed, "model")
+    return build_dataclass(EncoderConfig, fixed, "model")
 
 
 def check_objective(index: int, spec: ObjectiveSpec) -> None:
@@ -208,12 +209,45 @@ def check_objective(index: int, spec: ObjectiveSpec) -> None:
     objective_config(spec.name, spec.config, f"objectives.{index}")
 
 
+def longest_row(recipe: Recipe) -> tuple[int, str]:
+    """The most positions a row of this recipe's data can take, and what gives it: `<s> x </s>` takes a stream's
+    max_length + 2; a pair laid out with positions running on (TLM style `ppa`, PPA §2.2) 2 x max_length + 3."""
+    from polyalign.objectives import objective_config
+
+    longest, reason = 0, ""
+    for i, spec in enumerate(recipe.objectives):
+        cls, config = objective_config(spec.name, spec.config, f"objectives.{i}")
+        kind = "parallel" if cls.stream == "parallel" else "mono"  # adjacent: pairs of mono segments
+        length = getattr(recipe.data.for_objective(spec), kind).max_length
+        style = getattr(config, "style", None)
+        if kind == "parallel" and style == "ppa":
+            row, how = 2 * length + 3, f"2 x data.parallel.max_length={length} + 3 special tokens ({spec.name}, ppa)"
+        else:
+            row, how = length + 2, f"data.{kind}.max_length={length} + 2 special tokens ({spec.name})"
+        if row > longest:
+            longest, reason = row, how
+    return longest, reason
+
+
+def check_positions(recipe: Recipe, model) -> None:
+    """A learned position table (`model`: an EncoderConfig) must cover the longest row the data can give."""
+    if not model.absolute_positions:
+        return  # a relative position bias has no table to run past
+    longest, reason = longest_row(recipe)
+    if model.max_positions < longest:
+        raise RecipeError(
+            "model.max_positions",
+            f"{model.max_positions} is shorter than the longest row the data can give, {longest} = {reason}; "
+            f"set model.max_positions to at least {longest} or lower the max_length",
+        )
+
+
 def recipe_from_dict(tree, where: str = "recipe") -> Recipe:
     """Check a whole recipe tree against the schema; errors are RecipeErrors keyed by dotted path."""
     recipe = build_dataclass(Recipe, tree, "")
     if not recipe.objectives:
         raise RecipeError("objectives", "the list is empty; name at least one objective (e.g. `- name: mlm`)")
-    check_model(recipe.model)
+    model = check_model(recipe.model)
     for i, spec in enumerate(recipe.objectives):
         check_objective(i, spec)
     unpacked = objectives_reading_unpacked_rows(recipe)
@@ -223,6 +257,8 @@ def recipe_from_dict(tree, where: str = "recipe") -> Recipe:
             f"true, but {', '.join(unpacked)} read each example as a unit, not packed rows; set it to auto (packs "
             "when every objective can) or false",
         )
+    if recipe.init_from is None:  # a warm start's sizes are its checkpoint's: checked when it is loaded
+        check_positions(recipe, model)
     # Absolute paths: the saved recipe must work when a run is resumed from another working directory.
     if recipe.data.prepared is not None:
         recipe.data.prepared = str(Path(recipe.data.prepared).absolute())
@@ -343,7 +379,7 @@ def _merge(into: dict, tree: dict, prefix: str) -> list[str]:
 
 def _read_yaml(path: Path, what: str) -> tuple[dict, dict[str, int]]:
     """A YAML mapping and the line of each of its dotted keys; invalid YAML or a non-mapping is a DataError."""
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
         tree = yaml.safe_load(text)
         lines = _key_lines(yaml.compose(text))

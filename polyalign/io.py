@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,14 @@ from typing import IO
 
 class DataError(ValueError):
     """A problem with user input, reported to the user as one line (file:line: what, and what to do)."""
+
+
+class Stopped(Exception):
+    """A command that stopped early as asked (a signal), reported as one line and its own exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def where(path: str | Path, line: int | None = None) -> str:
@@ -253,11 +262,12 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         f.write(text)
 
 
-def recover_atomic_leftovers(parent: Path) -> list[str]:
+def recover_atomic_leftovers(parent: Path, name: str = "*") -> list[str]:
     """After a crash inside atomic_dir: delete half-built `.NAME.tmp-*` folders, and put back a `.NAME.old-*`
-    folder whose replacement never arrived. Only safe when no writer is running. Returns what was done."""
+    folder whose replacement never arrived (`name`: only those of one folder). Only safe when no writer of
+    them is running. Returns what was done."""
     done = []
-    for p in sorted(Path(parent).glob(".*.tmp-*")) + sorted(Path(parent).glob(".*.old-*")):
+    for p in sorted(Path(parent).glob(f".{name}.tmp-*")) + sorted(Path(parent).glob(f".{name}.old-*")):
         name, kind = p.name[1:].rsplit(".", 1)
         final = p.with_name(name)
         if kind.startswith("old-") and not final.exists():
@@ -269,6 +279,72 @@ def recover_atomic_leftovers(parent: Path) -> list[str]:
     return done
 
 
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text file's contents; a file in another encoding (Latin-1, UTF-16) is a DataError at the line of
+    its first byte that is not UTF-8."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(
+            f"{where(path, line)}: not UTF-8 text (byte 0x{data[err.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exclusive locks: one process at a time in a folder. flock is released by the kernel when its holder exits,
+# however it exits (kill -9 included), so a lock file left behind is never mistaken for a live holder.
+
+
+class FolderLock:
+    """An exclusive flock on `path`, taken without waiting; holds the holder's pid. `release` removes the file."""
+
+    def __init__(self, path: str | Path, busy: str):
+        """`busy`: what the DataError says when another process holds the lock ({pid} is the holder's)."""
+        import fcntl
+
+        self.path = Path(path)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+                os.close(fd)
+                raise DataError(busy.format(pid=holder)) from None
+            # The holder before us may have removed the file between our open and our flock: then we hold an
+            # orphan inode, and a third process could lock a new file at the same path. Lock the path's file.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        self.path.unlink(missing_ok=True)  # while still held: nobody can lock the file we remove
+        os.close(self.fd)
+        self.fd = None
+
+
+def claim_output(out: Path, command: str) -> FolderLock:
+    """Lock the folder `out` that `command` builds (a lock file beside it), then remove what an earlier run of it
+    left when it was killed: its half-built `.NAME.tmp-*` folder, scratch files included."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    busy = f"{out}: another `{command}` (pid {{pid}}) is writing it; wait for it or choose another --out"
+    lock = FolderLock(out.parent / f".{out.name}.lock", busy)
+    for note in recover_atomic_leftovers(out.parent, out.name):
+        print(f"note: {note}", file=sys.stderr)
+    return lock
+
+
 def write_json(path: str | Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
@@ -278,6 +354,6 @@ def read_json(path: str | Path):
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise DataError(f"{where(path, err.lineno)}: invalid JSON ({err.msg})") from None

@@ -75,14 +75,14 @@ def test_cli_resume_refuses_in_one_line_records_the_new_recipe_and_times_this_co
 @pytest.mark.integration
 def test_keep_last_checkpoint_deletes_only_old_step_folders(sample_prepared, tmp_path):
     run = tmp_path / "run"
+    overrides = [*tiny_recipe_overrides(sample_prepared, 3), "trainer.save_every=1", "trainer.keep_checkpoints=1"]
+    pretrain(load_recipe("mlm", [*overrides, "trainer.stop_at=1"]), run, progress=False)
     (run / "checkpoints" / "step-best").mkdir(parents=True)  # a user's own folders and files beside the steps
     (run / "checkpoints" / "notes.txt").write_text("mine")
     (run / "checkpoints" / "step-0000001.bak").mkdir()
     (run / "checkpoints" / "step-0000001.bak" / "model.safetensors").write_text("mine")
     (run / "mine.txt").write_text("mine")
-    overrides = [*tiny_recipe_overrides(sample_prepared, 3), "trainer.save_every=1", "trainer.keep_checkpoints=1"]
-    # the run folder exists without a recipe: it is a new run, started there
-    pretrain(load_recipe("mlm", overrides), run, progress=False)
+    pretrain(load_run_recipe(run, ["trainer.stop_at=0"]), run, resume=True, progress=False)
     assert [p.name for p in checkpoint_dirs(run)] == ["step-0000003"]
     kept = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert kept == ["notes.txt", "step-0000001.bak", "step-0000003", "step-best"]

@@ -1,10 +1,16 @@
-"""Kill -9 at random moments of a training run, then `--resume`: does every trial continue the same loss curve?
+"""Kill -9 a training run where it matters, then `--resume`: does every trial continue the same loss curve?
 
 Writes bench/results/reliability.md and reliability.json. Each trial starts a tiny pre-training run on the bundled
-sample (checkpoint every 2 steps, so that many kills land while a checkpoint is being written), kills it with
-SIGKILL at a uniformly random moment of its expected duration, resumes it with `--resume` (once more if the kill
-came before the first checkpoint: then a fresh start is the only option and the trial says so), and compares the
-per-step losses of the finished run with those of an uninterrupted reference run, exactly.
+sample (a checkpoint every 2 steps, so that writes are frequent) and kills it with SIGKILL at one of three moments,
+taken in turn so that any seed and any run of 3 or more trials covers each:
+  after-first-checkpoint  a few steps after the first checkpoint is complete;
+  during-write            while a checkpoint is being written (its hidden `.step-*.tmp-*` folder exists), at a
+                          random step once one complete checkpoint exists;
+  late                    in the last quarter of the run.
+It then resumes with `--resume` (with a fresh start only if no checkpoint was complete) and compares the finished
+run's per-step losses with those of an uninterrupted reference run, exactly. A trial counts as resumed from a
+checkpoint only when the resumed process says which one it loaded ("resuming from ... at step N"); a kill counts
+as mid-write only when the half-written folder is still there after the process died.
 Heavy (a few CPU-minutes): run it under the shared CPU lock:
     flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.reliability
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -27,15 +34,17 @@ from polyalign.checkpoint import checkpoint_dirs
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SAMPLE = ROOT / "polyalign" / "sample_data"
-RECIPE = """model: {hidden_size: 64, num_layers: 2, num_heads: 2, ffn_size: 128, max_positions: 128,
-        attention_dropout: 0.0, num_languages: auto}
+STEPS, SAVE_EVERY = 40, 2
+RECIPE = f"""model: {{hidden_size: 64, num_layers: 2, num_heads: 2, ffn_size: 128, max_positions: 128,
+        attention_dropout: 0.0, num_languages: auto}}
 objectives:
   - name: mlm
   - name: tlm
 data:
-  mono: {max_tokens: 1024, max_length: 62}
-  parallel: {max_tokens: 1024, max_length: 30}
-trainer: {max_steps: 40, lr: 1.0e-3, warmup_steps: 4, log_every: 1, save_every: 2, keep_checkpoints: 2}
+  mono: {{max_tokens: 1024, max_length: 62}}
+  parallel: {{max_tokens: 1024, max_length: 30}}
+trainer: {{max_steps: {STEPS}, lr: 1.0e-3, warmup_steps: 4, log_every: 1, save_every: {SAVE_EVERY},
+          keep_checkpoints: 2}}
 """
 
 
@@ -56,30 +65,55 @@ def losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records(run / "metrics.jsonl")}
 
 
-def trial(work: Path, index: int, duration: float, reference: dict[int, float], rng: random.Random) -> dict:
+CASES = ("after-first-checkpoint", "during-write", "late")
+RESUMED = re.compile(r"resuming from .*step-(\d+) at step (\d+)")
+
+
+def logged_steps(run: Path) -> int:
+    path = run / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def wait_and_kill(proc: subprocess.Popen, run: Path, case: str, rng: random.Random, steps: int, every: int) -> None:
+    """Kill `proc` at the trial's moment (see the module docstring); a run that ends first is not killed."""
+
+    def wait(ready) -> bool:
+        while proc.poll() is None and not ready():
+            time.sleep(0.001)
+        return proc.poll() is None
+
+    if case == "after-first-checkpoint":
+        at = every + rng.randint(0, 3)
+        ready = wait(lambda: checkpoint_dirs(run) and logged_steps(run) >= at)
+    elif case == "during-write":
+        after = rng.randint(every, steps - 2 * every)
+        ready = wait(lambda: checkpoint_dirs(run) and logged_steps(run) >= after)
+        ready = ready and wait(lambda: any((run / "checkpoints").glob(".step-*")))
+    else:
+        at = rng.randint(steps * 3 // 4, steps - 1)
+        ready = wait(lambda: logged_steps(run) >= at)
+    if ready:
+        proc.send_signal(signal.SIGKILL)
+
+
+def trial(work: Path, index: int, reference: dict[int, float], rng: random.Random, steps: int, every: int) -> dict:
     run = work / f"trial-{index:02d}"
     shutil.rmtree(run, ignore_errors=True)
-    delay = rng.uniform(0.5, duration)
-    # Odd trials aim at a checkpoint being written: kill as soon as a half-written `.step-*.tmp-*` folder is
-    # seen after the random moment (else at the end of the run's expected duration).
-    during_write = index % 2 == 1
+    case = CASES[index % len(CASES)]
     args = ["pretrain", str(work / "recipe.yaml"), "--data", str(work / "prepared"), "--run-dir", str(run)]
     proc = polyalign(*args, "--no-progress")
-    time.sleep(delay / 2 if during_write else delay)
-    if during_write:
-        deadline = time.monotonic() + duration
-        while proc.poll() is None and time.monotonic() < deadline and not any((run / "checkpoints").glob(".step-*")):
-            time.sleep(0.001)
-    finished_before_kill = proc.poll() is not None
-    half_written = sorted(p.name for p in (run / "checkpoints").glob(".step-*")) if run.is_dir() else []
-    if not finished_before_kill:
-        proc.send_signal(signal.SIGKILL)
+    wait_and_kill(proc, run, case, rng, steps, every)
     proc.communicate()
-    checkpoints = [p.name for p in checkpoint_dirs(run)]  # complete ones; a half-written one is a hidden .tmp
+    finished_before_kill = proc.returncode == 0
+    # After the process died: what a kill really left (a half-written folder) and what was complete
+    half_written = sorted(p.name for p in (run / "checkpoints").glob(".step-*")) if run.is_dir() else []
+    checkpoints = [p.name for p in checkpoint_dirs(run)]
+    logged_at_kill = logged_steps(run)
     code, out = train(work, run, resume=True)
     notes = [line for line in out.splitlines() if line.startswith("note:") or "error" in line.lower()]
+    loaded = RESUMED.search(out)
     fresh = False
-    if code != 0 and not checkpoints:  # killed before the first checkpoint: nothing to resume
+    if code != 0 and not checkpoints:  # killed before its recipe was written: nothing to resume
         shutil.rmtree(run, ignore_errors=True)
         code, out = train(work, run)
         fresh = True
@@ -88,11 +122,12 @@ def trial(work: Path, index: int, duration: float, reference: dict[int, float], 
     max_diff = max((abs(got[s] - reference[s]) for s in reference if s in got), default=float("nan"))
     return {
         "trial": index,
-        "kill_after_s": round(delay, 2),
+        "case": case,
         "finished_before_kill": finished_before_kill,
+        "steps_logged_at_kill": logged_at_kill,
         "checkpoints_at_kill": checkpoints,
-        "aimed_at_a_checkpoint_write": during_write,
         "half_written_at_kill": half_written,
+        "resumed_from_step": int(loaded[2]) if loaded else None,
         "resume_exit_code": code,
         "fresh_start": fresh,
         "notes": notes,
@@ -134,17 +169,28 @@ def main() -> None:
     rng = random.Random(args.seed)
     trials = []
     for i in range(args.trials):
-        trials.append(trial(work, i, duration, reference, rng))
+        trials.append(trial(work, i, reference, rng, STEPS, SAVE_EVERY))
         print(f"trial {i}: {trials[-1]}", flush=True)
+    killed = [t for t in trials if not t["finished_before_kill"]]
     summary = {
         "trials": len(trials),
-        "killed_while_running": sum(not t["finished_before_kill"] for t in trials),
-        "killed_while_a_checkpoint_was_half_written": sum(bool(t["half_written_at_kill"]) for t in trials),
-        "resumed_from_a_checkpoint": sum(not t["fresh_start"] and t["resume_exit_code"] == 0 for t in trials),
+        **{f"case {case}": sum(t["case"] == case for t in trials) for case in CASES},
+        "killed_while_running": len(killed),
+        "killed_while_a_checkpoint_was_half_written": sum(bool(t["half_written_at_kill"]) for t in killed),
+        "resumed_from_a_checkpoint (the resume said which)": sum(
+            bool(t["resumed_from_step"]) and t["resume_exit_code"] == 0 for t in trials
+        ),
+        "resumed_at_the_newest_complete_checkpoint": sum(
+            t["resumed_from_step"] is not None
+            and bool(t["checkpoints_at_kill"])
+            and t["checkpoints_at_kill"][-1] == f"step-{t['resumed_from_step']:07d}"
+            for t in trials
+        ),
+        "restarted_from_step_0": sum(t["resumed_from_step"] is None and t["resume_exit_code"] == 0 for t in trials),
         "fresh_start_needed": sum(t["fresh_start"] for t in trials),
         "fell_back_to_previous_checkpoint": sum(any("damaged" in n for n in t["notes"]) for t in trials),
         "curve_equal": sum(t["curve_equal"] for t in trials),
-        "needed_manual_fix": sum(t["resume_exit_code"] != 0 for t in trials),
+        "needed_manual_fix": sum(t["resume_exit_code"] != 0 and not t["fresh_start"] for t in trials),
         "reference_seconds": round(duration, 1),
     }
     code = commit()
@@ -152,42 +198,46 @@ def main() -> None:
     rows = [
         [
             t["trial"],
-            t["kill_after_s"],
+            t["case"],
+            "no (it finished)" if t["finished_before_kill"] else t["steps_logged_at_kill"],
             ", ".join(t["checkpoints_at_kill"]) or "none",
             ", ".join(t["half_written_at_kill"]) or "-",
-            "fresh start" if t["fresh_start"] else "resume",
+            "fresh start"
+            if t["fresh_start"]
+            else "step 0"
+            if t["resumed_from_step"] is None
+            else t["resumed_from_step"],
             t["resume_exit_code"],
             "yes" if t["curve_equal"] else "NO",
             "; ".join(t["notes"]) or "",
         ]
         for t in trials
     ]
+    header = [
+        "trial",
+        "kill moment",
+        "steps logged at the kill",
+        "complete checkpoints after the kill",
+        "half-written after the kill",
+        "resumed from step",
+        "exit code",
+        "same loss curve",
+        "notes",
+    ]
     page = (
         "\n\n".join(
             [
                 "# Kill -9 and resume",
-                f"Generated by `python -m bench.perf.reliability` at commit {code} ({machine()}). A tiny run on the "
-                "bundled sample (40 steps, a "
-                f"checkpoint every 2 steps, keep 2; the uninterrupted run takes {duration:.1f} s, start-up included) "
-                "is killed with SIGKILL at a uniformly random moment (odd trials: at the first half-written "
-                "checkpoint after half that moment), then continued with "
-                "`polyalign pretrain --resume`; the finished run's per-step losses are compared exactly "
-                "with the uninterrupted run's.",
+                f"Generated by `python -m bench.perf.reliability --trials {args.trials} --seed {args.seed}` at commit "
+                f"{code} ({machine()}). A tiny run on the bundled sample ({STEPS} steps, a checkpoint every "
+                f"{SAVE_EVERY} steps, keep 2; the uninterrupted run takes {duration:.1f} s, start-up included) is "
+                "killed with SIGKILL at one of three moments in turn: a few steps after its first complete "
+                "checkpoint, while a checkpoint is being written (once one is complete), or in the last quarter of "
+                "the run; then continued with `polyalign pretrain --resume`. 'Resumed from step' is what the "
+                "resumed process said it loaded; 'half-written' is what the kill left on disk. The finished run's "
+                "per-step losses are compared exactly with the uninterrupted run's.",
                 "## Counts\n\n" + markdown_table(["", "trials"], [[k, v] for k, v in summary.items()]),
-                "## Trials\n\n"
-                + markdown_table(
-                    [
-                        "trial",
-                        "kill after (s)",
-                        "checkpoints at the kill",
-                        "half-written at the kill",
-                        "then",
-                        "exit code",
-                        "same loss curve",
-                        "notes",
-                    ],
-                    rows,
-                ),
+                "## Trials\n\n" + markdown_table(header, rows),
             ]
         )
         + "\n"

@@ -8,6 +8,7 @@ the position of the batches trained on, not of those already prefetched, and res
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -77,6 +78,13 @@ def _keep(item):
     return item
 
 
+def _leave_signals_to_the_trainer(worker_id: int) -> None:
+    """Ctrl-C reaches every process of the terminal's group: a worker ignores it, and SIGTERM, so that the training
+    process can finish its step and save it (the workers end when it closes the loader)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class StepLoader:
     """Iterator of StepBatches. `workers` processes (at most one per slot) prefetch `prefetch` steps each;
     `pin` puts the tensors in page-locked memory so the copies to a GPU can be asynchronous."""
@@ -94,6 +102,7 @@ class StepLoader:
             # Its own generator: DataLoader draws worker seeds from it, which would otherwise advance the global
             # one that dropout reads (a resumed run would then differ from an uninterrupted one).
             generator=torch.Generator(),
+            worker_init_fn=_leave_signals_to_the_trainer,
         )
         self._items = iter(loader)
 

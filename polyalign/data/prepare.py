@@ -4,8 +4,8 @@
 p_j ∝ m_j^alpha (streaming, block by block) and train a SentencePiece unigram model (or take a given
 tokenizer); 4) tokenize every file into shards, streaming in chunks spread over worker processes and written
 in order, dropping lines that occur in evaluation sets; 5) write meta.json. Memory does not grow with the
-number of lines, and the output does not depend on the number of workers.
-Everything is written under a temporary name and renamed into place at the end.
+number of lines, and the output does not depend on the number of workers. Everything (the tokenizer's sampled
+text too) is written under a temporary name beside --out and renamed into place at the end.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-import tempfile
 import unicodedata
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -31,6 +30,7 @@ from polyalign.io import (
     DataError,
     LinePolicy,
     atomic_dir,
+    claim_output,
     open_binary,
     read_lines,
     read_parallel,
@@ -297,31 +297,32 @@ def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
     check_bad_lines(corpus, config.policy)
     source = load_tokenizer(tokenizer_folder(Path(config.tokenizer_from))) if config.tokenizer_from else None
     exclusions = load_exclusions(config.exclude) if config.exclude else set()
+    lock = claim_output(Path(config.out), "polyalign prepare")
     pool = None
-    if workers > 1:
-        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=start_worker, initargs=(exclusions,))
-    else:
-        start_worker(exclusions)
     try:
+        if workers > 1:
+            pool = multiprocessing.get_context("spawn").Pool(workers, initializer=start_worker, initargs=(exclusions,))
+        else:
+            start_worker(exclusions)
         with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
             tok_dir = tmp / "tokenizer"
             if source is not None:
                 source.save(tok_dir)
                 sampled = {}
-            else:
-                with tempfile.TemporaryDirectory() as scratch:
-                    text = Path(scratch) / "tokenizer_text.txt"
-                    with ticking("sample tokenizer text", config.progress):
-                        sampled = sample_tokenizer_text(corpus, config, text, pool)
-                    with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
-                        train_sentencepiece(text, tok_dir, config.vocab_size)  # threads fixed: same pieces
+            else:  # not under $TMPDIR: a killed prepare's text goes with its folder (claim_output)
+                text = tmp / ".tokenizer_text.txt"
+                with ticking("sample tokenizer text", config.progress):
+                    sampled = sample_tokenizer_text(corpus, config, text, pool)
+                with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
+                    train_sentencepiece(text, tok_dir, config.vocab_size)  # threads fixed: same pieces
+                text.unlink()
             meta = tokenize_corpus(corpus, load_tokenizer(tok_dir), config, tmp, pool, 2 * workers)
-            meta["tokenizer_sample_lines"] = sampled
-            meta["alpha"] = config.alpha
+            meta |= {"tokenizer_sample_lines": sampled, "alpha": config.alpha}
             write_json(tmp / META, meta)
     finally:
         if pool is not None:
             pool.terminate()
+        lock.release()
     return meta
 
 

@@ -56,8 +56,18 @@ class TokenShard:
         for f in (ids_file, idx_file):
             if not f.is_file():
                 raise DataError(f"{f}: shard file not found; run `polyalign prepare` first")
+        # A shard cut short (a full disk, a partial copy) is named here, not met as a numpy error mid-training.
+        fix = "prepare the corpus again (`polyalign prepare`) or copy the prepared folder whole"
+        idx_bytes, ids_bytes = idx_file.stat().st_size, ids_file.stat().st_size
+        if idx_bytes < 8 or idx_bytes % 8:
+            raise DataError(f"{idx_file}: damaged ({idx_bytes} bytes, not a whole number of offsets); {fix}")
         self.offsets = np.memmap(idx_file, dtype=np.int64, mode="r")
         size = int(self.offsets[-1])
+        if size < 0 or ids_bytes != size * np.dtype(dtype).itemsize:
+            raise DataError(
+                f"{ids_file}: damaged ({ids_bytes} bytes where its index {idx_file.name} says "
+                f"{size * np.dtype(dtype).itemsize}); {fix}"
+            )
         # np.memmap refuses empty files; an empty shard has nothing to map.
         self.ids = np.memmap(ids_file, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
 

@@ -75,6 +75,20 @@ class EncoderConfig:
     """Standard deviation of the normal initialisation of linear and embedding weights (BERT's 0.02)."""
 
     def __post_init__(self) -> None:
+        # Sizes together: a zero or negative one would otherwise fail deep inside torch (a division by zero, a
+        # negative dimension) instead of naming the field.
+        sizes = ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_size", "max_positions")
+        for name in sizes:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be at least 1")
+        counts = ("position_offset", "num_languages", "type_vocab_size", "embedding_size", "relative_buckets")
+        for name in (*counts, "relative_max_distance"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)}: must be at least 0")
+        if not (0 <= self.dropout < 1 and 0 <= self.attention_dropout < 1):
+            raise ValueError(
+                f"dropout={self.dropout}, attention_dropout={self.attention_dropout}: need 0 <= dropout < 1"
+            )
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
         if self.norm not in ("post", "pre"):

@@ -1,6 +1,7 @@
 """Pre-training: the one loop (loop.py), a run's build, restore and save (run.py, start.py for `init_from`),
 several processes (distributed.py), the optimizer and schedule (optim.py), logging (metrics.py), the head-only
-warm-up of a start without a trained MLM head (head_warmup.py), a resume's checks and record (resume.py).
+warm-up of a start without a trained MLM head (head_warmup.py), a resume's checks and record (resume.py), the
+run folder held by one process and the ways a run ends early: signals and failures (guard.py).
 
 Data are organised in *slots*: with W processes and A accumulation steps, each optimizer step consumes W·A
 micro-batches, and micro-batch slot s = rank·A + a always comes from the same seeded stream. So 2 processes

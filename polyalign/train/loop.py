@@ -19,8 +19,9 @@ from polyalign.checkpoint import resume_checkpoint
 from polyalign.config import Recipe
 from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.device import to_device
-from polyalign.io import DataError, atomic_write_text
+from polyalign.io import atomic_write_text
 from polyalign.train.distributed import agree_on_stop, reduce_window
+from polyalign.train.guard import Interrupted, RunGuard, hold_run_folder
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, describe
 from polyalign.train.metrics import MetricsLog, Window
 from polyalign.train.optim import drop_held_gradients, fit_warmup
@@ -140,14 +141,15 @@ def stop_step(run: Run) -> int:
 
 
 def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True) -> dict:
-    """Train according to `recipe` into `run_dir`; returns a summary of the run and of this call."""
+    """Train according to `recipe` into `run_dir`, which this process holds meanwhile (guard.py: SIGINT and
+    SIGTERM save the step and stop; a failure says what was kept); returns a summary of the run and this call."""
+    with hold_run_folder(Path(run_dir), recipe, resume) as guard:
+        return train_in_folder(recipe, Path(run_dir), resume, progress, guard)
+
+
+def train_in_folder(recipe: Recipe, run_dir: Path, resume: bool, progress: bool, guard: RunGuard) -> dict:
     started = time.perf_counter()
-    run_dir = Path(run_dir)
     checkpoint = resume_checkpoint(run_dir) if resume else None
-    if not resume and (run_dir / RECIPE_FILE).exists():
-        raise DataError(
-            f"{run_dir}: a run already exists here; pass --resume to continue it or choose another --run-dir"
-        )
     if checkpoint is not None:
         check_new_steps(recipe.trainer, checkpoint)  # before any work: a resume that would train nothing
     else:  # a resumed run keeps the warm-up it started with
@@ -158,6 +160,8 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
     run, _ = build_run(recipe, run_dir, fresh=checkpoint is None)
     if checkpoint is not None:
         restore_run(run, checkpoint)
+        if run.rank == 0:
+            print(f"resuming from {checkpoint} at step {run.step}")
         changes = record_recipe(run_dir / RECIPE_FILE, recipe, run.step) if run.rank == 0 else []
         if changes:
             print(f"note: {run_dir / RECIPE_FILE} now says {'; '.join(changes)} (a comment in it keeps the change)")
@@ -194,11 +198,14 @@ def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress
                     bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if bar is not None:
                 bar.update(1)
-            if run.step % run.cfg.save_every == 0 or run.step == stop:
+            stopping = guard.stop_requested(run)  # a signal: this step is saved, then the run stops
+            if run.step % run.cfg.save_every == 0 or run.step == stop or stopping:
                 if run.window.steps:
                     fold_counters(run)  # counters must be totals over processes when saved
                 save_run(run)
                 run.window.started = time.perf_counter()  # saving is not training time
+            if stopping and run.step < stop:
+                raise Interrupted
     finally:
         loader.close()
         if bar is not None:

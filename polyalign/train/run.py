@@ -263,6 +263,12 @@ def restore_run(run: Run, checkpoint: Path) -> None:
     if state.get("head_warmup"):
         run.head_warmup = HeadWarmup(**state["head_warmup"])
     run.scheduler.last_epoch = run.step
+    # The schedule's peak is the recipe's trainer.lr, not the one saved: a resume may lower it (`--set trainer.lr=`
+    # after a loss turned NaN). Unchanged, this recomputes the saved rates exactly, as scheduler.step() does.
+    run.scheduler.base_lrs = [run.cfg.lr] * len(run.optimizer.param_groups)
+    for group, factor in zip(run.optimizer.param_groups, run.scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = run.cfg.lr
+        group["lr"] = run.cfg.lr * factor(run.step)
     run.scheduler._last_lr = [g["lr"] for g in run.optimizer.param_groups]
     for a, slot in enumerate(run.slots):
         slot.load_state_dict(state["slots"][run.rank * A + a])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import nn
 
 from polyalign.checkpoint import load_model
-from polyalign.config import Recipe
+from polyalign.config import Recipe, check_positions
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives import OBJECTIVES
@@ -55,6 +55,10 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer, languages: list[str]) -> t
         if ignored:
             print(f"note: {recipe.init_from} fixes the architecture; recipe values not applied: {ignored}")
         config = EncoderConfig.from_dict({**base, **{k: v for k, v in overrides.items() if k not in ignored}})
+        try:
+            check_positions(recipe, config)
+        except DataError as err:
+            raise DataError(f"{recipe.init_from}: {err}") from None
         model = MaskedLanguageModel(config)
         missing, unexpected = _copy_weights(loaded.model, model)
         if unexpected:
