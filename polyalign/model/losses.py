@@ -56,6 +56,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
+@torch.compiler.disable  # run eagerly inside a compiled step: the chunk loop would specialise it on the row count
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """Mean cross-entropy of (N, V) logits against (N,) class indices (IGNORE_INDEX rows excluded), fp32
     internally whatever the dtype."""
@@ -117,6 +118,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return *(g.to(dt) for g, dt in zip(grads, ctx.dtypes, strict=True)), None, None, None
 
 
+@torch.compiler.disable  # run eagerly inside a compiled step: the chunk loop would specialise it on the row count
 def linear_cross_entropy(x, weight, bias, target, classes: int) -> torch.Tensor:
     """cross_entropy((x Wᵀ + b)[:, :classes], target) for x (N, E), W (R, E), b (R,) with R ≥ classes (a
     padded output layer), without materialising the (N, R) logits. On CUDA with liger-kernel installed (the
@@ -144,5 +146,7 @@ def _liger_loss():
         except ImportError:
             _LIGER.append(None)
         else:
-            _LIGER.append(LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="mean"))
+            # W's and b's gradients summed over row chunks in fp32, as `_LinearCrossEntropy` sums them
+            loss = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, accum_dtype=torch.float32)
+            _LIGER.append(loss)
     return _LIGER[0]

@@ -108,6 +108,9 @@ class Run:
     flops_per_step: float = 0.0
     """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
     head_warmup: HeadWarmup | None = None
+    compile_seconds: float = 0.0
+    """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
+    reports it as `compile_seconds`; the first window's tokens/s includes it, as it includes any warm-up."""
     """The head-only steps before step 0 (`trainer.head_warmup_steps`), when `init_from` had no trained MLM head;
     kept in checkpoints (without the log) and outside every budget."""
 
