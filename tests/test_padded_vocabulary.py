@@ -12,6 +12,7 @@ from polyalign.checkpoint import load_model_weights, save_weights
 from polyalign.model import VOCABULARY_KEYS, MaskedLanguageModel
 from polyalign.model.seq2seq import Seq2SeqTransformer
 from polyalign.objectives.mlm import masked_lm_loss
+from polyalign.train.resume import pad_moments_to_parameters
 from tests.conftest import tiny_config
 
 V = 99  # tiny_config's vocabulary: padded to 128 rows
@@ -93,3 +94,21 @@ def test_a_seq2seq_model_keeps_its_shared_table_unpadded_in_state_dicts():
     for key in ("encoder.embeddings.word.weight", "decoder.embeddings.word.weight", "lm_head.decoder.weight"):
         assert state[key].shape[0] == V
         torch.testing.assert_close(state[key], veco.state_dict()["encoder.embeddings.word.weight"], rtol=0, atol=0)
+
+
+def test_optimizer_moments_saved_without_padding_resume_with_zero_padding_rows():
+    unpadded, padded = unpadded_and_padded()
+    saved = torch.optim.AdamW(unpadded.parameters())
+    ids, labels = mlm_batch()
+    masked_lm_loss(unpadded, unpadded(ids).last_hidden_state, labels)[0].backward()
+    saved.step()  # moments with the tokenizer's 99 rows, as a run saved before the padding holds them
+    resumed = torch.optim.AdamW(padded.parameters())
+    resumed.load_state_dict(saved.state_dict())
+    pad_moments_to_parameters(resumed)
+    new = resumed.state[padded.encoder.embeddings.word.weight]
+    old = saved.state[unpadded.encoder.embeddings.word.weight]
+    for moment in ("exp_avg", "exp_avg_sq"):
+        assert new[moment].shape == (128, 32) and not new[moment][V:].any()
+        torch.testing.assert_close(new[moment][:V], old[moment], rtol=0, atol=0)
+    masked_lm_loss(padded, padded(ids).last_hidden_state, labels)[0].backward()
+    resumed.step()  # the moments fit their parameters

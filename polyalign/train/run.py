@@ -35,7 +35,7 @@ from polyalign.train.fsdp import check_fsdp, gather_state, load_state
 from polyalign.train.head_warmup import HeadWarmup, plan_head_warmup, warm_heads
 from polyalign.train.metrics import Window
 from polyalign.train.optim import build_optimizer, freeze_held_for_good
-from polyalign.train.resume import check_recipe_name
+from polyalign.train.resume import check_recipe_name, pad_moments_to_parameters
 from polyalign.train.start import build_model, check_warm_start
 
 RECIPE_FILE = "recipe.yaml"
@@ -253,6 +253,7 @@ def restore_run(run: Run, checkpoint: Path) -> None:
         load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
         load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
         run.optimizer.load_state_dict(optimizer_state)
+        pad_moments_to_parameters(run.optimizer)
     run.step, run.counters = state["step"], state["counters"]
     if state.get("head_warmup"):
         run.head_warmup = HeadWarmup(**state["head_warmup"])
