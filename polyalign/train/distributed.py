@@ -60,9 +60,9 @@ def wrap_for_processes(module: nn.Module, recipe: Recipe, world: int, device: to
 
 def compiles(setting: bool | str, device: torch.device) -> bool:
     """Whether `trainer.compile` compiles on `device`: `auto` means on CUDA only. The step is compiled with
-    automatic dynamic shapes: the MLM head's masked-row count (a multiple of 64, see `pad_rows`) changes from
-    batch to batch, so the second count seen recompiles once with that size symbolic, and later counts reuse
-    it instead of compiling a graph per count."""
+    automatic dynamic shapes: the MLM head's masked-row count (and its multiple of 64, see `pad_rows`) changes
+    from batch to batch, so a size seen changing recompiles once with that size symbolic; the losses' chunk
+    loops run outside the graph (`torch.compiler.disable`), so later counts compile nothing."""
     return device.type == "cuda" if setting == "auto" else bool(setting)
 
 
