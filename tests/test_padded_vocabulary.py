@@ -37,12 +37,16 @@ def mlm_batch(B: int = 3, T: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, labels
 
 
+CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")])
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
-def test_the_padded_model_has_the_loss_and_gradients_of_the_unpadded_one(monkeypatch, fused):
+def test_the_padded_model_has_the_loss_and_gradients_of_the_unpadded_one(monkeypatch, fused, device):
     monkeypatch.setattr(mlm, "FUSED_ON_CPU", fused)
-    unpadded, padded = unpadded_and_padded()
+    unpadded, padded = (m.to(device) for m in unpadded_and_padded())
     assert padded.encoder.embeddings.word.num_embeddings == 128
-    ids, labels = mlm_batch()
+    ids, labels = (t.to(device) for t in mlm_batch())
     losses = []
     for model in (unpadded, padded):
         loss, _, n = masked_lm_loss(model, model(ids).last_hidden_state, labels)
@@ -56,7 +60,7 @@ def test_the_padded_model_has_the_loss_and_gradients_of_the_unpadded_one(monkeyp
             assert not g[V:].any(), name
             g = g[:V]
         torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-7, msg=name)
-    assert padded.mlm_logits(torch.randn(4, 32)).shape == (4, V)  # no one sees a padding logit
+    assert padded.mlm_logits(torch.randn(4, 32, device=device)).shape == (4, V)  # no one sees a padding logit
 
 
 def test_state_dicts_and_checkpoint_files_hold_the_tokenizer_size(tmp_path):

@@ -4,8 +4,8 @@ Forward + backward of: attention (SDPA's fused kernel vs polyalign's `attend`), 
 (nn.Dropout vs polyalign's `Dropout`), the MLM cross-entropy (F.cross_entropy on fp32 logits vs
 polyalign's `cross_entropy`), the MLM head's projection + loss (logits then `cross_entropy` vs the fused
 `linear_cross_entropy`, which `masked_lm_loss` takes on a CPU only if faster), the same with a 250,002-row
-vocabulary against the model's padded 250,048 rows (their logits sliced off), and one AdamW update of the
-model's parameters (for-loop vs fused).
+vocabulary against the model's padded 250,048 rows (on a CPU the head multiplies by the vocabulary's rows
+of the padded matrix only), and one AdamW update of the model's parameters (for-loop vs fused).
 
 Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts   (~1 min on 2 cores)
 Writes bench/results/step_parts.md and step_parts.json.
@@ -48,8 +48,8 @@ def forward_backward(fn, *inputs):
 
 def head_loss(features, weight, bias, classes: int, how):
     """Forward + backward of the MLM head's projection and loss under bf16 autocast: `plain` (logits, then
-    `cross_entropy`), True (`linear_cross_entropy`), False (plain over `weight` padded to a multiple of 64
-    rows, the padding's logits sliced off, as the model does)."""
+    `cross_entropy`), True (`linear_cross_entropy`), False (plain over the first `classes` rows of `weight`
+    padded to a multiple of 64 rows, as `MaskedLMHead` does on a CPU)."""
     target = torch.randint(0, classes, (features.shape[0],))
     if how is False:
         rows = -(-classes // 64) * 64
@@ -60,7 +60,7 @@ def head_loss(features, weight, bias, classes: int, how):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             if how is True:
                 return linear_cross_entropy(x, w, b, target, classes)
-            return cross_entropy(F.linear(x, w, b)[:, :classes], target)
+            return cross_entropy(F.linear(x, w[:classes], b[:classes]), target)
 
     return forward_backward(loss, features, weight, bias)
 
