@@ -6,6 +6,7 @@ all check values here, so a wrong value reads the same wherever it was given.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 import typing
@@ -34,12 +35,14 @@ def check_value(hint, value, key: str):
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None and len(inner) < len(typing.get_args(hint)):
             return None
-        for alternative in inner[:-1]:  # the first type that takes the value (`bool | str`: true, or "auto")
-            try:
-                return check_value(alternative, value, key)
-            except RecipeError:
-                pass
-        return check_value(inner[-1], value, key)
+        for option in inner[:-1]:  # the first type the value is (`bool | str`: true, false or a word)
+            with contextlib.suppress(RecipeError):
+                return check_value(option, value, key)
+        try:
+            return check_value(inner[-1], value, key)
+        except RecipeError:
+            kinds = " or ".join(_KIND.get(t, getattr(t, "__name__", str(t))) for t in inner)
+            raise RecipeError(key, f"{value!r} is not {kinds}") from None
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):

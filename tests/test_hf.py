@@ -123,6 +123,9 @@ def test_export_loads_in_transformers_with_the_same_outputs_and_tokenizer(sp_tok
     expected = polyalign_outputs(model, ids, mask)
     assert_same_outputs(expected, transformers_outputs(tmp_path / "hf", ids, mask), mask)
     base, info = transformers.AutoModel.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    V = sp_tokenizer.special.vocab_size  # not a multiple of 64: the model pads its table, the export does not
+    assert V % 64 and model.encoder.embeddings.word.num_embeddings > V
+    assert base.config.vocab_size == base.embeddings.word_embeddings.num_embeddings == V
     assert all(k.startswith("pooler.") for k in info["missing_keys"])  # we have no pooler; all else loads
     assert all(k.startswith("lm_head.") for k in info["unexpected_keys"])
     with torch.no_grad():

@@ -119,7 +119,7 @@ def test_unused_parameters_are_looked_for_only_with_staged_or_alternating_object
 def test_trainer_switches_are_checked():
     with pytest.raises(DataError, match="loader_workers=-1: must be at least 0"):
         load_recipe("mlm", ["trainer.loader_workers=-1"])
-    with pytest.raises(DataError, match="trainer.compile"):
+    with pytest.raises(DataError, match="trainer: compile='maybe': use auto, true or false"):
         load_recipe("mlm", ["trainer.compile=maybe"])
     with pytest.raises(DataError, match=r"trainer: max_flops=-1.0: must be at least 0$"):
         load_recipe("mlm", ["trainer.max_flops=-1"])

@@ -2,7 +2,10 @@
 
 Forward + backward of: attention (SDPA's fused kernel vs polyalign's `attend`), hidden-state dropout
 (nn.Dropout vs polyalign's `Dropout`), the MLM cross-entropy (F.cross_entropy on fp32 logits vs
-polyalign's `cross_entropy`), and one AdamW update of the model's parameters (for-loop vs fused).
+polyalign's `cross_entropy`), the MLM head's projection + loss (logits then `cross_entropy` vs the fused
+`linear_cross_entropy`, which `masked_lm_loss` takes on a CPU only if faster), the same with a 250,002-row
+vocabulary against the model's padded 250,048 rows (on a CPU the head multiplies by the vocabulary's rows
+of the padded matrix only), and one AdamW update of the model's parameters (for-loop vs fused).
 
 Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts   (~1 min on 2 cores)
 Writes bench/results/step_parts.md and step_parts.json.
@@ -20,11 +23,12 @@ import torch.nn.functional as F
 from bench.reporting import median_seconds, page_text, table
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.encoder import Dropout, attend, expand_attention_mask
-from polyalign.model.losses import cross_entropy
+from polyalign.model.losses import cross_entropy, linear_cross_entropy
 
 ROOT = Path(__file__).resolve().parents[2]
 
 B, T, H, HS, C, V = 64, 128, 6, 64, 384, 32000
+XLMR_V = 250_002  # XLM-R's vocabulary; the model pads it to 250,048 rows
 PREDICTED = B * T * 15 // 100
 
 
@@ -40,6 +44,25 @@ def forward_backward(fn, *inputs):
             x.grad = None
 
     return run
+
+
+def head_loss(features, weight, bias, classes: int, how):
+    """Forward + backward of the MLM head's projection and loss under bf16 autocast: `plain` (logits, then
+    `cross_entropy`), True (`linear_cross_entropy`), False (plain over the first `classes` rows of `weight`
+    padded to a multiple of 64 rows, as `MaskedLMHead` does on a CPU)."""
+    target = torch.randint(0, classes, (features.shape[0],))
+    if how is False:
+        rows = -(-classes // 64) * 64
+        weight = torch.cat([weight.detach(), weight.new_zeros(rows - classes, weight.shape[1])]).requires_grad_()
+        bias = torch.cat([bias.detach(), bias.new_zeros(rows - classes)]).requires_grad_()
+
+    def loss(x, w, b):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if how is True:
+                return linear_cross_entropy(x, w, b, target, classes)
+            return cross_entropy(F.linear(x, w[:classes], b[:classes]), target)
+
+    return forward_backward(loss, features, weight, bias)
 
 
 def main() -> None:
@@ -67,6 +90,13 @@ def main() -> None:
             forward_backward(lambda x: cross_entropy(x, target), logits),
         ),
     }
+    features = torch.randn(PREDICTED, C, requires_grad=True)
+    for name, rows, fused in (
+        (f"MLM head projection + loss ({PREDICTED} x {C} -> {V})", V, True),
+        (f"the same, {XLMR_V:,} rows -> padded {-(-XLMR_V // 64) * 64:,}", XLMR_V, False),
+    ):
+        weight, bias = torch.randn(rows, C, requires_grad=True), torch.zeros(rows, requires_grad=True)
+        parts[name] = (head_loss(features, weight, bias, rows, "plain"), head_loss(features, weight, bias, rows, fused))
     model = MaskedLanguageModel(EncoderConfig(vocab_size=V, hidden_size=C, num_layers=6, num_heads=H, ffn_size=1536))
     for p in model.parameters():
         p.grad = torch.randn_like(p)

@@ -26,12 +26,17 @@ from torch.nn.attention.flex_attention import BlockMask
 
 from polyalign.model.packed_attention import flex_attention_fits, flex_attention_for, packed_attention_mask
 from polyalign.model.position_bias import build_position_bias
+from polyalign.model.vocabulary import padded_rows
 
 
 @dataclass
 class EncoderConfig:
     vocab_size: int = 32000
-    """Rows of the token-embedding table: the tokenizer's vocabulary, special tokens included."""
+    """The tokenizer's vocabulary, special tokens included: the token ids the model reads and predicts."""
+    vocab_row_multiple: int = 64
+    """The embedding table and the tied output layer hold `vocab_size` rounded up to a multiple of this, so that
+    the MLM head's matrix products run on a GPU's tensor-core kernels; the extra rows are never read or
+    predicted, and state dicts hold `vocab_size` rows (see model/vocabulary.py). 1 switches the padding off."""
     hidden_size: int = 384
     """Width of the hidden states (d_model); a multiple of num_heads."""
     num_layers: int = 6
@@ -91,6 +96,8 @@ class EncoderConfig:
             )
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
+        if self.vocab_row_multiple < 1:
+            raise ValueError(f"vocab_row_multiple={self.vocab_row_multiple}: use 1 (no padding) or more, e.g. 64")
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm={self.norm!r}: use 'post' or 'pre'")
         if not self.absolute_positions and self.position_bias == "none":
@@ -98,6 +105,11 @@ class EncoderConfig:
                 "absolute_positions=false with position_bias='none' leaves the model blind to word order: "
                 "set position_bias (relative or gated_relative) or keep absolute_positions"
             )
+
+    @property
+    def embedding_rows(self) -> int:
+        """Rows of the token-embedding table and the output layer: `vocab_size` padded."""
+        return padded_rows(self.vocab_size, self.vocab_row_multiple)
 
     @property
     def embedding_width(self) -> int:
@@ -184,7 +196,7 @@ class Embeddings(nn.Module):
     def __init__(self, c: EncoderConfig):
         super().__init__()
         E = c.embedding_width
-        self.word = nn.Embedding(c.vocab_size, E, padding_idx=c.pad_token_id)
+        self.word = nn.Embedding(c.embedding_rows, E, padding_idx=c.pad_token_id)  # padded: see model/vocabulary.py
         self.position = nn.Embedding(c.max_positions + c.position_offset, E) if c.absolute_positions else None
         self.token_type = nn.Embedding(c.type_vocab_size, E) if c.type_vocab_size else None
         self.language = nn.Embedding(c.num_languages, E) if c.num_languages else None

@@ -236,7 +236,7 @@ def load_hf_model(folder: str | Path, trust_pickle: bool = False) -> tuple[Maske
         raise DataError(f"{folder}: encoder weights missing from the checkpoint: {sorted(missing)[:6]}")
     if missing:
         _note(f"{folder} has no MLM head (e.g. an ELECTRA discriminator); it is initialised afresh")
-    embeddings = model.encoder.embeddings.word.weight
+    embeddings = model.encoder.embeddings.word.weight[: config.vocab_size]  # without the padding rows
     for name, weight in decoders.items():
         if weight.shape != embeddings.shape or not torch.equal(weight, embeddings.detach()):
             _note(f"{folder}: {name} is not tied to the word embeddings; polyalign ties them and uses the embeddings")

@@ -15,10 +15,11 @@ import dataclasses
 import torch
 from torch import nn
 
-from polyalign.model import MaskedLanguageModel
+from polyalign.model import VOCABULARY_KEYS, MaskedLanguageModel
 from polyalign.model.encoder import Encoder, EncoderConfig
 from polyalign.model.heads import MaskedLMHead
 from polyalign.model.veco import is_cross_attention_weight
+from polyalign.model.vocabulary import keep_vocabulary_in_state_dicts
 
 
 def seq2seq_state_from_veco(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -53,6 +54,8 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder = Encoder(config)
         self.decoder.embeddings = self.encoder.embeddings  # one vocabulary, one embedding table
         self.lm_head = MaskedLMHead(config, self.encoder.embeddings.word)
+        keys = (*VOCABULARY_KEYS, "decoder.embeddings.word.weight")
+        keep_vocabulary_in_state_dicts(self, keys, config.vocab_size, config.embedding_rows)
 
     @classmethod
     def from_encoder(cls, model: MaskedLanguageModel) -> Seq2SeqTransformer:

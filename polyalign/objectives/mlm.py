@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from polyalign.data.layout import Layout, sentence_layout
 from polyalign.data.masking import IGNORE, mask_tokens
 from polyalign.data.streams import MonoBatch
 from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
-from polyalign.model.losses import cross_entropy, pad_rows
+from polyalign.model.losses import cross_entropy, linear_cross_entropy, pad_rows
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 
 
@@ -27,10 +28,28 @@ class MLMConfig:
 ACCURACY_SAMPLE = 512
 
 
+FUSED_ON_CPU = False
+"""Whether `masked_lm_loss` takes the fused linear + cross-entropy on a CPU too. Off: there the chunked path
+runs at less than half the plain path's speed (bench/results/step_parts.md) and the logits' memory is no
+constraint; on a GPU the fused path saves the (N, V) logits, their fp32 softmax and their gradient."""
+
+
 def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
     """Cross-entropy of the MLM head, computed only at labelled positions. Returns (loss, accuracy, count);
     accuracy is measured on the first ACCURACY_SAMPLE targets."""
-    return masked_lm_logits_and_loss(model, hidden, labels)[1:]
+    if hidden.device.type == "cpu" and not FUSED_ON_CPU:
+        return masked_lm_logits_and_loss(model, hidden, labels)[1:]
+    targets = labels != IGNORE
+    gold = labels[targets]
+    head, V = model.lm_head, model.config.vocab_size
+    features = head.features(pad_rows(hidden[targets]))  # (N padded, E); rows padded as below
+    weight, bias = head.decoder.weight, head.decoder.bias  # (padded V, E), (padded V,)
+    loss = linear_cross_entropy(features, weight, bias, pad_rows(gold, value=IGNORE), V)
+    n = int(gold.numel())
+    with torch.no_grad():
+        k = min(n, ACCURACY_SAMPLE)
+        accuracy = (F.linear(features[:k], weight[:V], bias[:V]).argmax(-1) == gold[:k]).float().mean()
+    return loss, accuracy, n
 
 
 def masked_lm_logits_and_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):

@@ -46,16 +46,24 @@ def unused_parameters_possible(recipe: Recipe) -> bool:
 
 def wrap_for_processes(module: nn.Module, recipe: Recipe, world: int, device: torch.device) -> nn.Module:
     """What runs forward: the module; with several processes its DDP wrapper, or (FSDP) the module itself,
-    sharded in place, which must happen before an optimizer takes its parameters; compiled on request."""
+    sharded in place, which must happen before an optimizer takes its parameters; compiled as `compiles` says."""
     cfg = recipe.trainer
     trained = module
     if world > 1 and cfg.distributed == "fsdp":
         shard(module, module.model.encoder.layers, device, cfg.precision)
     elif world > 1:
         trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
-    if cfg.compile:
+    if compiles(cfg.compile, device):
         trained = torch.compile(trained)
     return trained
+
+
+def compiles(setting: bool | str, device: torch.device) -> bool:
+    """Whether `trainer.compile` compiles on `device`: `auto` means on CUDA only. The step is compiled with
+    automatic dynamic shapes: the MLM head's masked-row count (and its multiple of 64, see `pad_rows`) changes
+    from batch to batch, so a size seen changing recompiles once with that size symbolic; the losses' chunk
+    loops run outside the graph (`torch.compiler.disable`), so later counts compile nothing."""
+    return device.type == "cuda" if setting == "auto" else bool(setting)
 
 
 def bookkeeping_group(world: int):

@@ -22,6 +22,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from polyalign.checkpoint import tied_names
 from polyalign.io import DataError
+from polyalign.model.vocabulary import pad_state, trim_state, vocabulary_keys_of
 from polyalign.objectives.base import Objective
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -63,6 +64,8 @@ def gather_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[d
     by_name = get_optimizer_state_dict(module, optimizer, options=FULL)
     if not weights:
         return {}, {}
+    for keys, vocab_size, _ in vocabulary_keys_of(module):  # the model's hooks leave sharded tensors alone
+        trim_state(weights, keys, vocab_size)
     index = {n: i for i, n in enumerate(parameter_names(module, optimizer))}
     groups = [{**g, "params": [index[n] for n in g["params"]]} for g in by_name["param_groups"]]
     return weights, {"state": {index[n]: s for n, s in by_name["state"].items()}, "param_groups": groups}
@@ -72,6 +75,8 @@ def load_state(module: nn.Module, optimizer: torch.optim.Optimizer, weights: dic
     """Load full tensors (every process holds them all) into the sharded module and optimizer."""
     tied = tied_names(module)
     weights = {**weights, **{name: weights[kept] for name, kept in tied.items()}}
+    for keys, vocab_size, rows in vocabulary_keys_of(module):
+        pad_state(weights, keys, vocab_size, rows)
     set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True, strict=True))
     names = parameter_names(module, optimizer)
     by_name = {

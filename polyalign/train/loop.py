@@ -100,6 +100,8 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
         "tokens_per_s": values[0] / max(values[2], 1e-9),
         **run.counters,
     }
+    if run.compile_seconds:
+        record["compile_seconds"], run.compile_seconds = run.compile_seconds, 0.0
     if run.grad_norm is not None:  # under FSDP a replicated DTensor
         norm = run.grad_norm.full_tensor() if hasattr(run.grad_norm, "full_tensor") else run.grad_norm
         record["grad_norm"] = float(norm)
@@ -190,7 +192,11 @@ def train_in_folder(recipe: Recipe, run_dir: Path, resume: bool, progress: bool,
     stop = stop_step(run)
     try:
         while run.step < stop:
-            train_step(run, next(loader))
+            item = next(loader)
+            began = time.perf_counter()
+            train_step(run, item)
+            if run.step == first_step + 1 and hasattr(run.trained, "_orig_mod"):  # torch.compile ran in it
+                run.compile_seconds = time.perf_counter() - began
             if run.step % run.cfg.log_every == 0 or run.step == run.cfg.max_steps:
                 record = log_window(run, log)
                 stop = stop_step(run)  # max_minutes and max_flops are read here, with the window

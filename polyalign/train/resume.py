@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import yaml
 
 from polyalign.checkpoint import STATE_JSON
@@ -71,3 +72,14 @@ def record_recipe(path: Path, recipe: Recipe, step: int) -> list[str]:
         body = yaml.safe_dump(recipe.to_dict(), sort_keys=False)
         atomic_write_text(path, "\n".join(history) + "\n" + body)
     return changes
+
+
+def pad_moments_to_parameters(optimizer: torch.optim.Optimizer) -> None:
+    """Give AdamW moments saved with fewer rows than their parameter now has (a run saved before the model padded
+    its vocabulary to a multiple of 64 rows) zero rows at the end: the padding rows never get a gradient, so
+    their moments are zero in a run that had them from the start."""
+    for p, state in optimizer.state.items():
+        for name, value in state.items():
+            short = torch.is_tensor(value) and value.dim() == p.dim() > 0 and value.shape[0] < p.shape[0]
+            if short and value.shape[1:] == p.shape[1:]:
+                state[name] = torch.cat([value, value.new_zeros(p.shape[0] - value.shape[0], *p.shape[1:])])

@@ -36,7 +36,7 @@ from polyalign.train.fsdp import check_fsdp, gather_state, load_state
 from polyalign.train.head_warmup import HeadWarmup, plan_head_warmup, warm_heads
 from polyalign.train.metrics import Window
 from polyalign.train.optim import build_optimizer, freeze_held_for_good
-from polyalign.train.resume import check_recipe_name
+from polyalign.train.resume import check_recipe_name, pad_moments_to_parameters
 from polyalign.train.start import build_model, check_warm_start
 
 RECIPE_FILE = "recipe.yaml"
@@ -109,6 +109,9 @@ class Run:
     flops_per_step: float = 0.0
     """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
     head_warmup: HeadWarmup | None = None
+    compile_seconds: float = 0.0
+    """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
+    reports it as `compile_seconds`; the first window's tokens/s includes it, as it includes any warm-up."""
     """The head-only steps before step 0 (`trainer.head_warmup_steps`), when `init_from` had no trained MLM head;
     kept in checkpoints (without the log) and outside every budget."""
 
@@ -259,6 +262,7 @@ def restore_run(run: Run, checkpoint: Path) -> None:
         load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
         load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
         run.optimizer.load_state_dict(optimizer_state)
+        pad_moments_to_parameters(run.optimizer)
     run.step, run.counters = state["step"], state["counters"]
     if state.get("head_warmup"):
         run.head_warmup = HeadWarmup(**state["head_warmup"])
