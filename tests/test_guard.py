@@ -297,3 +297,13 @@ def test_pretrain_into_a_folder_another_process_holds_is_refused_and_changes_not
         assert _files(run) == [LOCK_FILE]
     finally:
         holder.release()
+
+
+def test_an_error_line_prints_the_users_words_as_written(capsys):
+    # rich would read `[...]` as markup and `:x:` as an emoji; a path or a value must come out unchanged
+    from polyalign.cli import _fail
+
+    with pytest.raises(SystemExit) as exit_info:
+        _fail("--device tpu:x: [default: ot] is not a device")
+    assert exit_info.value.code == 2
+    assert "tpu:x: [default: ot] is not a device" in capsys.readouterr().err

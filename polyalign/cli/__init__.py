@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from safetensors import SafetensorError
 from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
@@ -140,11 +141,12 @@ def describe_os_error(err: OSError) -> str:
 
 
 def _say(message: str) -> None:
-    console.print(message, highlight=False, soft_wrap=True, markup=False)
+    console.print(message, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
+    # the user's words are printed as written: `[...]` is no markup and `:x:` no emoji
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True, markup=True, emoji=False)
     sys.exit(2)
 
 
