@@ -345,13 +345,13 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
     return ", ".join(codes) if codes else None, lines
 
 
-PROBE_PAGES = ("ot_filtering", "pair_layout", "rtd_reference", "scale", "throughput", "trim")
+PROBE_PAGES = ("ot_filtering", "pair_layout", "rtd_reference", "scale", "step_parts", "throughput", "trim")
 """The pages of probes and perf benches: each drawn again from the JSON its command saved (RESULTS/NAME.json)."""
 
 
 def probe_page(name: str, results: Path) -> Path:
     """A probe's or perf bench's page from its saved JSON, by the blocks its module draws."""
-    from bench.perf import scale_report, throughput
+    from bench.perf import scale_report, step_parts, throughput
     from bench.probes import ot_filtering, pair_layout, rtd_reference, trim_equivalence
 
     saved, page = read_json(results / f"{name}.json"), results / f"{name}.md"
@@ -360,6 +360,7 @@ def probe_page(name: str, results: Path) -> Path:
         "pair_layout": lambda: pair_layout.write_page(saved, results),
         "rtd_reference": lambda: rtd_reference.report(saved, results / f"{name}.json", saved["provenance"]),
         "scale": lambda: scale_report.write_page(saved, results),
+        "step_parts": lambda: step_parts.write_page(saved, page),
         "throughput": lambda: page.write_text(throughput.report(saved, "", results)),
         "trim": lambda: trim_equivalence.write_page(saved, page),
     }

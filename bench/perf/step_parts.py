@@ -113,23 +113,31 @@ def main() -> None:
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
-    (out / "step_parts.json").write_text(json.dumps({"load_average_1min": load, "parts": rows}, indent=2) + "\n")
+    saved = {"load_average_1min": load, "parts": rows}
+    (out / "step_parts.json").write_text(json.dumps(saved, indent=2) + "\n")
+    write_page(saved, out / "step_parts.md")
+
+
+def write_page(saved: dict, page: Path) -> Path:
+    """The page from what the bench saved (its JSON)."""
     lines = [
         "# Parts of a CPU MLM step: stock PyTorch op vs polyalign's replacement",
         "",
         "Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts` (2 threads, bf16 "
-        f"tensors, forward + backward, median of 5 after a warm-up; 1-minute load average {load:.1f}).",
+        f"tensors, forward + backward, median of 5 after a warm-up; 1-minute load average "
+        f"{saved['load_average_1min']:.1f}).",
         "",
         table(
             ["part", "stock (ms)", "polyalign (ms)", "speed-up"],
             [
                 [name, f"{r['stock_ms']:.1f}", f"{r['polyalign_ms']:.1f}", f"{r['speedup']:.2f}x"]
-                for name, r in rows.items()
+                for name, r in saved["parts"].items()
             ],
             align="lrrr",
         ),
     ]
-    (out / "step_parts.md").write_text(page_text(lines))
+    page.write_text(page_text(lines))
+    return page
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Step 4 of the GPU check, training throughput, as users train: every objective through the trainer's own step
 (polyalign/train: `build_run`, `start_loader`, `train_step`, as `polyalign pretrain` runs them) at XLM-R-base size
 (12 x 768, 12 heads, FFN 3072, 512 positions, the pack's vocabulary) on the carried data pack's real text, in
-packed rows (`data.pack=true`) where the data layer has them. Per recipe: tokens/s (real tokens), MFU from the
-objectives' own FLOP count against the card's dense bf16 peak and against the measured 8192^3 bf16 matmul, peak
-memory. Beside transformers where a peer exists (MLM: XLMRobertaForMaskedLM; RTD: ELECTRA's generator and
+packed rows (`data.pack=true`) where every objective of the recipe reads them. Per recipe: tokens/s (real tokens),
+MFU from the objectives' own FLOP count against the card's dense bf16 peak and against the measured 8192^3 bf16
+matmul, peak memory. Beside transformers where a peer exists (MLM: XLMRobertaForMaskedLM; RTD: ELECTRA's generator and
 ElectraForPreTraining) on the same batches in turn
 (bench/perf/speed.py's `compare_on_same_batches`); XLM-E with and without its gated relative bias."""
 
@@ -62,6 +62,7 @@ def step_throughput(step: Step) -> None:
     import torch
 
     from bench.perf.gpu_pack import DEFAULT_PACK
+    from polyalign.config import objectives_reading_unpacked_rows
 
     if not torch.cuda.is_available() and not step.dry_run:
         step.part("all", status=NO_CUDA)
@@ -75,11 +76,10 @@ def step_throughput(step: Step) -> None:
         return
     device = torch.device(device_name(step))
     peaks = peak_rates(step, device)
-    packed = packing_known()
     warmup, timed = counts(step)
     step.note(
         f"recipes at {'tiny' if step.dry_run else 'XLM-R-base'} size ({', '.join(sizes(step))}) on {prepared}, "
-        f"{'packed rows (data.pack=true)' if packed else 'padded rows: data.pack is not a recipe key here'}; "
+        "packed rows (data.pack=true) where every objective of the recipe reads them, padded rows elsewhere; "
         f"{warmup} warm-up steps, then up to {timed} timed, each waiting for the device, on batches the loader made "
         f"first; MFU = the objectives' own FLOP count per second / {peaks}"
     )
@@ -87,9 +87,12 @@ def step_throughput(step: Step) -> None:
         if step.left() < 20 and not step.dry_run:
             step.part(arm, status="skipped: step budget spent")
             continue
-        step.part(arm, status=UNFINISHED, recipe=recipe_name, packed=packed)
+        step.part(arm, status=UNFINISHED, recipe=recipe_name)
         try:
-            recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides, *([PACK] if packed else [])])
+            recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides])
+            if not objectives_reading_unpacked_rows(recipe):
+                recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides, PACK])
+            step.part(arm, packed=recipe.data.pack is True)
             record, peers = measure_recipe(recipe, step, peer)
             step.part(arm, **record)
             for title, peer_record in peers.items():  # a row of its own in the step's table
@@ -101,18 +104,6 @@ def step_throughput(step: Step) -> None:
 
 def sizes(step: Step) -> tuple[str, ...]:
     return DRY_SIZES if step.dry_run else GPU_SIZES
-
-
-def packing_known() -> bool:
-    """Whether this checkout's recipes know `data.pack` (packed rows); without it the arms run padded rows."""
-    from polyalign.config import load_recipe
-    from polyalign.io import DataError
-
-    try:
-        load_recipe("mlm", [PACK])
-    except DataError:
-        return False
-    return True
 
 
 def arm_recipe(name: str, prepared: Path, overrides: list[str]):
