@@ -119,9 +119,7 @@ def fresh_e5_model(f, config: EncoderConfig) -> MaskedLanguageModel:
     if TRIM_ORIGIN not in f.tensors:
         return MaskedLanguageModel(config)
     origin = torch.from_numpy(f.tensors[TRIM_ORIGIN].astype(np.int64))
-    untrimmed = replace(
-        config, vocab_size=int(f.tensors[TRIM_ROWS][0]), pad_token_id=int(origin[config.pad_token_id])
-    )
+    untrimmed = replace(config, vocab_size=int(f.tensors[TRIM_ROWS][0]), pad_token_id=int(origin[config.pad_token_id]))
     return trim_vocabulary(MaskedLanguageModel(untrimmed), origin)
 
 

@@ -276,6 +276,7 @@ def step_aligner(step: Step) -> None:
 
 def aer_rows(chosen: dict, start: dict, method: str, layer: int, gold_sets) -> dict:
     """The chosen model's and the start's AER per gold set, whole / dev / test, at the chosen extraction."""
+
     def row(saved: dict, half: str) -> dict:
         key = f"separate/{method}" + ("" if half == "all" else f"/{half}")
         return {g: saved[key][str(layer)][g] for g in gold_sets}
