@@ -5,7 +5,7 @@ the same with XLM-Align's DWA beside it (bench/recipes/aligner-dwa.yaml: its MLM
 interpolations towards the start; AER on the 7 gold sets, dev and test halves as bench/results/e5.md reports them;
 `polyalign align` on 20,000 pairs, pairs/s.
 
-THE RULE, written before any run (bench/studies/e5.py's, issue 44's, with passes over the pack for steps):
+THE RULE, written before any run (bench/studies/e5.py's, with passes over the pack for steps):
 1. Layer: the start's layer (4 to 10) with the lowest mean argmax AER over the gold sets' dev halves; both arms
    self-train there and every candidate is scored there.
 2. Passes: each arm's schedule spans PASSES passes over the packed bitext, a checkpoint every 1/CHECKPOINTS of a
