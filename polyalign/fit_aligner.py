@@ -61,7 +61,7 @@ class FitSettings:
     batch_tokens: int = 8192
     """Padded tokens per encoding batch of the aligning."""
     device: str = "cpu"
-    """Where the aligning runs (the self-training runs where `pretrain` runs)."""
+    """Where the self-training and the aligning run."""
     progress: bool = True
 
 
@@ -124,7 +124,7 @@ def fit_aligner(start: Path, bitext: Bitext, out: Path, settings: FitSettings = 
     console.rule(f"2) self-train the start on the bitext: {steps} steps of {PAIRS_PER_STEP} pairs")
     console.print(f"({LOSS_NOTE})", highlight=False)
     recipe = load_recipe("self-align", self_align_overrides(out / "prepared", start, steps, settings.lr))
-    summary = pretrain(recipe, out / "run", progress=settings.progress)
+    summary = pretrain(recipe, out / "run", progress=settings.progress, device=settings.device)
     console.rule(f"3) towards the start (WiSE-FT, weight {settings.weight:g}), then align: {reading.describe()}")
     interpolate_folders(start, out / "run", settings.weight, out / "aligner")
     if settings.flags != ReadingFlags():  # the aligner's folder reads as it was read here

@@ -54,6 +54,13 @@ def test_step_collectives_take_tensors_on_the_training_device(monkeypatch):
     assert seen == [device, device]
 
 
+def test_a_named_device_wins_over_the_gpu_in_one_process(monkeypatch):
+    """fit-aligner --device cpu on a GPU machine trains on the CPU: one process takes the device it is given."""
+    monkeypatch.setattr(distributed.torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert distributed.init_distributed("cpu") == (0, 1, torch.device("cpu"))
+
+
 def test_cpu_bookkeeping_gets_a_gloo_group_beside_nccl(monkeypatch):
     made = []
     monkeypatch.setattr(distributed.dist, "get_backend", lambda *a: "nccl")

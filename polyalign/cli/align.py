@@ -117,13 +117,7 @@ def fit_aligner(
     layer: options.AlignLayer = None,
     encoding: options.AlignEncoding = None,
     batch_tokens: options.BatchTokens = 8192,
-    device: Annotated[
-        str | None,
-        typer.Option(
-            help="Torch device for the aligning, e.g. cpu, cuda, cuda:1 (default: CUDA when available). The "
-            "self-training runs where `pretrain` runs: on CUDA when the machine has it."
-        ),
-    ] = None,
+    device: options.Device = None,
     progress: options.Progress = True,
 ) -> None:
     """Fit a word aligner to your bitext and write its links: self-train the start model on the bitext

@@ -19,9 +19,15 @@ from polyalign.train.fsdp import shard
 from polyalign.train.metrics import Window
 
 
-def init_distributed() -> tuple[int, int, torch.device]:
-    """Join the process group if launched by torchrun; returns (rank, world size, device)."""
+def init_distributed(device_name: str | None = None) -> tuple[int, int, torch.device]:
+    """Join the process group if launched by torchrun; returns (rank, world size, device). `device_name` (one
+    process only, e.g. fit-aligner's --device) overrides the default: this process's GPU when there is one."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if device_name is not None and world == 1:
+        device = torch.device(device_name)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        return 0, 1, device
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     rank = dist.get_rank() if dist.is_initialized() else 0

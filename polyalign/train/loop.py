@@ -142,14 +142,19 @@ def stop_step(run: Run) -> int:
     return int(agree_on_stop(want, run.device, run.world).item())
 
 
-def pretrain(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True) -> dict:
+def pretrain(
+    recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool = True, device: str | None = None
+) -> dict:
     """Train according to `recipe` into `run_dir`, which this process holds meanwhile (guard.py: SIGINT and
-    SIGTERM save the step and stop; a failure says what was kept); returns a summary of the run and this call."""
+    SIGTERM save the step and stop; a failure says what was kept); returns a summary of the run and this call.
+    `device`: where one process trains (default: its GPU when there is one, else the CPU)."""
     with hold_run_folder(Path(run_dir), recipe, resume) as guard:
-        return train_in_folder(recipe, Path(run_dir), resume, progress, guard)
+        return train_in_folder(recipe, Path(run_dir), resume, progress, guard, device)
 
 
-def train_in_folder(recipe: Recipe, run_dir: Path, resume: bool, progress: bool, guard: RunGuard) -> dict:
+def train_in_folder(
+    recipe: Recipe, run_dir: Path, resume: bool, progress: bool, guard: RunGuard, device: str | None = None
+) -> dict:
     started = time.perf_counter()
     checkpoint = resume_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
@@ -159,7 +164,7 @@ def train_in_folder(recipe: Recipe, run_dir: Path, resume: bool, progress: bool,
         recipe = dataclasses.replace(recipe, trainer=trainer)
         if note and os.environ.get("RANK", "0") == "0":
             print(note)
-    run, _ = build_run(recipe, run_dir, fresh=checkpoint is None)
+    run, _ = build_run(recipe, run_dir, fresh=checkpoint is None, device_name=device)
     if checkpoint is not None:
         restore_run(run, checkpoint)
         if run.rank == 0:

@@ -138,10 +138,12 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(tensors["rng.cuda"])
 
 
-def build_run(recipe: Recipe, run_dir: Path, fresh: bool = True) -> tuple[Run, PreparedData]:
+def build_run(
+    recipe: Recipe, run_dir: Path, fresh: bool = True, device_name: str | None = None
+) -> tuple[Run, PreparedData]:
     """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet but, on a
     `fresh` start (not a resume), the MLM heads a start without one needs (see head_warmup.py)."""
-    rank, world, device = init_distributed()
+    rank, world, device = init_distributed(device_name)
     cfg = recipe.trainer
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
