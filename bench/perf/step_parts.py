@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.reporting import median_seconds, page_text, table
+from bench.reporting import median_seconds, page_text, provenance, table
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.encoder import Dropout, attend, expand_attention_mask
 from polyalign.model.losses import cross_entropy, linear_cross_entropy
@@ -113,7 +113,8 @@ def main() -> None:
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
-    saved = {"load_average_1min": load, "parts": rows}
+    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts"
+    saved = {"provenance": provenance(command), "load_average_1min": load, "parts": rows}
     (out / "step_parts.json").write_text(json.dumps(saved, indent=2) + "\n")
     write_page(saved, out / "step_parts.md")
 
@@ -123,9 +124,10 @@ def write_page(saved: dict, page: Path) -> Path:
     lines = [
         "# Parts of a CPU MLM step: stock PyTorch op vs polyalign's replacement",
         "",
-        "Command: `flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.step_parts` (2 threads, bf16 "
-        f"tensors, forward + backward, median of 5 after a warm-up; 1-minute load average "
-        f"{saved['load_average_1min']:.1f}).",
+        saved["provenance"],
+        "",
+        "2 threads, bf16 tensors, forward + backward, median of 5 after a warm-up; 1-minute load average "
+        f"{saved['load_average_1min']:.1f}.",
         "",
         table(
             ["part", "stock (ms)", "polyalign (ms)", "speed-up"],
