@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.perf.gpu_pack import folder_mb, head_lines  # noqa: E402
+from bench.perf.gpu_pack import head_lines, publish  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 E5 = Path("/work/e5-small") if Path("/work/e5-small").is_dir() else ROOT / "models" / "multilingual-e5-small"
@@ -143,11 +143,7 @@ def build_pack(out: Path, fraction: float | None = None) -> dict:
             "bytes": {"start": start_bytes, "bitext": bitext, "gold": gold_bytes, "budget": budget},
             "gold_sets": list(GOLD_SETS),
         }
-        (staging / PACK_JSON).write_text(json.dumps(description, indent=2) + "\n")
-        if folder_mb(staging) * 1e6 > budget:
-            raise SystemExit(f"the pack would be {folder_mb(staging):.1f} MB > the budget {budget / 1e6:.1f} MB")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(staging, out)
+        publish(staging, out, description, PACK_JSON, budget, "lower --fraction (the carry limit)")
     return description
 
 

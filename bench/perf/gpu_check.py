@@ -81,6 +81,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=default_out, help="folder for gpu_check.md, .json and logs/")
     ap.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny sizes (< 1 minute)")
     ap.add_argument("--steps", help=f"comma list of steps to run (default all: {','.join(STEPS)})")
+    ap.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="STEP=SECONDS",
+        help="a step's wall-clock budget for this call, in place of its default (repeatable)",
+    )
     ap.add_argument("--combine", nargs="+", type=Path, help="gpu_check.json files of several calls -> one page")
     ap.add_argument("--step", choices=list(STEPS), help=argparse.SUPPRESS)  # a step's own process
     ap.add_argument(
@@ -109,8 +116,14 @@ def main() -> None:
         steps = args.steps.split(",") if args.steps else list(STEPS)
         if unknown := [s for s in steps if s not in STEPS]:
             ap.error(f"--steps: unknown {', '.join(unknown)}; the steps are {', '.join(STEPS)}")
+        budgets = {}
+        for given in args.budget:
+            name, _, seconds = given.partition("=")
+            if name not in STEPS or not seconds.replace(".", "", 1).isdigit():
+                ap.error(f"--budget {given}: STEP=SECONDS with a step of {', '.join(STEPS)}")
+            budgets[name] = float(seconds)
         args.out.mkdir(parents=True, exist_ok=True)
-        run_check(args.out, args.dry_run, steps, args.work)
+        run_check(args.out, args.dry_run, steps, args.work, budgets)
         print(f"wrote {args.out / 'gpu_check.md'} and gpu_check.json")
 
 

@@ -109,12 +109,17 @@ def build_pack(out: Path, languages: tuple[str, ...], fraction: float, dev_pairs
             "tatoeba": list(TATOEBA_14),
             "megabytes": round(folder_mb(staging), 1),
         }
-        if description["megabytes"] > max_mb:
-            raise SystemExit(f"the pack would be {description['megabytes']} MB > {max_mb} MB: lower --fraction")
-        (staging / "pack.json").write_text(json.dumps(description, indent=2) + "\n")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(staging, out)
+        publish(staging, out, description, "pack.json", max_mb * 1e6, "lower --fraction")
     return description
+
+
+def publish(staging: Path, out: Path, description: dict, name: str, limit_bytes: float, advice: str) -> None:
+    """Write the description into the staged pack and move it to `out`, unless it weighs more than it may."""
+    (staging / name).write_text(json.dumps(description, indent=2) + "\n")
+    if (megabytes := folder_mb(staging)) * 1e6 > limit_bytes:
+        raise SystemExit(f"the pack would be {megabytes:.1f} MB > {limit_bytes / 1e6:.1f} MB: {advice}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(staging, out)
 
 
 def main() -> None:

@@ -67,9 +67,18 @@ class Plan:
     overrides: tuple[str, ...] = ()
     step_cap: int = 0
     """At most this many steps (0: as many as the passes take); the dry run's few."""
+    reserve_s: float = 0.0
+    """Seconds of the step's budget kept for what follows the trainings (each arm's scores and interpolations,
+    `align`): the arms share the rest equally, so a loan shared with other steps shortens both alike."""
+
+    def arm_minutes(self, arm: str, seconds_left: float) -> float:
+        """An arm's minutes guard: the plan's, or its equal share of the budget left, whichever is less."""
+        share = (seconds_left - self.reserve_s) / len(ARMS) / 60
+        return round(max(0.5, min(self.minutes[arm], share)), 2)
 
 
-FULL = Plan(128, 16384, 5e-5, 1.0, 4, {"self-align": 4.0, "dwa-beside": 4.0}, 20_000, tuple(range(4, 11)))
+FULL = Plan(128, 16384, 5e-5, 1.0, 4, {"self-align": 4.0, "dwa-beside": 4.0}, 20_000, tuple(range(4, 11)),
+            reserve_s=220)  # fmt: skip
 DRY = Plan(8, 1024, 5e-5, 1.0, 2, {"self-align": 0.5, "dwa-beside": 0.5}, 200, (1, 2),
            ("trainer.loader_workers=0", "trainer.head_warmup_steps=2", "data.mono.max_tokens=1024"), 6)  # fmt: skip
 
@@ -169,7 +178,7 @@ def dev_aer(saved: dict, method: str, layer: int) -> dict[str, float]:
 # Training
 
 
-def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]:
+def train(step: Step, inputs: Inputs, arm: str, layer: int, minutes: float) -> tuple[Path, dict]:
     """One arm's run over the packed bitext (resumed when its run folder has checkpoints); its record."""
     from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 
@@ -180,7 +189,7 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
     max_steps = min(max_steps, plan.step_cap) if plan.step_cap else max_steps
     save_every = max(1, min(steps_per_pass, max_steps) // plan.checkpoints_per_pass)
     sets = [f"trainer.max_steps={max_steps}", f"trainer.save_every={save_every}", "trainer.keep_checkpoints=0",
-            "trainer.stop_at=0", f"trainer.max_minutes={plan.minutes[arm]:g}", f"trainer.lr={plan.lr:g}",
+            "trainer.stop_at=0", f"trainer.max_minutes={minutes:g}", f"trainer.lr={plan.lr:g}",
             f"data.parallel.max_examples={plan.pairs_per_step}", f"data.parallel.max_tokens={plan.tokens_per_step}",
             f"objectives.0.config.layer={layer}", *plan.overrides]  # fmt: skip
     done = run_dir / "done"
@@ -200,7 +209,8 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int) -> tuple[Path, dict]
     steps = [checkpoint_step(c) for c in checkpoint_dirs(run_dir)]
     record = {"steps": max(steps), "max_steps": max_steps, "steps_per_pass": steps_per_pass,
               "passes": round(max(steps) / steps_per_pass, 3), "pairs_seen": max(steps) * plan.pairs_per_step,
-              "seconds": json.loads(done.read_text())["seconds"], "finished_before": finished_before}  # fmt: skip
+              "seconds": json.loads(done.read_text())["seconds"], "finished_before": finished_before,
+              "minutes_guard": minutes}  # fmt: skip
     step.part(f"train {arm}", status="ok", **record)
     return run_dir, record
 
@@ -255,8 +265,10 @@ def step_aligner(step: Step) -> None:
     result = {"rule_layer": layer, "gold_sets": list(inputs.gold_sets), "pack": inputs.described, "arms": {}}
     start = scores(step, inputs, "start", inputs.start, METHODS, (layer,))
     result["start"] = start
+    minutes = {arm: plan.arm_minutes(arm, step.left()) for arm in ARMS}  # equal minutes, fixed before either
+    step.part("minutes per arm", status="ok", **minutes)
     for arm in ARMS:
-        run_dir, trained = train(step, inputs, arm, layer)
+        run_dir, trained = train(step, inputs, arm, layer, minutes[arm])
         found = candidates(step, inputs, arm, run_dir, layer)
         chosen = choose(inputs, found, start, layer)
         chosen_scores = scores(step, inputs, chosen, found[chosen][0], METHODS, (layer,))

@@ -83,20 +83,24 @@ def step_status(parts: dict) -> str:
     return "ok" if statuses else "failed: recorded nothing"
 
 
-def run_check(out: Path, dry_run: bool, steps: list[str] | None = None, work: Path | None = None) -> dict:
+def run_check(
+    out: Path, dry_run: bool, steps: list[str] | None = None, work: Path | None = None, budgets: dict | None = None
+) -> dict:
+    """`budgets` (step: seconds) replaces steps' budgets for this call: a loan shared by several steps gives each
+    less than a loan of its own would."""
     # Models, runs and data stay out of --out (the device tool brings back all of it); logs come back. A given
     # `work` folder is kept: a second call on the warm machine finds the first one's trainings and measures.
     if work is not None:
         work.mkdir(parents=True, exist_ok=True)
-        return check_in(work, out, dry_run, steps or list(STEPS))
+        return check_in(work, out, dry_run, steps or list(STEPS), budgets or {})
     with tempfile.TemporaryDirectory(prefix="gpu_check") as scratch:
-        return check_in(Path(scratch), out, dry_run, steps or list(STEPS))
+        return check_in(Path(scratch), out, dry_run, steps or list(STEPS), budgets or {})
 
 
 NOT_SELECTED = "skipped: not in --steps"
 
 
-def check_in(work: Path, out: Path, dry_run: bool, selected: list[str]) -> dict:
+def check_in(work: Path, out: Path, dry_run: bool, selected: list[str], budgets: dict) -> dict:
     t0 = time.perf_counter()
     result = {
         "command": "bench/perf/gpu_check.py " + " ".join(sys.argv[1:]),
@@ -112,7 +116,7 @@ def check_in(work: Path, out: Path, dry_run: bool, selected: list[str]) -> dict:
     }
     for i, (name, (title, budget, _)) in enumerate(STEPS.items()):
         left = TOTAL_BUDGET_S - (time.perf_counter() - t0)
-        budget = DRY_BUDGETS_S.get(name, DRY_BUDGET_S) if dry_run else min(budget, left)
+        budget = DRY_BUDGETS_S.get(name, DRY_BUDGET_S) if dry_run else min(budgets.get(name, budget), left)
         if name not in selected:
             record = {"name": name, "title": title, "status": NOT_SELECTED, "parts": {}}
         elif budget < 5:
