@@ -22,6 +22,8 @@ import functools
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from polyalign.model.compiling import compiled
+
 FLEX_KERNEL_OPTIONS = {"bwd_BLOCK_M1": 32, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 32}
 """Triton tiles of the backward kernel on CUDA (the forward keeps torch's): with a score_mod whose table takes
 gradients, the default tiles asked an H200 for more shared memory than it has; smaller tiles ask for less. The GPU
@@ -73,4 +75,4 @@ def _flex(q, k, v, per_bucket, positions, buckets, dense, block_mask, kernel_opt
 
 @functools.cache
 def _compiled():
-    return torch.compile(_flex)  # inlined when the whole model is compiled (trainer.compile)
+    return compiled(_flex)  # inlined when the whole model is compiled (trainer.compile)

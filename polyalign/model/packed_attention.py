@@ -8,6 +8,8 @@ import functools
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from polyalign.model.compiling import compiled
+
 FLEX_ATTENTION_DEVICES = ("cuda",)
 """Devices on which packed rows attend through FlexAttention; elsewhere through a materialised (B, 1, T, T) mask
 (on a CPU the explicit path is the faster one, and FlexAttention has no CPU backward)."""
@@ -27,7 +29,7 @@ def flex_attention_fits(config, training: bool, device: torch.device) -> bool:
 @functools.cache
 def flex_attention_for(device_type: str):
     """FlexAttention compiled into one fused kernel on CUDA (eager it materialises the scores); eager elsewhere."""
-    return torch.compile(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
+    return compiled(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
 
 
 def packed_attention_mask(example_ids: torch.Tensor, flex: bool):

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from polyalign.config import Recipe
+from polyalign.model.compiling import compiled
 from polyalign.objectives import OBJECTIVES
 from polyalign.train.fsdp import shard
 from polyalign.train.metrics import Window
@@ -60,7 +61,7 @@ def wrap_for_processes(module: nn.Module, recipe: Recipe, world: int, device: to
     elif world > 1:
         trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
     if compiles(cfg.compile, device):
-        trained = torch.compile(trained)
+        trained = compiled(trained)
     return trained
 
 

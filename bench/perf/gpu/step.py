@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,10 +89,15 @@ class Step:
         return self.logs / f"{self.name}.{name}.log"
 
 
+ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception)\b")
+
+
 def one_line(text: str) -> str:
-    """The last non-empty line of a command's output: what a person reads first when it failed."""
+    """What a person reads first when it failed: the last line that names an error (`torch._inductor.exc.
+    InductorError: AssertionError: ...`, not the hint printed after it), else the last non-empty line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[-1] if lines else "no output")[:300]
+    errors = [line for line in lines if ERROR_LINE.match(line)]
+    return (errors[-1] if errors else lines[-1] if lines else "no output")[:300]
 
 
 def run_command(step: Step, name: str, command: list[str], stdout: Path | None = None, env: dict | None = None):
