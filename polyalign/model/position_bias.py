@@ -33,8 +33,12 @@ def relative_position_bucket(
 
 
 KERNELS = ("auto", "flex", "materialised")
-"""How a biased layer attends: `auto` is FlexAttention on CUDA (the materialised bias keeps SDPA off its flash
-kernel there) and the materialised bias elsewhere (on a CPU three plain ops are the faster ones, see `attend`)."""
+"""How a biased layer attends: `auto` is the materialised bias on every device, `flex` FlexAttention (`attend`).
+On a CPU three plain ops are the faster ones. On CUDA FlexAttention would keep the (B, H, T, T) bias out of memory,
+but on an H200 with torch 2.11 its kernel for this score_mod did not compile with any tiles tried: Triton asked for
+409,600 bytes of shared memory where the card has 232,448 (bench/results/gpu/gpu_check.md, step 3), so a recipe
+that trusted it would stop at its first step. `python bench/perf/gpu_check.py --steps kernels` says whether it
+compiles on a given card and torch."""
 
 
 class RelativePositionBias(nn.Module):
@@ -62,9 +66,7 @@ class RelativePositionBias(nn.Module):
     def fused(self, q: torch.Tensor, dropout: nn.Dropout) -> bool:
         """Whether the layer attends through `attend` (FlexAttention) rather than the materialised bias.
         FlexAttention has no attention dropout: a layer that drops attention weights takes the materialised bias."""
-        if self.kernel == "materialised" or (dropout.training and dropout.p > 0):
-            return False
-        return self.kernel == "flex" or q.device.type == "cuda"
+        return self.kernel == "flex" and not (dropout.training and dropout.p > 0)
 
     def attend(self, q, k, v, mask, position_ids: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
         """softmax(q kᵀ / √hs + bias, mask) v without the (B, H, T, T) bias, the bias of query i multiplied by
