@@ -1,8 +1,9 @@
 """Kill -9 a training run where it matters, then `--resume`: does every trial continue the same loss curve?
 
-Writes bench/results/reliability.md and reliability.json. Each trial starts a tiny pre-training run on the bundled
-sample (a checkpoint every 2 steps, so that writes are frequent) and kills it with SIGKILL at one of three moments,
-taken in turn so that any seed and any run of 3 or more trials covers each:
+Writes bench/results/reliability.json and its page, reliability.md (`python -m bench.page reliability` draws it
+again from the JSON). Each trial starts a tiny pre-training run on the bundled sample (a checkpoint every 2 steps,
+so that writes are frequent) and kills it with SIGKILL at one of three moments, taken in turn so that any seed and
+any run of 3 or more trials covers each:
   after-first-checkpoint  a few steps after the first checkpoint is complete;
   during-write            while a checkpoint is being written (its hidden `.step-*.tmp-*` folder exists), at a
                           random step once one complete checkpoint exists;
