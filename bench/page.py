@@ -345,23 +345,41 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
     return ", ".join(codes) if codes else None, lines
 
 
-PROBE_PAGES = ("ot_filtering", "pair_layout", "rtd_reference", "scale", "step_parts", "throughput", "trim")
-"""The pages of probes and perf benches: each drawn again from the JSON its command saved (RESULTS/NAME.json)."""
+PROBE_PAGES = (
+    "gpu_check",
+    "ot_filtering",
+    "pair_layout",
+    "reliability",
+    "rtd_reference",
+    "scale",
+    "step_parts",
+    "throughput",
+    "trim",
+)
+"""The pages of probes and perf benches: each drawn again from the JSON its command saved (RESULTS/NAME.json; the
+CPU speed bench's is a section of the throughput page)."""
+SAVED_IN = {"gpu_check": "gpu"}
+"""Pages whose command saves into a folder of its own under the results (the GPU check's --out)."""
 
 
-def probe_page(name: str, results: Path) -> Path:
-    """A probe's or perf bench's page from its saved JSON, by the blocks its module draws."""
-    from bench.perf import scale_report, step_parts, throughput
+def probe_page(name: str, results: Path, folder: Path | None = None) -> Path:
+    """A probe's or perf bench's page from its saved JSON, by the blocks its module draws; `folder` where the JSON
+    lies when not the page's own place under `results` (a GPU check's raw output, kept beside its page)."""
+    from bench.perf import reliability, scale_report, step_parts, throughput
+    from bench.perf.gpu import page as gpu_check
     from bench.probes import ot_filtering, pair_layout, rtd_reference, trim_equivalence
 
-    saved, page = read_json(results / f"{name}.json"), results / f"{name}.md"
+    folder = folder or results / SAVED_IN.get(name, "")
+    saved, page = read_json(folder / f"{name}.json"), folder / f"{name}.md"
     draw = {
+        "gpu_check": lambda: gpu_check.write_page(saved, page),
         "ot_filtering": lambda: ot_filtering.write_page(saved, page),
-        "pair_layout": lambda: pair_layout.write_page(saved, results),
-        "rtd_reference": lambda: rtd_reference.report(saved, results / f"{name}.json", saved["provenance"]),
-        "scale": lambda: scale_report.write_page(saved, results),
+        "pair_layout": lambda: pair_layout.write_page(saved, folder),
+        "reliability": lambda: reliability.write_page(saved, page),
+        "rtd_reference": lambda: rtd_reference.report(saved, folder / f"{name}.json", saved["provenance"]),
+        "scale": lambda: scale_report.write_page(saved, folder),
         "step_parts": lambda: step_parts.write_page(saved, page),
-        "throughput": lambda: page.write_text(throughput.report(saved, "", results)),
+        "throughput": lambda: page.write_text(throughput.report(saved, "", folder)),
         "trim": lambda: trim_equivalence.write_page(saved, page),
     }
     draw[name]()

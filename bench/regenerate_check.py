@@ -22,6 +22,7 @@ from bench.reporting import table_rows
 from bench.studies import STUDIES
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
 VOLATILE = {"provenance", "commit", "date"}
 """JSON fields that name when and at what commit a file was written, not what it measured."""
 
@@ -34,8 +35,9 @@ def without_volatile(data):
     return data
 
 
-def writers() -> dict[str, Callable[[Path], list[Path]]]:
-    """Every page writer by the page it writes: a function of the results folder returning the files it wrote."""
+def writers(results: Path = RESULTS) -> dict[str, Callable[[Path], list[Path]]]:
+    """Every page writer by the page it writes (its path under `results`): a function of the results folder
+    returning the files it wrote."""
 
     def study_writer(study):
         def write(results: Path) -> list[Path]:
@@ -45,7 +47,13 @@ def writers() -> dict[str, Callable[[Path], list[Path]]]:
 
         return write
 
-    probes = {f"{name}.md": lambda r, name=name: [page.probe_page(name, r)] for name in page.PROBE_PAGES}
+    probes = {}
+    for name in page.PROBE_PAGES:
+        home = results / page.SAVED_IN.get(name, "")
+        # a page kept in a folder of its own keeps the raw output of earlier calls below it, each with its page
+        copies = sorted(p.parent for p in home.glob(f"*/{name}.json")) if home != results else []
+        for at in (folder.relative_to(results) for folder in (home, *copies)):
+            probes[(at / f"{name}.md").as_posix()] = lambda r, name=name, at=at: [page.probe_page(name, r, r / at)]
     return {f"{name}.md": study_writer(study) for name, study in STUDIES.items()} | probes
 
 
@@ -69,7 +77,7 @@ def check(results: Path, scratch: Path) -> tuple[dict[str, int], list[str]]:
     """Regenerate every page into `scratch` (a copy of `results`); the cells compared per page, and what moved."""
     shutil.copytree(results, scratch, dirs_exist_ok=True)
     compared, problems = {}, []
-    for name, write in writers().items():
+    for name, write in writers(results).items():
         written = write(scratch)
         cells = 0
         for path in written:
@@ -82,7 +90,7 @@ def check(results: Path, scratch: Path) -> tuple[dict[str, int], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--keep", type=Path, help="regenerate into this folder and keep it (default: a temporary one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

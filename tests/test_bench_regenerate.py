@@ -1,8 +1,11 @@
 """The regeneration check (bench/regenerate_check.py): a moved table cell or JSON value is found, prose is not."""
 
 import json
+import shutil
+from pathlib import Path
 
-from bench.page import PROBE_PAGES
+import pytest
+
 from bench.regenerate_check import ROOT, differences, writers
 from bench.reporting import markdown_table, table_rows
 from bench.studies import STUDIES
@@ -35,8 +38,20 @@ def test_json_values_differ_but_not_the_commit_they_were_written_at(tmp_path):
     assert differences(before, after) == ["v.json: the JSON differs"]
 
 
-def test_every_page_under_bench_results_regenerates_but_the_reliability_benchs():
-    # bench/perf/reliability.py still draws its page itself, from its run (not from its saved JSON)
-    pages = {p.name for p in (ROOT / "bench" / "results").glob("*.md")}
-    assert set(writers()) == {f"{name}.md" for name in (*STUDIES, *PROBE_PAGES)}
-    assert pages - set(writers()) == {"reliability.md"}
+def test_every_page_under_bench_results_has_a_writer():
+    # the pages bench/ writes: one per study and probe, and the GPU check's (its raw outputs below it included)
+    results = ROOT / "bench" / "results"
+    pages = {p.relative_to(results).as_posix() for p in (*results.glob("*.md"), *results.rglob("gpu_check.md"))}
+    assert set(writers(results)) == pages
+    assert {f"{name}.md" for name in STUDIES} | {"gpu/gpu_check.md", "reliability.md", "throughput.md"} <= pages
+
+
+@pytest.mark.parametrize("name", ["gpu/gpu_check.md", "gpu/loan3/gpu_check.md", "reliability.md"])
+def test_the_gpu_check_and_reliability_pages_regenerate_from_their_json_alone(name, tmp_path):
+    results = ROOT / "bench" / "results"
+    saved = Path(name).with_suffix(".json")
+    (tmp_path / saved).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(results / saved, tmp_path / saved)
+    written = writers(results)[name](tmp_path)
+    assert written == [tmp_path / name]
+    assert table_rows(written[0].read_text()) and differences(results / name, written[0]) == []

@@ -6,9 +6,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = "bench.reporting"
-OWN_DRAWING = {"bench.perf.gpu.page", "bench.perf.reliability", "bench.perf.cpu_speed"}
-"""Pages still drawn by their own scripts (the GPU check's, the reliability and CPU speed benches'): each is to
-return blocks too."""
 
 
 def draws_tables(path: Path) -> bool:
@@ -34,7 +31,7 @@ def table_drawers(root: Path) -> set[str]:
 
 
 def test_one_module_draws_the_tables_of_every_page():
-    assert table_drawers(ROOT) - OWN_DRAWING == {WRITER}
+    assert table_drawers(ROOT) == {WRITER}
 
 
 def test_a_page_that_draws_its_own_table_is_found(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.perf.gpu.throughput import ARMS, PEERS
+from bench.reporting import table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "perf" / "gpu_check.py"
@@ -103,18 +104,39 @@ def test_the_gpu_section_is_sized_above_cpu_scale_and_skipped_without_a_gpu():
     assert shrunk.setup.budget.max_flops < 1e12
 
 
+def two_calls(folder: Path, names: list[str], skipped: str) -> list[Path]:
+    """Two calls' records: the first ran the first three steps, the second the others."""
+    for i, ran in enumerate((names[:3], names[3:])):
+        steps = [{"name": n, "title": n, "parts": {}, "status": "ok" if n in ran else skipped} for n in names]
+        call = {"command": f"call {i}", "date": str(i), "seconds": 10.0, "steps": steps, "dry_run": False}
+        (folder / f"{i}.json").write_text(json.dumps(call | {"code": "abc", "host": "h"}))
+    return [folder / "0.json", folder / "1.json"]
+
+
+def step_rows(out: Path, names: list[str]) -> list[list[str]]:
+    """The page's table of steps (below its header row)."""
+    return table_rows((out / "gpu_check.md").read_text())[1 : len(names) + 1]
+
+
 def test_two_calls_combine_into_one_page(tmp_path):
     module = gpu_check()
     names = list(module.STEPS)
-    for i, ran in enumerate((names[:3], names[3:])):
-        steps = [
-            {"name": n, "title": n, "parts": {}, "status": "ok" if n in ran else module.NOT_SELECTED} for n in names
-        ]
-        call = {"command": f"call {i}", "date": str(i), "seconds": 10.0, "steps": steps, "dry_run": False}
-        (tmp_path / f"{i}.json").write_text(json.dumps(call | {"code": "abc", "host": "h"}))
-    combined = module.combine([tmp_path / "0.json", tmp_path / "1.json"])
+    combined = module.combine(two_calls(tmp_path, names, module.NOT_SELECTED))
     assert [s["status"] for s in combined["steps"]] == ["ok"] * len(names)
     assert combined["seconds"] == 20.0 and combined["command"] == "call 0 ; call 1"
+    module.write_results(tmp_path, combined)
+    assert step_rows(tmp_path, names) == [[n, "ok", "0", "0"] for n in names]
+
+
+@pytest.mark.integration  # the script in a Python process of its own, as it is run after a loan
+def test_the_combine_command_writes_the_page_and_the_record(tmp_path):
+    module = gpu_check()
+    names = list(module.STEPS)
+    calls = two_calls(tmp_path, names, module.NOT_SELECTED)
+    command = [sys.executable, str(SCRIPT), "--combine", *map(str, calls), "--out", str(tmp_path / "out")]
+    subprocess.run(command, cwd=ROOT, check=True, timeout=120, capture_output=True)
+    assert json.loads((tmp_path / "out" / "gpu_check.json").read_text()) == module.combine(calls)
+    assert step_rows(tmp_path / "out", names) == [[n, "ok", "0", "0"] for n in names]
 
 
 @pytest.mark.integration  # the step runs, and is stopped, in a Python process of its own

@@ -36,7 +36,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.reporting import markdown_table
+from bench.reporting import Block, page_text, table
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_RECORDED = "commit not recorded by that run"
@@ -301,8 +301,8 @@ def measure_pretrain(before: str, prepared: Path, steps: int, rounds: int, scrat
 # Report section (bench/perf/throughput.py adds it to throughput.md)
 
 
-def cpu_speed_section(path: Path) -> list[str]:
-    """Markdown lines for cpu_speed.json, or none when it was not measured."""
+def cpu_speed_section(path: Path) -> list[str | Block]:
+    """The page's lines and tables for cpu_speed.json, or none when it was not measured."""
     if not Path(path).is_file():
         return []
     r = json.loads(Path(path).read_text())
@@ -328,7 +328,7 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"polyalign = `polyalign align` with `{Path(a['model']).name}` (ot, pair encoding, default layer, bf16); "
             "eflomal = training on the same pairs and aligning both directions, grow-diag-final-and.",
             "",
-            markdown_table(
+            table(
                 ["aligner", "median s", "pairs/s", "goal"],
                 [
                     [name, f"{a[name]['median_seconds']:.1f}", f"{a[name]['pairs_per_s']:.0f}", goal]
@@ -336,7 +336,6 @@ def cpu_speed_section(path: Path) -> list[str]:
                 ],
                 align="lrrr",
             ),
-            "",
         ]
         if b := a.get("bound"):
             rates = ", ".join(f"{k} {v:.0f}" for k, v in b["bf16_linear_gflops"].items())
@@ -363,12 +362,11 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"`{t['prepared']}`, {t['rounds']} interleaved rounds, median; rates over the log windows after the "
             "first.",
             "",
-            markdown_table(
+            table(
                 ["code", "tokens/s", "model GFLOP/s"],
                 [[n, f"{t[n]['tokens_per_s']:.0f}", f"{t[n]['flops_per_s'] / 1e9:.0f}"] for n in names],
                 align="lrr",
             ),
-            "",
         ]
     if p := r.get("prepare"):
         cells = "{copies}x|{workers}|{mb:.0f}|{seconds:.1f}|{mb_per_s:.2f}|{peak_rss_mb:.0f}"
@@ -378,9 +376,8 @@ def cpu_speed_section(path: Path) -> list[str]:
             f"text (1x), and every file repeated 10 times (10x); vocabulary 8000 trained on "
             f"{r['prepare_sample_lines']:,} sampled lines. Peak memory = the largest single process.",
             "",
-            markdown_table(["corpus", "workers", "MB", "s", "MB/s", "peak memory (MB)"], rows, align="lrrrrr"),
+            table(["corpus", "workers", "MB", "s", "MB/s", "peak memory (MB)"], rows, align="lrrrrr"),
         ]
-        lines.append("")
     return lines
 
 
@@ -443,7 +440,7 @@ def main() -> None:
             result[part] = earlier[part]
     result["measured"] = {part: measured[part] for part in PARTS if part in result}
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print("\n".join(cpu_speed_section(args.out / "cpu_speed.json")))
+    print(page_text(cpu_speed_section(args.out / "cpu_speed.json")))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from bench.perf.gpu.environment import step_environment
 from bench.perf.gpu.evidence import step_evidence
 from bench.perf.gpu.gpu_tests import step_gpu_tests
 from bench.perf.gpu.kernels import step_kernels
-from bench.perf.gpu.page import page
+from bench.perf.gpu.page import write_page
 from bench.perf.gpu.step import ENTRY, ROOT, child_env, end_tree, one_line
 from bench.perf.gpu.tatoeba import step_tatoeba
 from bench.perf.gpu.throughput import step_throughput
@@ -147,4 +147,4 @@ def combine(files: list[Path]) -> dict:
 
 def write_results(out: Path, result: dict) -> None:
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (out / "gpu_check.md").write_text(page(result))
+    write_page(result, out / "gpu_check.md")
