@@ -232,8 +232,8 @@ def training_steps(
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """The one fine-tuning step, `total` times: `loss_of(next(batches))` under autocast, backward, clipping, AdamW
     with layer-wise learning-rate decay on the linear schedule with warmup. Yields (step, detached loss) after each
-    update, steps counted from 1, so that the caller scores or logs between updates. `betas` and `eps` are Adam's:
-    BERT's defaults for the encoder tasks; a translation model trains with Vaswani et al.'s beta2 = 0.98."""
+    update, steps counted from 1, so that the caller scores or logs between updates. `betas` and `eps` are Adam's,
+    BERT's fine-tuning defaults unless the caller trains something else (a new decoder wants pre-training's)."""
     # fused: one kernel for all parameters, which matters on CPU where small fine-tuning batches make the
     # optimizer step a large share of the time.
     optimizer = torch.optim.AdamW(parameter_groups(model, num_layers, config), betas=betas, eps=eps, fused=True)
