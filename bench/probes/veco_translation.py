@@ -4,7 +4,8 @@ The model is initialised from a pre-trained polyalign model (`--init veco`: ever
 encoder`: an encoder without cross-attention, e.g. XLM, leaving the encoder-decoder attention new) or randomly
 with the same configuration (`--init random`). Training pairs come from ../shared/data/train/parallel (one
 language pair); the test sets are a held-out slice at the end of that file and, optionally, Tatoeba (which
-`prepare --exclude` kept out of pre-training). Greedy decoding; sacreBLEU on detokenised text.
+`prepare --exclude` kept out of pre-training). It trains through the fine-tuning loop's step
+(`polyalign.finetune.loop.training_steps`). Greedy decoding; sacreBLEU on detokenised text.
 
   python -m bench.probes.veco_translation --model bench/work/runs/veco --init veco --steps 300 --out results.json
 """
@@ -181,7 +182,6 @@ def main() -> None:
             has = loaded.model.config.cross_attention
             raise SystemExit(f"--init {args.init} does not match {args.model} (cross_attention={has})")
         model = Seq2SeqTransformer.from_encoder(loaded.model)
-    model.train()
 
     # 3) fine-tune through the one fine-tuning loop
     curve = fine_tune(model, train, sp, (src_lang, tgt_lang), args.steps, args.batch_tokens, args.lr, args.seed, t0)
