@@ -189,12 +189,22 @@ def electra_rtd(config: EncoderConfig, special: SpecialTokens, device, discrimin
     return module, loss_of
 
 
-def training_step(module: torch.nn.Module, loss_of, learning_rate: float, autocast=None) -> Callable[[dict], float]:
+def training_step(
+    module: torch.nn.Module,
+    loss_of,
+    learning_rate: float,
+    autocast=None,
+    trainer: TrainerConfig | None = None,
+    schedule: Callable[[int], float] | None = None,
+) -> Callable[[dict], float]:
     """step(batch) -> loss, as polyalign's trainer runs it for either stack: the loss (under `autocast`), backward,
-    clipping, fused AdamW with weight decay on matrices only, over the parameters that train."""
-    trainer = TrainerConfig()
+    clipping, fused AdamW with weight decay on matrices only, over the parameters that train. `trainer`: the betas,
+    eps, weight decay and clipping norm (TrainerConfig's defaults when None); `schedule`: the learning-rate factor at
+    each (0-based) step (a constant learning rate when None), for a peer trained side by side with a run."""
+    trainer = trainer or TrainerConfig()
     groups = parameter_groups(module, trainer)
     optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=trainer.betas, eps=trainer.eps, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule) if schedule else None
     trained = [p for g in groups for p in g["params"]]
 
     def step(batch) -> float:
@@ -203,6 +213,8 @@ def training_step(module: torch.nn.Module, loss_of, learning_rate: float, autoca
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, trainer.clip_norm)
         optimizer.step()
+        if scheduler:
+            scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())  # a float: the step has finished on the device
 

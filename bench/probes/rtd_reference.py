@@ -8,8 +8,10 @@ the same data, that is what the algorithm does at this size and step count (scal
 not, the difference is in our code.
 
 The two share polyalign's batches and its three small pure functions for the draw from the generator, the
-replaced labels and the detection loss (Eqs. 2-3, pinned by tests/test_xlm_e.py); the models, the heads, the
-embedding sharing, the optimizer step and the training loop of the reference are transformers' and PyTorch's.
+replaced labels and the detection loss (Eqs. 2-3, pinned by tests/test_xlm_e.py); the models, the heads and the
+embedding sharing of the reference are transformers'; it trains through the speed bench's peer step
+(bench.perf.speed.training_step) with our run's optimizer settings, clipping and schedule, ours through the
+trainer's own step.
 
 Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.rtd_reference \
     --data bench/work/prepared-all24 --steps 1200 --every 25 --out bench/results/rtd_reference.json
@@ -20,15 +22,16 @@ Usage: flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.probes.rtd_refere
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from bench.floors import unigram_floor
+from bench.perf.speed import training_step
 from bench.reporting import page_text, provenance, read_json, table, write_json
 from bench.studies.evidence.common import XNLI15  # xlm-e-3's languages
 from bench.verdict import (
@@ -38,6 +41,7 @@ from bench.verdict import (
 )
 from polyalign.config import load_recipe
 from polyalign.data.masking import IGNORE
+from polyalign.device import to_device
 from polyalign.evaluate.plots import plot_series
 from polyalign.objectives.rtd import (
     corrupt,
@@ -45,7 +49,7 @@ from polyalign.objectives.rtd import (
     replaced_token_labels,
     sample_replacements,
 )
-from polyalign.train import Window, build_run, start_loader, train_step
+from polyalign.train import Window, build_run, learning_rate_factor, start_loader, train_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,7 +103,10 @@ def reference_step(generator, discriminator, batch: dict[str, torch.Tensor], wei
     }
 
 
-def run(data: Path, steps: int, max_tokens: int, seed: int, languages: str, every: int) -> dict:
+def run(
+    data: Path, steps: int, max_tokens: int, seed: int, languages: str, every: int, sizes: tuple[str, ...] = ()
+) -> dict:
+    """Both trained side by side for `steps` on `data`; `sizes`: more recipe overrides (a test's tiny model)."""
     overrides = [
         f"trainer.max_steps={steps}",
         f"trainer.warmup_steps={max(1, steps // 10)}",
@@ -109,6 +116,7 @@ def run(data: Path, steps: int, max_tokens: int, seed: int, languages: str, ever
         # the reference has absolute positions only: ours the same, so the two differ in their code alone
         "model.absolute_positions=true",
         "model.position_bias=none",
+        *sizes,
     ]
     recipe = load_recipe("xlm-e-mono", overrides, preset="cpu-small")
     recipe.data.prepared = str(data)
@@ -117,44 +125,32 @@ def run(data: Path, steps: int, max_tokens: int, seed: int, languages: str, ever
         ours, _ = build_run(recipe, Path(tmp))
         loader = start_loader(ours)
         objective = ours.module.objectives["mrtd"]
-        generator_layers = objective.parts.generator.config.num_layers
+        config = ours.module.model.config
         torch.manual_seed(seed)
-        generator, discriminator = reference_models(
-            ours.module.model.config, generator_layers, ours.module.model.config.dropout
-        )
-        modules = torch.nn.ModuleDict({"generator": generator, "discriminator": discriminator}).train()
-        decay = [p for p in modules.parameters() if p.ndim >= 2]
-        rest = [p for p in modules.parameters() if p.ndim < 2]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-            lr=cfg.lr,
-            betas=tuple(cfg.betas),
-            eps=cfg.eps,
-        )
-        warmup = cfg.warmup_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup))
-        )
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
+        generator, discriminator = reference_models(config, objective.parts.generator.config.num_layers, config.dropout)
+        reference = torch.nn.ModuleDict({"generator": generator, "discriminator": discriminator}).to(ours.device)
+        # the reference: the speed bench's peer step with ours' optimizer settings, clipping and schedule
+        last: dict[str, torch.Tensor] = {}
+
+        def reference_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            batch = to_device(batch, ours.device)
+            last.update(reference_step(generator, discriminator, batch, objective.config.discriminator_weight))
+            return last["loss"]
+
+        autocast = torch.autocast(ours.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+        schedule = partial(learning_rate_factor, config=cfg)
+        step_reference = training_step(reference.train(), reference_loss, cfg.lr, autocast, cfg, schedule)
         curves: dict[str, list[dict]] = {"polyalign": [], "transformers": []}
         window: dict[str, list[dict]] = {"polyalign": [], "transformers": []}
         for item in loader:
             if item.step >= steps:
                 break
-            batch = item.slots[0]["mrtd"]
             # ours: polyalign's own training step (its objective, optimizer, schedule and clipping)
             train_step(ours, item)
             window["polyalign"].append({k: float(ours.window.metrics[f"mrtd/{k}"]) for k in KEYS})
             ours.window = Window(ours.device)
-            # the reference: the same batch, loss, clipping and schedule
-            with autocast:
-                out = reference_step(generator, discriminator, batch, objective.config.discriminator_weight)
-            out["loss"].backward()
-            torch.nn.utils.clip_grad_norm_(modules.parameters(), cfg.clip_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            window["transformers"].append({k: float(out[k]) for k in KEYS})
+            step_reference(item.slots[0]["mrtd"])  # the same batch
+            window["transformers"].append({k: float(last[k]) for k in KEYS})
             if (item.step + 1) % every == 0:
                 for name, rows in window.items():
                     mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}

@@ -4,7 +4,8 @@ The model is initialised from a pre-trained polyalign model (`--init veco`: ever
 encoder`: an encoder without cross-attention, e.g. XLM, leaving the encoder-decoder attention new) or randomly
 with the same configuration (`--init random`). Training pairs come from ../shared/data/train/parallel (one
 language pair); the test sets are a held-out slice at the end of that file and, optionally, Tatoeba (which
-`prepare --exclude` kept out of pre-training). Greedy decoding; sacreBLEU on detokenised text.
+`prepare --exclude` kept out of pre-training). It trains through the fine-tuning loop's step
+(`polyalign.finetune.loop.training_steps`). Greedy decoding; sacreBLEU on detokenised text.
 
   python -m bench.probes.veco_translation --model bench/work/runs/veco --init veco --steps 300 --out results.json
 """
@@ -22,13 +23,15 @@ import sacrebleu
 import torch
 
 from polyalign.checkpoint import load_model
+from polyalign.config import TrainerConfig
 from polyalign.data.batching import length_batches, pad_sequences
 from polyalign.data.masking import IGNORE
+from polyalign.finetune.loop import FinetuneConfig, training_steps
 from polyalign.model.seq2seq import Seq2SeqTransformer
 from polyalign.objectives.mlm import masked_lm_loss
-from polyalign.train import learning_rate_factor
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+CURVE_EVERY = 20  # steps per point of the training curve
 TATOEBA_CODES = {"de": "deu", "fr": "fra", "es": "spa", "ru": "rus", "zh": "cmn", "en": "eng"}
 
 
@@ -79,6 +82,34 @@ def random_batches(lengths: np.ndarray, batch_tokens: int, rng: np.random.Genera
                 batch, longest_if_added = [], int(lengths[i])
             batch.append(int(i))
             longest = longest_if_added
+
+
+def fine_tune(
+    model, train, sp, languages, steps: int, batch_tokens: int, lr: float, seed: int, t0: float
+) -> list[dict]:
+    """Train `model` on `train` pairs (source ids, target ids) through the fine-tuning loop's step
+    (polyalign.finetune.loop): AdamW with weight decay 0.01 and pre-training's betas and eps (a sequence-to-sequence
+    model from scratch or half-new wants beta2 = 0.98, not BERT fine-tuning's 0.999), linear warmup (10%) and decay,
+    bf16 autocast, clipping at 1. Returns the mean loss of every CURVE_EVERY steps."""
+    config = FinetuneConfig(lr=lr, weight_decay=0.01, layer_decay=1.0, warmup_fraction=0.1, clip_norm=1.0)
+    lengths = np.array([max(len(s), len(t)) * 2 + 3 for s, t in train])
+    batches = random_batches(lengths, batch_tokens, np.random.default_rng(seed))
+
+    def loss_of(idx: list[int]) -> torch.Tensor:
+        source, target, labels = make_batch(train, idx, sp, *languages)
+        return masked_lm_loss(model, model(source, target), labels)[0]
+
+    model.train()
+    curve, window = [], []
+    adam = TrainerConfig()
+    steps_run = training_steps(model, loss_of, batches, config, steps, model.config.num_layers, adam.betas, adam.eps)
+    for step, loss in steps_run:
+        window.append(loss.item())
+        if step % CURVE_EVERY == 0 or step == steps:
+            curve.append({"step": step, "loss": float(np.mean(window))})
+            print(f"step {step} loss {curve[-1]['loss']:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            window = []
+    return curve
 
 
 @torch.no_grad()
@@ -151,39 +182,9 @@ def main() -> None:
             has = loaded.model.config.cross_attention
             raise SystemExit(f"--init {args.init} does not match {args.model} (cross_attention={has})")
         model = Seq2SeqTransformer.from_encoder(loaded.model)
-    model.train()
 
-    # 3) fine-tune: AdamW, linear warmup (10%) and decay, bf16 autocast, gradient clipping at 1
-    from polyalign.config import TrainerConfig
-
-    schedule = TrainerConfig(max_steps=args.steps, warmup_steps=max(1, args.steps // 10))
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr,
-        betas=(0.9, 0.98),
-        eps=1e-6,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, schedule))
-    lengths = np.array([max(len(s), len(t)) * 2 + 3 for s, t in train])
-    batches = random_batches(lengths, args.batch_tokens, np.random.default_rng(args.seed))
-    curve, window = [], []
-    for step in range(1, args.steps + 1):
-        model.train()
-        source, target, labels = make_batch(train, next(batches), sp, src_lang, tgt_lang)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss, _, _ = masked_lm_loss(model, model(source, target), labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        window.append(loss.item())
-        if step % 20 == 0 or step == args.steps:
-            curve.append({"step": step, "loss": float(np.mean(window))})
-            print(f"step {step} loss {curve[-1]['loss']:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
-            window = []
+    # 3) fine-tune through the one fine-tuning loop
+    curve = fine_tune(model, train, sp, (src_lang, tgt_lang), args.steps, args.batch_tokens, args.lr, args.seed, t0)
     train_seconds = time.perf_counter() - t0
 
     # 4) evaluate: teacher-forced test loss, then greedy decoding and sacreBLEU

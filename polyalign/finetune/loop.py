@@ -13,7 +13,7 @@ import copy
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -220,6 +220,38 @@ def build_task_model(task: Task, loaded: LoadedModel, config: FinetuneConfig) ->
     return TaskModel(wrapped, task.head(wrapped.output_size)).to(model_device(loaded.model))
 
 
+def training_steps(
+    model: torch.nn.Module,
+    loss_of: Callable[[object], torch.Tensor],
+    batches: Iterator,
+    config: FinetuneConfig,
+    total: int,
+    num_layers: int,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """The one fine-tuning step, `total` times: `loss_of(next(batches))` under autocast, backward, clipping, AdamW
+    with layer-wise learning-rate decay on the linear schedule with warmup. Yields (step, detached loss) after each
+    update, steps counted from 1, so that the caller scores or logs between updates. `betas` and `eps` are Adam's,
+    BERT's fine-tuning defaults unless the caller trains something else (a new decoder wants pre-training's)."""
+    # fused: one kernel for all parameters, which matters on CPU where small fine-tuning batches make the
+    # optimizer step a large share of the time.
+    optimizer = torch.optim.AdamW(parameter_groups(model, num_layers, config), betas=betas, eps=eps, fused=True)
+    warmup = round(config.warmup_fraction * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, warmup, total))
+    autocast = torch.autocast(model_device(model).type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    for step in range(1, total + 1):
+        with autocast:
+            loss = loss_of(next(batches))
+        loss.backward()
+        if config.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        yield step, loss.detach()
+
+
 def finetune_seed(
     task: Task, loaded: LoadedModel, prepared: Prepared, config: FinetuneConfig, seed: int, progress: bool = True
 ) -> dict:
@@ -229,45 +261,32 @@ def finetune_seed(
     rng = np.random.default_rng(seed)
     special = loaded.tokenizer.special
     model = build_task_model(task, loaded, config).train()
-    L = loaded.model.config.num_layers
-    # fused: one kernel for all parameters, which matters on CPU where small fine-tuning batches make the
-    # optimizer step a large share of the time.
-    optimizer = torch.optim.AdamW(parameter_groups(model, L, config), betas=(0.9, 0.999), eps=1e-8, fused=True)
     n = len(prepared.train)
     steps_per_epoch = math.ceil(n / config.batch_size)
     total = max(1, round(config.epochs * steps_per_epoch))
     total = min(total, config.max_steps) if config.max_steps else total
-    warmup = round(config.warmup_fraction * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, warmup, total))
     select_every = max(1, steps_per_epoch // max(1, config.selections_per_epoch))
     device = model_device(model)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+
+    def loss_of(idx: list[int]) -> torch.Tensor:
+        batch = to_device(task.collate([prepared.train[i] for i in idx], special), device)
+        return task.loss(model(batch), batch)
 
     # 1) train, scoring the selection data every `select_every` steps and at the end
     best = {"score": -math.inf, "step": 0, "state": None}
     history = []
     batches = training_batches(feature_groups(prepared.train), config.batch_size, rng)
     bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, mininterval=2.0)
-    for step in range(total):
-        idx = next(batches)
-        batch = to_device(task.collate([prepared.train[i] for i in idx], special), device)
-        with autocast:
-            loss = task.loss(model(batch), batch)
-        loss.backward()
-        if config.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+    for step, loss in training_steps(model, loss_of, batches, config, total, loaded.model.config.num_layers):
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
-        if (step + 1) % select_every == 0 or step + 1 == total:
+        if step % select_every == 0 or step == total:
             scores = score_sets(model, task, prepared.select, config, special)
             value = float(np.mean([s[task.metric] for s in scores.values()]))
-            history.append({"step": step + 1, "loss": round(loss.item(), 4), "select": round(value, 2)})
+            history.append({"step": step, "loss": round(loss.item(), 4), "select": round(value, 2)})
             if value > best["score"]:
                 state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                best = {"score": value, "step": step + 1, "state": state}
+                best = {"score": value, "step": step, "state": state}
     bar.close()
     train_seconds = time.perf_counter() - t0
 
