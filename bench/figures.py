@@ -6,16 +6,14 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from bench.measures import METRICS, ONE_PAIR_LAYOUT, RELEASED_FILTERING
+from bench.measures import METRICS, current_key
 from bench.study import Study
 from polyalign.evaluate.plots import plot_series
 
 
 def current_sweep(seed: dict, key: str) -> list[float] | None:
-    """A seed's layer sweep, or None for an AER sweep measured in a stale layout or filtering (never drawn)."""
-    if key.startswith("sweep/aer-") and (
-        seed.get(ONE_PAIR_LAYOUT) is not True or (key == "sweep/aer-ot" and seed.get(RELEASED_FILTERING) is not True)
-    ):
+    """A seed's layer sweep, or None for an AER sweep measured under a stale protocol (never drawn)."""
+    if key.startswith("sweep/aer-") and seed.get(current_key(key)) is not True:
         return None
     return seed.get(key)
 

@@ -15,9 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyalign.align.aligner import PAIR_LAYOUT
-from polyalign.align.extract import OT_FILTERING
-
 GOLD_SETS = {  # ../shared/data/eval/word_alignment: folder -> its two languages
     "de-en": ("de", "en"),
     "en-fr": ("en", "fr"),
@@ -30,11 +27,9 @@ GOLD_SETS = {  # ../shared/data/eval/word_alignment: folder -> its two languages
 ONE_CLASS = "xnli/one-class"
 """True when the XNLI classifier scored the same in every language: the test rows are the same in each, so one
 accuracy everywhere is a classifier that ignores its input, whatever that accuracy is."""
-RELEASED_FILTERING = "aer-ot/released-filtering"
-"""True when every OT evaluation of the run used the released Itermax filtering."""
-ONE_PAIR_LAYOUT = "aer/one-pair-layout"
-"""True when the AER was measured in every model's one pair layout (polyalign/align/aligner.py PAIR_LAYOUT) or the
-model has no language embeddings (its layout never changed); missing in results from before: read as stale."""
+LEGACY_PROTOCOLS = (("bare_boundaries", 4), ("pair_layout", 3), ("ot_filtering", 2))
+"""Alignment results from before `protocol_version` recorded each rule by a key of its own: the newest key they
+hold names their version (polyalign/align/aligner.py PROTOCOL_VERSION); none of them, version 1."""
 SMOKE = "--seeds 1 --max-train 2000 --max-select 100 --max-eval 100 --set finetune.epochs=1"
 """Fine-tuning at smoke scale: 2,000 English pairs, one epoch, 100 test pairs per language."""
 TTA = "--setting translate-train-all --max-train 6000 --set finetune.batch_size=32"
@@ -150,6 +145,26 @@ def read_retrieval(t: Target) -> dict:
     return retrieval_metrics(dev, test) if dev and test else {}
 
 
+def protocol_version(result: dict) -> int:
+    """The alignment protocol an evaluation was computed under."""
+    if "protocol_version" in result:
+        return result["protocol_version"]
+    return next((version for key, version in LEGACY_PROTOCOLS if key in result), 1)
+
+
+def oldest_current_protocol(method: str, language_embeddings: bool) -> int:
+    """The oldest alignment protocol whose AER the bench reads as current: the released Itermax filtering (2)
+    for `ot`; the one pair layout (3) for a model with language embeddings, the only models whose layout it
+    changed. Older results are measured again and their comparisons called stale."""
+    return max(2 if method == "ot" else 1, 3 if language_embeddings else 1)
+
+
+def current_key(metric: str) -> str:
+    """A seed's key that says whether an AER metric (`aer-ot@best`, `sweep/aer-ot`) was measured under a current
+    protocol on every gold set."""
+    return metric.removeprefix("sweep/").partition("@")[0] + "/current"
+
+
 def aer_metrics(method: str, per_gold: dict[str, dict], language_embeddings: bool = False) -> dict:
     """Means over the gold sets: at the evaluator's default layer, at the best layer of the mean sweep, and at
     DWA's self-labeling layer round(10 L / 12) (XLM-Align Table 11 scaled to the depth L)."""
@@ -163,23 +178,21 @@ def aer_metrics(method: str, per_gold: dict[str, dict], language_embeddings: boo
     }
     if method == "ot":
         out["aer-ot@label"] = sweep[round(10 * (len(sweep) - 1) / 12)]
-        out[RELEASED_FILTERING] = all(g.get("ot_filtering") == OT_FILTERING for g in golds)
-    out[ONE_PAIR_LAYOUT] = not language_embeddings or all(g.get("pair_layout") == PAIR_LAYOUT for g in golds)
+    oldest = oldest_current_protocol(method, language_embeddings)
+    out[current_key(f"aer-{method}")] = all(protocol_version(g) >= oldest for g in golds)
     return out
 
 
 def aer_measure(method: str, what: str, minutes: float) -> Measure:
-    """AER on every gold set of the trained languages, pair encoding, every layer. An OT result from before the
-    released Itermax filtering, or one of a model with language embeddings from before the one pair layout, is
-    measured again."""
+    """AER on every gold set of the trained languages, pair encoding, every layer; a result of an older protocol
+    than `oldest_current_protocol` is measured again."""
 
     def read(t: Target) -> dict:
         golds = {g: load(t.evals / f"aer-{method}" / g / "alignment.json") for g in gold_sets_for(t.languages)}
         return aer_metrics(method, golds, t.language_embeddings) if golds and all(golds.values()) else {}
 
     def current(t: Target, result: dict) -> bool:
-        stale_filter = method == "ot" and result.get("ot_filtering") != OT_FILTERING
-        return not stale_filter and (not t.language_embeddings or result.get("pair_layout") == PAIR_LAYOUT)
+        return protocol_version(result) >= oldest_current_protocol(method, t.language_embeddings)
 
     metrics = {
         f"aer-{method}@default": f"AER, {what}, pair encoding, default layer, mean over the gold sets",

@@ -15,7 +15,7 @@ from enum import StrEnum
 import numpy as np
 
 from bench import budget
-from bench.measures import MEASURES, ONE_CLASS, ONE_PAIR_LAYOUT, RELEASED_FILTERING, measure_of
+from bench.measures import MEASURES, ONE_CLASS, current_key, measure_of
 from bench.study import Check, Comparison, Study
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
@@ -192,14 +192,12 @@ def seed0(section: dict, arm: str) -> dict:
 
 
 def stale_aer(c: Comparison, section: dict) -> bool:
-    """Some run of the comparison measured its AER before the released Itermax filtering (OT) or, for a model
-    with language embeddings, in XLM's pair layout (or with a runner from before the tag)."""
+    """Some run of the comparison measured its AER under a protocol older than the bench reads (measures.py's
+    `oldest_current_protocol`), or was read by a runner that did not say."""
     for arm, metric in ((c.baseline, c.base_metric), (c.method, c.metric)):
         if metric.startswith("aer-"):
             seeds = [s for s in section["results"].get(arm.name, {}).values() if metric in s]
-            if any(s.get(ONE_PAIR_LAYOUT) is not True for s in seeds):
-                return True
-            if metric.startswith("aer-ot") and any(s.get(RELEASED_FILTERING) is not True for s in seeds):
+            if any(s.get(current_key(metric)) is not True for s in seeds):
                 return True
     return False
 

@@ -146,7 +146,7 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch
     folder = resolve_model_folder(path)
     if not is_polyalign_folder(folder):
         try:
-            from polyalign.model.hf import load_hf_model
+            from polyalign.hf_folders import load_hf_model
         except ImportError as err:
             raise DataError(
                 f"{folder}: not a polyalign model folder, and Hugging Face import is unavailable ({err})"

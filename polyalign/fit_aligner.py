@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from polyalign.align.aligner import Aligner
+from polyalign.align.aligner import PROTOCOL_VERSION, Aligner
 from polyalign.align.bitext import Bitext, check_bitext, read_bitext
 from polyalign.align.reading import ReadingFlags, model_depth, resolve_reading, write_reading
 from polyalign.align.write import align_bitext, report_cut_pairs
@@ -148,6 +148,7 @@ def fit_aligner(start: Path, bitext: Bitext, out: Path, settings: FitSettings = 
         "layer": aligner.reading.layer,
         "encoding": aligner.reading.encoding,
         "reading": aligner.reading.describe(),
+        "protocol_version": PROTOCOL_VERSION,
         "train_minutes": summary["command_seconds"] / 60,
         "align_seconds": time.perf_counter() - aligned_at,
         "minutes": (time.perf_counter() - t0) / 60,

@@ -1,14 +1,15 @@
 """What the bench tests share: the evidence study, saved sections of it built in memory, and their rows."""
 
 from bench import verdict as V
-from bench.measures import ONE_PAIR_LAYOUT, RELEASED_FILTERING
+from bench.measures import current_key
 from bench.studies import STUDIES
 from bench.studies import evidence as E
 from bench.study import Comparison
+from polyalign.align.extract import METHODS
 
 STUDY = E.STUDY
 ALL = [c for s in STUDIES.values() for c in s.comparisons]  # every comparison of every study
-CURRENT_AER = {RELEASED_FILTERING: True, ONE_PAIR_LAYOUT: True}  # an AER measured the way the code measures now
+CURRENT_AER = {current_key(f"aer-{m}"): True for m in METHODS}  # every AER measured under a current protocol
 
 
 def section_of(cid: str, results: dict, floors: dict | None = None, study=STUDY) -> tuple[Comparison, dict]:

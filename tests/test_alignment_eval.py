@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from polyalign.align.aer import alignment_error_rate, read_gold
-from polyalign.align.aligner import Aligner
+from polyalign.align.aligner import PROTOCOL_VERSION, Aligner
 from polyalign.align.extract import subword_links
 from polyalign.align.reading import default_encoding
 from polyalign.checkpoint import load_model
@@ -121,6 +121,7 @@ def test_evaluate_alignment_on_the_bundled_gold(tiny_model, tmp_path, pair, meth
     report = json.loads((out / "alignment.json").read_text())
     assert {"pair", "method", "layer", "aer", "precision", "recall", "sweep"} <= set(report)
     assert (report["pair"], report["method"], report["layer"]) == (pair, method, 2)  # default: 2 of 2 layers
+    assert report["protocol_version"] == PROTOCOL_VERSION  # what a reader needs to call the result current
     assert [row["layer"] for row in report["sweep"]] == [0, 1, 2]
     assert (out / "alignment_layers.png").stat().st_size > 0
     assert len((out / "alignment_layers.csv").read_text().splitlines()) == 4

@@ -149,6 +149,23 @@ def test_no_import_circle(folders):
     assert cycle is None, describe(cycle, graph, modules)
 
 
+FOLDER_FILES = {f"polyalign.io.{f}" for f in ("atomic_dir", "atomic_text_file", "atomic_write_text", "write_json")}
+FOLDER_FILES |= {"polyalign.io.read_json", "safetensors.torch.load_file", "safetensors.torch.save_file"}
+"""How a module reads and writes a model folder's JSON and safetensors files."""
+
+
+def test_model_computes_and_never_reads_or_writes_a_model_folder():
+    """model/ converts configs and tensors; checkpoint.py and hf_folders.py read and write the folders."""
+    modules = python_modules("polyalign/model")
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {imported}"
+        for name, path in modules.items()
+        for imported, line in imported_names(path, name)
+        if imported in FOLDER_FILES
+    ]
+    assert found == []
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The checks catch what they are for
 

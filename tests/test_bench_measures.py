@@ -10,10 +10,11 @@ from bench.measures import (
     MEASURES,
     METRICS,
     ONE_CLASS,
-    ONE_PAIR_LAYOUT,
     Measure,
     Target,
     aer_metrics,
+    current_key,
+    protocol_version,
     retrieval_metrics,
     xnli_reader,
 )
@@ -21,8 +22,7 @@ from bench.reporting import page_text, table_rows
 from bench.run import KEY, Context, run_dir, run_key, run_section
 from bench.studies import evidence as E
 from bench.study import Section
-from polyalign.align.aligner import PAIR_LAYOUT
-from polyalign.align.extract import OT_FILTERING
+from polyalign.align.aligner import PROTOCOL_VERSION
 from tests.bench_sections import STUDY
 
 
@@ -106,25 +106,38 @@ def test_the_tatoeba_layer_is_chosen_on_the_dev_split_not_the_test_set():
 
 
 def test_aer_means_over_gold_sets_and_the_self_labeling_layer():
-    gold = lambda aers, reported: {"aer": reported, "sweep": [{"aer": a} for a in aers], "ot_filtering": OT_FILTERING}  # noqa: E731
+    def gold(aers, reported, version=PROTOCOL_VERSION):
+        return {"aer": reported, "sweep": [{"aer": a} for a in aers], "protocol_version": version}
+
     m = aer_metrics("ot", {"de-en": gold([80, 60, 70, 75, 90], 70), "en-fr": gold([60, 40, 50, 55, 70], 50)})
     assert (m["aer-ot@default"], m["aer-ot@best"], m["aer-ot@label"]) == (60, 50, 65)  # depth 4: layer round(10*4/12)=3
-    assert (
-        m[ONE_PAIR_LAYOUT] is True
-        and aer_metrics("ot", {"x": gold([1], 1)}, language_embeddings=True)[ONE_PAIR_LAYOUT] is False
-    )
+    assert m[current_key("aer-ot")] is True
+    one_old = {"de-en": gold([1], 1), "en-fr": gold([1], 1, version=2)}  # before the one pair layout
+    assert aer_metrics("ot", one_old)[current_key("aer-ot")] is True
+    assert aer_metrics("ot", one_old, language_embeddings=True)[current_key("aer-ot")] is False
 
 
 def target(tmp_path, embeddings=False) -> Target:
     return Target("a", "model", tmp_path, tmp_path, tmp_path, None, "py", embeddings)
 
 
-def test_aer_from_before_the_itermax_filtering_or_the_one_pair_layout_is_measured_again(tmp_path):
+def test_aer_of_an_older_protocol_is_measured_again(tmp_path):
     ot, argmax = MEASURES["aer-ot"].current, MEASURES["aer-argmax"].current
-    plain, t = {"aer": 80.0}, target(tmp_path)
-    assert not ot(t, plain) and argmax(t, plain) and ot(t, {"ot_filtering": OT_FILTERING})
-    with_embeddings = target(tmp_path, embeddings=True)  # positions restarting at the second sentence: stale
-    assert not argmax(with_embeddings, plain) and argmax(with_embeddings, {"pair_layout": PAIR_LAYOUT})
+    t, with_embeddings = target(tmp_path), target(tmp_path, embeddings=True)
+    version = lambda v: {"aer": 80.0, "protocol_version": v}  # noqa: E731
+    assert ot(t, version(PROTOCOL_VERSION)) and argmax(with_embeddings, version(PROTOCOL_VERSION))
+    assert not ot(t, version(1)) and argmax(t, version(1))  # 2: the released Itermax filtering
+    assert ot(t, version(2)) and not argmax(with_embeddings, version(2))  # 3: one pair layout for every model
+
+
+def test_results_written_before_the_protocol_version_read_as_the_version_their_tags_name(tmp_path):
+    ot, t, with_embeddings = MEASURES["aer-ot"].current, target(tmp_path), target(tmp_path, embeddings=True)
+    untagged, filtered = {"aer": 80.0}, {"ot_filtering": "itermax on A* (XLM-Align's released iter_max)"}
+    laid_out = filtered | {"pair_layout": "<s> x </s> y </s>, positions running on, for every model"}
+    assert [protocol_version(r) for r in (untagged, filtered, laid_out)] == [1, 2, 3]
+    assert protocol_version(laid_out | {"bare_boundaries": "..."}) == 4
+    assert not ot(t, untagged) and ot(t, filtered)
+    assert not ot(with_embeddings, filtered) and ot(with_embeddings, laid_out)
 
 
 def test_the_runner_flags_an_xnli_classifier_that_scores_the_same_in_every_language(tmp_path):

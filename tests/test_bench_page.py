@@ -6,11 +6,7 @@ import pytest
 
 from bench import figures, page
 from bench import verdict as V
-from bench.measures import (
-    ONE_CLASS,
-    ONE_PAIR_LAYOUT,
-    RELEASED_FILTERING,
-)
+from bench.measures import ONE_CLASS, current_key
 from bench.reporting import table_rows
 from tests.bench_sections import CURRENT_AER, STUDY, section_of
 
@@ -60,7 +56,7 @@ def test_the_page_shows_not_run_rows_then_verdicts_floors_and_figures(tmp_path):
     }
 
 
-def test_aer_sweeps_from_a_stale_layout_are_not_drawn(tmp_path):
+def test_aer_sweeps_of_a_stale_protocol_are_not_drawn(tmp_path):
     section = {
         "results": {
             "xlm": {"0": {"sweep/aer-ot": [82.0, 81.0]}},
@@ -71,7 +67,7 @@ def test_aer_sweeps_from_a_stale_layout_are_not_drawn(tmp_path):
         "s-aer-ot-layers.png",
         "s-tatoeba14-layers.png",
     }
-    section["results"]["xlm-e"]["0"][ONE_PAIR_LAYOUT] = False
+    section["results"]["xlm-e"]["0"][current_key("aer-ot")] = False
     assert {p.name for p in figures.section_curves("t", section, tmp_path)} == {"t-tatoeba14-layers.png"}
 
 
@@ -81,9 +77,8 @@ def test_the_real_start_page_puts_each_claims_premise_beside_the_papers_and_flag
     sections = tmp_path / "real-start" / "sections"
     sections.mkdir(parents=True)
     start = {"aer-ot@label": 41.0, "aer-ot@default": 30.0, "aer-argmax@default": 28.0, "xnli-full": 60.1, **CURRENT_AER}
-    start[RELEASED_FILTERING] = True
-    seeds = {"start": {"0": start}, "mlm-tlm": {"0": {"aer-ot@default": 31.0, **CURRENT_AER, RELEASED_FILTERING: True}}}
-    seeds["mlm-tlm-dwa"] = {"0": {"aer-ot@default": 33.5, **CURRENT_AER, RELEASED_FILTERING: True}}
+    seeds = {"start": {"0": start}, "mlm-tlm": {"0": {"aer-ot@default": 31.0, **CURRENT_AER}}}
+    seeds["mlm-tlm-dwa"] = {"0": {"aer-ot@default": 33.5, **CURRENT_AER}}
     (sections / "xlm-align.json").write_text(json.dumps({"results": seeds, "code": "abc1234", "floors": {}}))
     text = page.write(REAL, tmp_path, "cmd", notes_dir=tmp_path, root=tmp_path).read_text()
     c = REAL.comparison("real-xlm-align-dwa")

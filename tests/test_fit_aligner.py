@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from polyalign.align.aligner import PROTOCOL_VERSION
 from polyalign.align.bitext import Bitext
 from polyalign.fit_aligner import FitSettings, default_steps, fit_aligner, self_align_overrides
 from polyalign.io import DataError
@@ -66,6 +67,7 @@ def test_the_cli_fits_and_aligns_two_files_and_refuses_bad_steps(tiny_model, tmp
     assert len(lines) == len((SAMPLE / "src.txt").read_text().splitlines())
     report = json.loads((tmp_path / "fit" / "fit.json").read_text())
     assert (report["layer"], report["weight"], report["lr"]) == (1, 0.25, 1e-4)
+    assert report["protocol_version"] == PROTOCOL_VERSION
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:  # the aligner's folder reads as fit-aligner read it: no flags needed
         main(["align", "--model", str(tmp_path / "fit" / "aligner"), *sides, "--no-progress"])

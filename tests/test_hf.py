@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from polyalign.checkpoint import LoadedModel, load_model
+from polyalign.hf_folders import export_hf, write_hf_tokenizer
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.model.hf import export_hf, hf_sizes
-from polyalign.model.hf_tokenizer import write_hf_tokenizer
+from polyalign.model.hf import hf_sizes
 from polyalign.tokenizer import SentencePieceTokenizer
 from tests.conftest import SAMPLE, tiny_config
 
@@ -300,7 +300,8 @@ def test_cli_evaluates_tatoeba_on_a_hugging_face_folder_and_exports(hf_xlmr, tmp
 
 
 def test_hf_conversion_does_not_import_the_checkpoint_module():
-    """checkpoint.py owns the folder format and calls into model/hf.py to convert; never the other way round."""
+    """checkpoint.py owns the folder format and loads a Hugging Face folder through hf_folders.py, which calls
+    into model/hf.py to convert; never the other way round."""
     import ast
 
     import polyalign.model.hf as hf

@@ -1,5 +1,5 @@
 """What the pair layout alone does to OT AER: each model's AER at every layer with the pair laid out as every model
-now reads it (`<s> x </s> y </s>`, positions running on: polyalign/align/aligner.py PAIR_LAYOUT) and as XLM's TLM
+now reads it (`<s> x </s> y </s>`, positions running on: polyalign/align/aligner.py PAIR_STYLE) and as XLM's TLM
 lays it out (positions restarting at the second sentence, each side's language id when the model has them).
 
 The restart gives a target word the position embedding of the source word at the same index: a diagonal prior that

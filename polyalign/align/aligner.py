@@ -47,8 +47,13 @@ from polyalign.progress import tqdm
 
 PAIR_STYLE = "ppa"
 """The layout of `pair` encoding for every model: positions run on across the pair (see the module docstring)."""
-PAIR_LAYOUT = "<s> x </s> y </s>, positions running on, for every model"
-"""What alignment results record of the pair layout (results without it predate it: see PAIR_STYLE)."""
+PROTOCOL_VERSION = 4
+"""The version of what an aligner computes, written into every alignment evaluation so that results computed
+otherwise can be told apart. 1: `ot` filters as Eq. (9) reads literally; a model with language embeddings encodes
+a `pair` in XLM's TLM layout (positions restarting at y); every piece may take links. 2: `ot` filters with Itermax
+on A*, as XLM-Align's released iter_max (extract.py). 3: `pair` encoding in one layout for every model,
+`<s> x </s> y </s>` with positions running on (PAIR_STYLE). 4: a bare "▁" piece inside a longer word is encoded
+but never linked (`unlink_bare_boundaries`)."""
 PRECISIONS = ("bf16", "fp32")
 Links = list[tuple[int, int]]
 
@@ -271,10 +276,6 @@ def words_cut(word_ids: list[int], kept: int) -> int:
 BARE_BOUNDARY = "▁"
 """SentencePiece's word-boundary mark as a piece of its own: XLM-R's vocabulary splits a word it has no "▁word"
 piece for into "▁" + the word, which happens to 40% of the tokens of word-segmented Chinese and Japanese gold."""
-
-
-BARE_BOUNDARIES = 'a bare "▁" piece inside a longer word is encoded but never linked'
-"""What alignment results record of this rule (results without it were measured with such pieces linked)."""
 
 
 def unlink_bare_boundaries(ids: list[int], words: list[int], tokenizer) -> tuple[list[int], list[int]]:

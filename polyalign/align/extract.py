@@ -24,9 +24,6 @@ from polyalign.align.transport import EPSILON, at_least_fp32, dot_products, log_
 METHODS = ("ot", "argmax", "itermax", "softmax")
 SOFTMAX_THRESHOLD = 1e-3
 """awesome-align's default threshold (its `--softmax_threshold`); AccAlign uses 0.1."""
-OT_FILTERING = "itermax on A* (XLM-Align's released iter_max)"
-"""How `ot` filters its links (recorded with every OT evaluation, so results from before this procedure, the
-literal reading of Eq. 9, can be told apart)."""
 FILTERINGS = ("iterative", "disable")
 
 

@@ -104,7 +104,7 @@ def export(
     A model with language embeddings needs --languages-as-token-types; its users must then pass the language
     index as token_type_ids to get our outputs (README.md in the folder lists the index of each language)."""
     from polyalign.checkpoint import load_model
-    from polyalign.model.hf import export_hf
+    from polyalign.hf_folders import export_hf
 
     notes = export_hf(load_model(model, trust_pickle=trust_pickle), out, drop_cross_attention, languages_as_token_types)
     for note in notes:

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
-from polyalign.align.aligner import BARE_BOUNDARIES, PAIR_LAYOUT, Aligner
-from polyalign.align.extract import OT_FILTERING
+from polyalign.align.aligner import PROTOCOL_VERSION, Aligner
 from polyalign.checkpoint import LoadedModel
 
 PROTOCOL = (
@@ -54,14 +53,10 @@ class AlignmentResult:
             "sentences": self.sentences,
             "truncated": self.truncated,
             "protocol": PROTOCOL.format(**vars(self)),
+            "protocol_version": PROTOCOL_VERSION,
         }
-        if self.method == "ot":
-            out["ot_filtering"] = OT_FILTERING
         if self.method == "softmax":
             out["softmax_threshold"] = self.softmax_threshold
-        if self.encoding == "pair":
-            out["pair_layout"] = PAIR_LAYOUT
-        out["bare_boundaries"] = BARE_BOUNDARIES
         if self.sweep is not None:
             out["sweep"] = self.sweep
         return out

@@ -1,13 +1,12 @@
-"""Hugging Face interop: import a local XLM-R / RoBERTa / BERT / ELECTRA folder, export an XLM-R folder.
+"""Hugging Face interop: XLM-R / RoBERTa / BERT / ELECTRA configs and weights converted to ours, ours to XLM-R's.
 
 The encoder's weight layout (encoder.py) maps onto BERT and XLM-R one-to-one, so both directions are a
 renaming through one table, plus two reshapes:
 - q/k/v: Hugging Face keeps `query`, `key`, `value` apart; we fuse them into one `qkv` projection;
 - positions: the RoBERTa family numbers positions from padding_idx + 1 (XLM-R: 2), BERT and ELECTRA from 0;
   we keep the table as it is and record where position 0 sits (`position_offset`).
-Weights are read from safetensors; a pickled `pytorch_model.bin` only when the caller trusts it, and then
-with `torch.load(weights_only=True)`. Nothing is imported from transformers here: it is needed only to use
-an exported folder, not to write or read one.
+This module converts configs and tensors; hf_folders.py reads and writes the folders. Nothing is imported from
+transformers here: it is needed only to use an exported folder, not to write or read one.
 """
 
 from __future__ import annotations
@@ -19,15 +18,11 @@ from pathlib import Path
 
 import torch
 
-from polyalign import __version__
-from polyalign.io import DataError, atomic_dir, read_json, write_json
+from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.model.hf_tokenizer import write_hf_tokenizer
-from polyalign.tokenizer import Tokenizer, load_tokenizer
+from polyalign.tokenizer import Tokenizer
 
 HF_CONFIG = "config.json"
-SAFETENSORS = "model.safetensors"
-PICKLE = "pytorch_model.bin"
 
 
 @dataclass(frozen=True)
@@ -103,7 +98,7 @@ def _note(message: str) -> None:
 
 def encoder_config_from_hf(hf: dict, where: Path) -> EncoderConfig:
     """Our EncoderConfig for a Hugging Face config.json, refusing what our encoder would compute differently."""
-    family = _family(hf, where)
+    family = hf_family(hf, where)
     act = hf.get("hidden_act", "gelu")
     if act not in EXACT_GELU:
         raise DataError(
@@ -143,39 +138,13 @@ def encoder_config_from_hf(hf: dict, where: Path) -> EncoderConfig:
         raise DataError(f"{where}: {err}") from None
 
 
-def _family(hf: dict, where: Path) -> Family:
+def hf_family(hf: dict, where: Path) -> Family:
     model_type = hf.get("model_type")
     if model_type not in FAMILIES:
         raise DataError(
             f"{where}: model_type={model_type!r} is not supported; polyalign imports {', '.join(sorted(FAMILIES))}"
         )
     return FAMILIES[model_type]
-
-
-def read_hf_weights(folder: Path, trust_pickle: bool = False) -> dict[str, torch.Tensor]:
-    """All tensors of a Hugging Face folder: model.safetensors (or its sharded index), else, only when
-    trusted, pytorch_model.bin (or its index) through torch.load(weights_only=True)."""
-    from safetensors.torch import load_file
-
-    for name, load in ((SAFETENSORS, load_file), (PICKLE, None)):
-        index = folder / f"{name}.index.json"
-        files = sorted(set(read_json(index)["weight_map"].values())) if index.is_file() else [name]
-        paths = [folder / f for f in files]
-        if not all(p.is_file() for p in paths):
-            continue
-        if load is None and not trust_pickle:
-            raise DataError(
-                f"{paths[0]}: PyTorch pickle weights, and unpickling can run code; convert them to "
-                f"safetensors, or pass --trust-pickle (trust_pickle=True) to load them with weights_only=True"
-            )
-        state: dict[str, torch.Tensor] = {}
-        for p in paths:
-            try:
-                state.update(load(str(p)) if load else torch.load(p, map_location="cpu", weights_only=True))
-            except Exception as err:  # corrupt files, or pickles holding more than tensors
-                raise DataError(f"{p}: cannot read weights ({str(err).splitlines()[0]})") from None
-        return state
-    raise DataError(f"{folder}: no {SAFETENSORS} or {PICKLE} here (TensorFlow/Flax-only folders are not read)")
 
 
 def hf_to_polyalign_state(
@@ -217,36 +186,28 @@ def hf_to_polyalign_state(
     return ours, decoders
 
 
-def load_hf_model(folder: str | Path, trust_pickle: bool = False) -> tuple[MaskedLanguageModel, Tokenizer]:
-    """A local Hugging Face folder (XLM-R, RoBERTa, BERT/mBERT, ELECTRA) converted to a polyalign model and
-    tokenizer. This module only converts; polyalign.checkpoint owns the folder format and wraps the result."""
-    folder = Path(folder)
-    where = folder / HF_CONFIG
-    hf = read_json(where)
-    family = _family(hf, where)
-    config = encoder_config_from_hf(hf, where)
-    state, decoders = hf_to_polyalign_state(read_hf_weights(folder, trust_pickle), family, folder)
+def hf_model(
+    config: EncoderConfig, state: dict[str, torch.Tensor], decoders: dict[str, torch.Tensor], where: Path
+) -> MaskedLanguageModel:
+    """Our model holding the converted weights (`hf_to_polyalign_state`'s two dicts); `where` names the folder
+    in messages. An absent MLM head is initialised afresh; untied decoder weights give way to the embeddings."""
     model = MaskedLanguageModel(config)
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches between config.json and the weights
-        raise DataError(f"{folder}: weights do not match {where} ({str(err).splitlines()[-1].strip()})") from None
+        raise DataError(
+            f"{where}: weights do not match {where / HF_CONFIG} ({str(err).splitlines()[-1].strip()})"
+        ) from None
     missing = [k for k in result.missing_keys if k != "lm_head.decoder.weight"]  # tied to the word embeddings
     if [k for k in missing if not k.startswith("lm_head.")]:
-        raise DataError(f"{folder}: encoder weights missing from the checkpoint: {sorted(missing)[:6]}")
+        raise DataError(f"{where}: encoder weights missing from the checkpoint: {sorted(missing)[:6]}")
     if missing:
-        _note(f"{folder} has no MLM head (e.g. an ELECTRA discriminator); it is initialised afresh")
+        _note(f"{where} has no MLM head (e.g. an ELECTRA discriminator); it is initialised afresh")
     embeddings = model.encoder.embeddings.word.weight[: config.vocab_size]  # without the padding rows
     for name, weight in decoders.items():
         if weight.shape != embeddings.shape or not torch.equal(weight, embeddings.detach()):
-            _note(f"{folder}: {name} is not tied to the word embeddings; polyalign ties them and uses the embeddings")
-    tokenizer = load_tokenizer(folder)
-    if tokenizer.special.vocab_size > config.vocab_size:
-        raise DataError(
-            f"{folder}: the tokenizer has {tokenizer.special.vocab_size} tokens but the model only "
-            f"{config.vocab_size} embeddings"
-        )
-    return model, tokenizer
+            _note(f"{where}: {name} is not tied to the word embeddings; polyalign ties them and uses the embeddings")
+    return model
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -361,67 +322,3 @@ def xlmr_config(model: MaskedLanguageModel, tokenizer: Tokenizer, type_vocab_siz
         "tie_word_embeddings": True,
         "torch_dtype": "float32",
     }
-
-
-def export_hf(
-    loaded,
-    out: str | Path,
-    drop_cross_attention: bool = False,
-    languages_as_token_types: bool = False,
-) -> list[str]:
-    """Write `loaded` (a LoadedModel) as an XLM-RoBERTa folder; returns notes on what was changed."""
-    from safetensors.torch import save_file
-
-    model, c = loaded.model, loaded.model.config
-    problems = export_problems(c, drop_cross_attention, languages_as_token_types)
-    if problems:
-        raise DataError(f"{loaded.folder}: XLM-RoBERTa cannot express {'; '.join(problems)}")
-    notes = []
-    if c.cross_attention:
-        notes.append("cross-attention dropped: the export is the plain encoder (VECO's plug-out for NLU)")
-    if c.num_languages and languages_as_token_types:
-        notes.append(f"language embeddings folded into token types: pass token_type_ids = index in {loaded.languages}")
-    state = polyalign_to_hf_state(model, languages_as_token_types)
-    type_vocab = state["roberta.embeddings.token_type_embeddings.weight"].shape[0]
-    with atomic_dir(out) as tmp:
-        save_file(state, str(tmp / SAFETENSORS), metadata={"format": "pt"})
-        config = xlmr_config(model, loaded.tokenizer, type_vocab)
-        config["polyalign_export"] = {"version": __version__, "source": str(loaded.folder), "notes": notes}
-        if loaded.languages:
-            config["polyalign_export"]["languages"] = list(loaded.languages)
-        write_json(tmp / HF_CONFIG, config)
-        write_hf_tokenizer(loaded.tokenizer, tmp, c.max_positions)
-        languages = list(loaded.languages) if c.num_languages and languages_as_token_types else []
-        (tmp / "README.md").write_text(export_readme(str(loaded.folder), notes, languages), encoding="utf-8")
-    return notes
-
-
-def export_readme(source: str, notes: list[str], language_token_types: list[str]) -> str:
-    """The exported folder's README: how to load it and, when languages became token types, the
-    `token_type_ids` value of each language (without it transformers computes another model's outputs)."""
-    lines = [
-        f"# XLM-RoBERTa export of `{source}` (polyalign {__version__})",
-        "",
-        "```python",
-        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
-        "model = AutoModelForMaskedLM.from_pretrained(FOLDER)",
-        "tokenizer = AutoTokenizer.from_pretrained(FOLDER)",
-        "```",
-    ]
-    if language_token_types:
-        lines += [
-            "",
-            "## Language ids are token types",
-            "",
-            "This model was trained with language embeddings; they are folded into the token-type embeddings.",
-            "To get polyalign's outputs, pass the language index of every token as `token_type_ids`, e.g.",
-            "`model(**tokenizer(text, return_tensors='pt'), token_type_ids=torch.full_like(ids, INDEX))`.",
-            "The tokenizer's own `token_type_ids` (all 0) mean the first language below, not 'no language'.",
-            "",
-            "| language | token_type_ids |",
-            "|---|---|",
-            *(f"| {lang} | {i} |" for i, lang in enumerate(language_token_types)),
-        ]
-    if notes:
-        lines += ["", "Notes:", *(f"- {note}" for note in notes)]
-    return "\n".join(lines) + "\n"

@@ -1,30 +1,11 @@
-"""Hugging Face interop for tokenizers: the files AutoTokenizer loads, written from ours (model/hf.py's export
-calls it). Our SentencePiece model becomes a fast Unigram `tokenizer.json` that segments as it does."""
+"""Hugging Face interop for tokenizers: what AutoTokenizer loads, converted from ours (hf_folders.py writes the
+files). Our SentencePiece model becomes a fast Unigram `tokenizer.json` that segments as it does."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from polyalign.io import DataError
-from polyalign.tokenizer import HuggingFaceTokenizer, SentencePieceTokenizer, Tokenizer
-
-
-def write_hf_tokenizer(tokenizer: Tokenizer, folder: Path, max_length: int) -> None:
-    """Write tokenizer files AutoTokenizer loads. Our SentencePiece model becomes a `tokenizer.json` (fast
-    Unigram tokenizer) with exactly our ids: <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4, then the pieces."""
-    if isinstance(tokenizer, HuggingFaceTokenizer):
-        tokenizer.tok.save_pretrained(str(folder))
-        return
-    if not isinstance(tokenizer, SentencePieceTokenizer):
-        raise DataError(f"cannot write a Hugging Face tokenizer for {type(tokenizer).__name__}")
-    sentencepiece_to_fast_tokenizer(tokenizer.model_file).save(str(folder / "tokenizer.json"))
-    sp = tokenizer.special
-    names = {k: tokenizer.id_to_piece(getattr(sp, v)) for k, v in _SPECIAL_ROLES.items()}
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps({"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": max_length, **names}, indent=2)
-    )
-
+from polyalign.tokenizer import SentencePieceTokenizer
 
 _SPECIAL_ROLES = {
     "bos_token": "cls",
@@ -35,6 +16,12 @@ _SPECIAL_ROLES = {
     "pad_token": "pad",
     "mask_token": "mask",
 }
+
+
+def hf_tokenizer_config(tokenizer: SentencePieceTokenizer, max_length: int) -> dict:
+    """`tokenizer_config.json` for our SentencePiece tokenizer: XLM-R's class and our special pieces."""
+    names = {k: tokenizer.id_to_piece(getattr(tokenizer.special, v)) for k, v in _SPECIAL_ROLES.items()}
+    return {"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": max_length, **names}
 
 
 def sentencepiece_to_fast_tokenizer(model_file: Path):

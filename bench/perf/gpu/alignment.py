@@ -132,7 +132,7 @@ def hf_folder(step: Step, model: Path) -> Path | None:
     if "polyalign" not in config:
         return model
     from polyalign.checkpoint import load_model
-    from polyalign.model.hf import export_hf
+    from polyalign.hf_folders import export_hf
 
     out = step.work / "hf-export"
     step.part("export_hf", status=UNFINISHED)
