@@ -29,9 +29,12 @@ def test_compile_is_on_with_cuda_and_off_on_a_cpu_by_default(monkeypatch):
     assert recipe.trainer.compile == "auto"
     assert compiles("auto", CUDA) and not compiles("auto", CPU)
     assert compiles(True, CPU) and not compiles(False, CUDA)
-    monkeypatch.setattr(torch, "compile", lambda module: ("compiled", module))
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda module, options: seen.append(options) or ("compiled", module))
     module = torch.nn.Linear(2, 2)
     assert wrap_for_processes(module, recipe, 1, CUDA) == ("compiled", module)  # the device is only named
+    # Inductor's coalescing analysis failed an assertion compiling a training step on CUDA (torch 2.11)
+    assert seen == [{"triton.coalesce_tiling_analysis": False}]
     assert wrap_for_processes(module, recipe, 1, CPU) is module
     assert load_recipe("mlm", ["trainer.compile=false"]).trainer.compile is False
     assert load_recipe("mlm", ["trainer.compile=true"]).trainer.compile is True
