@@ -122,8 +122,11 @@ def commit() -> str:
     """The repository commit a report is written at (`+dirty` when tracked code, not results, differs from it)."""
     root = Path(__file__).resolve().parents[1]
     run = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    # A copy of the tree without .git (the GPU machine's) is told its commit by the command that sent it there.
-    head = run("rev-parse", "--short", "HEAD") or os.environ.get("POLYALIGN_COMMIT", "unknown")
+    # A copy of the tree sent elsewhere (the GPU machine's) is told its commit by the command that sent it there:
+    # a .git travelling with it can be older than the tree.
+    if sent := os.environ.get("POLYALIGN_COMMIT"):
+        return f"{sent[:7]} (the tree sent)"
+    head = run("rev-parse", "--short", "HEAD") or "unknown"
     return head + (
         "+dirty" if run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results") else ""
     )
