@@ -6,10 +6,12 @@ THE PLAN for a loan (device seconds, budgets from bench/perf/gpu/supervisor.py):
   call 1 (timeout_s 320): environment, gpu tests, kernels                budgets 15 + 150 + 120 = 285
   call 2 (timeout_s 460, at once while warm): throughput                 budget 420: 12 arms, each ~10 to build,
                                                                          3 warm-up and 10 timed steps (~0.1-0.5 s);
-                                                                         XLM-E's first step compiles FlexAttention
+                                                                         compiling an arm took ~60 on an H200
   the 30 s idle before give_back                                         ~30
   total                                                                  ~830-900
-Alignment, Tatoeba and the evidence step run on a loan of their own: `--steps alignment,tatoeba`, and
+A loan shared by several steps gives each less with `--budget STEP=SECONDS` (throughput measures its arms in the
+order of ARMS, the most asked-about first; the aligner's arms share theirs equally). Alignment, Tatoeba and the
+evidence step run on a loan of their own: `--steps alignment,tatoeba`, and
 `--steps evidence --work /tmp/gcw` (made twice on the warm machine when the first call is cut: the second finds the
 trainings and measures already done in --work and finishes the rest).
 The commands (here first: `python bench/perf/gpu_pack.py`, then carry bench/work/gpu-pack and .whl, the wheels the

@@ -17,13 +17,14 @@ THE RULE, written before any run (bench/studies/e5.py's, with passes over the pa
 3. Extraction: on each chosen model at the rule's layer, the method (argmax, itermax, ot, softmax at 1e-3, softmax
    at 0.1) with the lowest mean dev-half AER. Test halves and whole sets are reported, never used to choose.
 
-THE PLAN for one loan (device seconds, 900 in all; no loan has run it yet, so every figure is an estimate): the
-machine's start ~90; call 1 (timeout_s 600, `--steps aligner --work /tmp/gaw`): unpacking and importing ~20, the
-start's sweep ~15, self-training 240 (its guard: 1 pass of the pack at 128 pairs a step, ~3,840 steps, unless the
-4 minutes run out first), scoring its 4 checkpoints and 3 interpolations ~60, DWA-beside's start (cut at the call's
-budget); call 2 (the same command at once): DWA-beside's rest (4 minutes in all, equal training minutes as on the
-e5 page), its scores ~60, `align` ~40; then give the machine back. Equal minutes, not equal pairs: DWA's steps
-cost more (a TLM forward pass and the pointer network), so it sees fewer pairs; both are recorded.
+THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600,
+`--steps aligner --work /tmp/gaw`): unpacking, importing and the start's sweep ~30 (measured on an H200), each arm's
+training up to 4 minutes (1 pass of the pack at 128 pairs a step, 4,695 steps, unless its guard stops it), each arm's
+scores and interpolations and `align` within `Plan.reserve_s`; a call cut at its budget is finished by the same
+command at once. With `--budget aligner=S` the two arms share what is left of S after the sweep and the reserve,
+equally (an H200 made 1,640 self-training steps and 580 DWA-beside steps in 0.91 minutes each, eager). Equal
+minutes, not equal pairs: DWA's steps cost more (a TLM forward pass and the pointer network), so it sees fewer pairs;
+both are recorded.
 
 It resumes inside a loan: the start, the bitext, each run (`pretrain --resume`), each model's scores stay in the
 step's --work folder, so a call cut at its budget is finished by the next call with the same --work. Results:
