@@ -2,6 +2,8 @@
 outside every budget, not repeated by a resume; `head_warmup_steps=0` says what it means."""
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,9 +13,10 @@ from safetensors.torch import load_file
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.prepared import PreparedData
+from polyalign.io import Stopped
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives import build_objective
-from polyalign.train import load_run_recipe, pretrain
+from polyalign.train import load_run_recipe, loop, pretrain
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, has_trained_mlm_head, heads_to_warm
 from tests.conftest import metrics, special_tokens, tiny_config, tiny_recipe_overrides
 
@@ -125,6 +128,40 @@ def test_a_resume_does_not_repeat_the_warmup(sample_prepared, cold_start, tmp_pa
     assert state["head_warmup"]["steps"] == 3
     curve = [(r["step"], r["loss"]) for r in metrics(tmp_path / "paused")]
     assert curve == [(r["step"], r["loss"]) for r in metrics(tmp_path / "straight")]  # as if never paused
+
+
+@pytest.mark.integration
+def test_a_run_stopped_inside_the_warmup_resumes_to_the_weights_of_one_never_stopped(
+    sample_prepared, cold_start, tmp_path, monkeypatch
+):
+    """SIGTERM after warm-up step 3 of 6 saves the warm-up where it is (its optimizer, schedule, data position and
+    the RNG beside the run's); the resume trains warm-up steps 4-6 and the run's own as if never stopped."""
+    overrides = _overrides(sample_prepared, cold_start, 3, 6, "trainer.save_every=100", "trainer.grad_accumulation=2")
+    pretrain(load_recipe("mlm", overrides), tmp_path / "straight", progress=False)
+    step = loop.train_step
+
+    def stopped_after_warmup_step_3(run, item):
+        step(run, item)
+        if not run.counted and run.step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(loop, "train_step", stopped_after_warmup_step_3)
+    with pytest.raises(Stopped, match="SIGTERM at step 0: kept: checkpoint step-0000000"):
+        pretrain(load_recipe("mlm", overrides), tmp_path / "stopped", progress=False)
+    state = json.loads((checkpoint_dirs(tmp_path / "stopped")[-1] / "trainer_state.json").read_text())
+    assert state["step"] == 0 and state["head_warmup"]["step"] == 3
+    monkeypatch.setattr(loop, "train_step", step)
+    pretrain(load_run_recipe(tmp_path / "stopped"), tmp_path / "stopped", resume=True, progress=False)
+
+    def warmup_log(run: str) -> list:
+        lines = (tmp_path / run / HEAD_WARMUP_FILE).read_text().splitlines()
+        return [(r["step"], r["head_warmup/lm_head/loss"]) for r in map(json.loads, lines)]
+
+    assert warmup_log("stopped") == warmup_log("straight") and len(warmup_log("straight")) == 6
+    curve = [(r["step"], r["loss"]) for r in metrics(tmp_path / "stopped")]
+    assert curve == [(r["step"], r["loss"]) for r in metrics(tmp_path / "straight")]
+    final = [load_file(checkpoint_dirs(tmp_path / run)[-1] / "model.safetensors") for run in ("straight", "stopped")]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0]), "the resumed weights differ"
 
 
 @pytest.mark.integration

@@ -78,6 +78,11 @@ def load_state(module: nn.Module, optimizer: torch.optim.Optimizer, weights: dic
     for keys, vocab_size, rows in vocabulary_keys_of(module):
         pad_state(weights, keys, vocab_size, rows)
     set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True, strict=True))
+    load_optimizer_state(module, optimizer, optimizer_state)
+
+
+def load_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, optimizer_state: dict) -> None:
+    """Load a full optimizer state dict (torch's layout, every process holds it all) into the sharded optimizer."""
     names = parameter_names(module, optimizer)
     by_name = {
         "state": {names[i]: s for i, s in optimizer_state["state"].items()},

@@ -25,22 +25,25 @@ def _logged_step(line: str) -> float:
 
 
 class MetricsLog:
-    """JSONL and TensorBoard, written by rank 0 only."""
+    """JSONL (`name` in the run folder) and TensorBoard (unless told not), written by rank 0 only."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None):
-        self.path = run_dir / METRICS_FILE
+    def __init__(self, run_dir: Path, resume_step: int | None, name: str = METRICS_FILE, tensorboard: bool = True):
+        self.path = run_dir / name
         if resume_step is not None and self.path.exists():
             # Drop lines past the checkpoint: the resumed run writes them again.
             # A line cut short by a kill is dropped too.
             kept = [ln for ln in self.path.read_text().splitlines() if _logged_step(ln) <= resume_step]
             atomic_write_text(self.path, "".join(ln + "\n" for ln in kept))
         self.file = open(self.path, "a", encoding="utf-8")
+        self.tb = None
+        if not tensorboard:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(run_dir / "tensorboard"))
         except ImportError:  # TensorBoard is optional at run time
-            self.tb = None
+            pass
 
     def write(self, record: dict) -> None:
         self.file.write(json.dumps(record) + "\n")

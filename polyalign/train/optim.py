@@ -4,6 +4,7 @@ fine-tuning), and `trainer.train_only`'s held parameters (VECO §4)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -85,6 +86,22 @@ def drop_held_gradients(optimizer: torch.optim.Optimizer, step: int, config: Tra
         if group["held"]:
             for p in group["params"]:
                 p.grad = None
+
+
+def update_parameters(
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    parameters: Iterable[nn.Parameter],
+    clip_norm: float,
+) -> torch.Tensor | None:
+    """The trainer's update once the step's gradients are in: clip their norm over `parameters` (when clip_norm;
+    a parameter without a gradient adds nothing), the optimizer's step, the schedule's next rate, gradients
+    cleared. Returns the norm before clipping (None without clipping)."""
+    norm = torch.nn.utils.clip_grad_norm_(parameters, clip_norm) if clip_norm else None
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
 
 
 def build_optimizer(module: nn.Module, config: TrainerConfig):
