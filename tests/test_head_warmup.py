@@ -19,6 +19,7 @@ from polyalign.objectives import build_objective
 from polyalign.train import load_run_recipe, loop, pretrain
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, has_trained_mlm_head, heads_to_warm
 from tests.conftest import metrics, special_tokens, tiny_config, tiny_recipe_overrides
+from tests.test_distributed import exact_overrides, train_two_processes
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +163,28 @@ def test_a_run_stopped_inside_the_warmup_resumes_to_the_weights_of_one_never_sto
     assert curve == [(r["step"], r["loss"]) for r in metrics(tmp_path / "straight")]
     final = [load_file(checkpoint_dirs(tmp_path / run)[-1] / "model.safetensors") for run in ("straight", "stopped")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0]), "the resumed weights differ"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_two_processes_warm_the_head_as_one_process_with_accumulation(sharding, sample_prepared, cold_start, tmp_path):
+    """Each process warms on its own slot's batches; the heads' gradients are averaged over both (DDP: by the
+    phase itself, which no wrapper reduces; FSDP: by the sharded module it runs through)."""
+    overrides = [*exact_overrides(sample_prepared, 2), f"init_from={cold_start}", "trainer.head_warmup_steps=4"]
+    overrides += ["model.num_languages=0", f"trainer.distributed={sharding}"]
+    train_two_processes([overrides, overrides], tmp_path / "two")
+    pretrain(load_recipe("xlm", [*overrides, "trainer.grad_accumulation=2"]), tmp_path / "one", progress=False)
+
+    def warmup_log(run: str) -> list:
+        lines = (tmp_path / run / HEAD_WARMUP_FILE).read_text().splitlines()
+        return [(r["step"], r["head_warmup/lm_head/loss"], r["tokens"]) for r in map(json.loads, lines)]
+
+    two, one = warmup_log("two"), warmup_log("one")
+    assert [(s, t) for s, _, t in two] == [(s, t) for s, _, t in one] and len(one) == 4
+    assert [loss for _, loss, _ in two] == pytest.approx([loss for _, loss, _ in one], rel=1e-4)
+    heads = [load_model(tmp_path / run).model.lm_head.state_dict() for run in ("two", "one")]
+    for name, value in heads[1].items():
+        torch.testing.assert_close(heads[0][name], value, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.integration

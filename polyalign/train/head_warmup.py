@@ -21,6 +21,7 @@ from torch import nn
 from polyalign.config import TrainerConfig
 from polyalign.model import MaskedLanguageModel
 from polyalign.objectives import HeadMLM, head_warmup_objective
+from polyalign.train.optim import learning_rate_factor
 
 HEAD_WARMUP_FILE = "head_warmup.jsonl"
 PHASE = "head_warmup"
@@ -100,10 +101,12 @@ def warmup_trainer(trainer: TrainerConfig) -> TrainerConfig:
     )
 
 
-def warmup_record(record: dict, lr: float) -> dict:
-    """A line of the warm-up's log from the loop's: each head's loss and accuracy, the step's learning rate, and
-    running totals of tokens, FLOPs and seconds (the last line is the warm-up's cost, which the bench reads)."""
+def warmup_record(trainer: TrainerConfig, record: dict) -> dict:
+    """A line of the warm-up's log from the loop's record: each head's loss and accuracy, the learning rate of the
+    step, and running totals of tokens, FLOPs and seconds (the last line is the warm-up's cost, which the bench
+    reads). `trainer`: the phase's settings (`warmup_trainer`)."""
     heads = {k: v for k, v in record.items() if k.startswith(f"{PHASE}/") and k.count("/") == 2}
+    lr = trainer.lr * learning_rate_factor(record["step"] - 1, trainer)
     totals = {k: record[k] for k in ("tokens", "flops", "seconds")}
     return {"step": record["step"], **heads, "lr": lr, **totals}
 

@@ -24,7 +24,7 @@ from polyalign.train.distributed import agree_on_stop, average_gradients, reduce
 from polyalign.train.guard import Interrupted, RunGuard, hold_run_folder
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, describe, warmup_record
 from polyalign.train.metrics import MetricsLog, Window
-from polyalign.train.optim import drop_held_gradients, fit_warmup, learning_rate_factor, update_parameters
+from polyalign.train.optim import drop_held_gradients, fit_warmup, update_parameters
 from polyalign.train.resume import check_new_steps, record_recipe
 from polyalign.train.run import RECIPE_FILE, Run, build_run, end_warmup
 from polyalign.train.saving import restore_run, save_run, warmup_under_way
@@ -163,8 +163,9 @@ def train_in_folder(
     log = MetricsLog(run_dir, run.step if resume else None) if run.rank == 0 else None
     bar = progress_bar(run) if progress and run.rank == 0 else None
     try:
-        for phase in [p for p in (run.warmup, run) if p is not None]:
-            train_phase(run, phase, guard, log, bar, resume)
+        if run.warmup is not None:
+            warm_heads(run, guard, resume)
+        train_phase(run, run, guard, log, bar)
     finally:
         if bar is not None:
             bar.close()
@@ -216,18 +217,31 @@ def progress_bar(run: Run):
     )
 
 
-def train_phase(run: Run, phase: Run, guard: RunGuard, log: MetricsLog | None, bar, resume: bool) -> None:
-    """The one loop: `phase` (the run itself, or its head warm-up) steps until its stop step, logging every
-    log_every steps; checkpoints (of `run`, the warm-up's state with it) every save_every steps of the run's own,
-    at its stop step, and whenever a signal asks the run to stop."""
-    counted = phase.counted
-    if not counted and run.rank == 0:  # the warm-up's lines go to its own log, past any a resume trains again
-        log = MetricsLog(run.run_dir, phase.step if resume else None, HEAD_WARMUP_FILE, tensorboard=False)
+def warm_heads(run: Run, guard: RunGuard, resume: bool) -> None:
+    """The head warm-up phase (run.warmup) to its last step, its lines in their own log (a resume inside it drops
+    those it trains again), then the run's module as before it and one line that says what it did."""
+    log = None
+    if run.rank == 0:
+        shape = partial(warmup_record, run.warmup.cfg)
+        log = MetricsLog(run.run_dir, run.warmup.step if resume else None, HEAD_WARMUP_FILE, False, shape)
+    try:
+        train_phase(run, run.warmup, guard, log)
+    finally:
+        if log is not None:
+            log.close()
+    done = end_warmup(run)
+    if run.rank == 0:
+        print(describe(done, run.run_dir / HEAD_WARMUP_FILE))
+
+
+def train_phase(run: Run, phase: Run, guard: RunGuard, log: MetricsLog | None, bar=None) -> None:
+    """The one loop: `phase` (the run itself, or its head warm-up) steps until its stop step, with a log line
+    every log_every steps; a checkpoint of `run` (with the warm-up's state while it is under way) every
+    save_every steps of the run's own and at its stop step, and after any step a signal asks the run to stop."""
     loader = start_loader(phase)
     first_step = phase.step
     stop = stop_step(phase)
-    if not counted:
-        phase.window.started = time.perf_counter()  # the warm-up's time is its steps'
+    phase.window.started = time.perf_counter()  # the phase's time is its steps' (not the build's, nor a warm-up's)
     try:
         while phase.step < stop:
             item = next(loader)
@@ -236,28 +250,19 @@ def train_phase(run: Run, phase: Run, guard: RunGuard, log: MetricsLog | None, b
             if phase.step == first_step + 1 and hasattr(phase.trained, "_orig_mod"):  # torch.compile ran in it
                 phase.compile_seconds = time.perf_counter() - began
             if phase.step % phase.cfg.log_every == 0 or phase.step == phase.cfg.max_steps:
-                record = log_window(phase, log if counted else None)
-                if not counted and log is not None:
-                    log.write(warmup_record(record, phase.cfg.lr * learning_rate_factor(phase.step - 1, phase.cfg)))
+                record = log_window(phase, log)
                 stop = stop_step(phase)  # max_minutes and max_flops are read here, with the window
-                if bar is not None and counted and record is not None:
+                if bar is not None and record is not None:
                     bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            if bar is not None and counted:
+            if bar is not None:
                 bar.update(1)
             stopping = guard.stop_requested(run)  # a signal: this step is saved, then the run stops
-            if stopping or (counted and (phase.step % phase.cfg.save_every == 0 or phase.step == stop)):
+            if stopping or (phase.counted and (phase.step % phase.cfg.save_every == 0 or phase.step == stop)):
                 if phase.window.steps:
                     fold_counters(phase)  # counters must be totals over processes when saved
                 save_run(run)
                 phase.window.started = time.perf_counter()  # saving is not training time
-            if stopping and (phase.step < stop or not counted):  # a warm-up's last step still leaves the run's own
+            if stopping and (phase.step < stop or not phase.counted):  # after a warm-up, the run's own steps remain
                 raise Interrupted
     finally:
         loader.close()
-        if not counted and log is not None:
-            log.close()
-    if not counted:
-        done = end_warmup(run)
-        run.window.started = time.perf_counter()  # the run's own time starts after the warm-up
-        if run.rank == 0:
-            print(describe(done, run.run_dir / HEAD_WARMUP_FILE))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,10 +26,19 @@ def _logged_step(line: str) -> float:
 
 
 class MetricsLog:
-    """JSONL (`name` in the run folder) and TensorBoard (unless told not), written by rank 0 only."""
+    """JSONL (`name` in the run folder) and TensorBoard (unless told not), written by rank 0 only; `shape` makes
+    the line written of a record."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None, name: str = METRICS_FILE, tensorboard: bool = True):
+    def __init__(
+        self,
+        run_dir: Path,
+        resume_step: int | None,
+        name: str = METRICS_FILE,
+        tensorboard: bool = True,
+        shape: Callable[[dict], dict] | None = None,
+    ):
         self.path = run_dir / name
+        self.shape = shape
         if resume_step is not None and self.path.exists():
             # Drop lines past the checkpoint: the resumed run writes them again.
             # A line cut short by a kill is dropped too.
@@ -46,6 +56,7 @@ class MetricsLog:
             pass
 
     def write(self, record: dict) -> None:
+        record = record if self.shape is None else self.shape(record)
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.tb is not None:
