@@ -132,6 +132,27 @@ def test_a_resume_does_not_repeat_the_warmup(sample_prepared, cold_start, tmp_pa
 
 
 @pytest.mark.integration
+def test_the_warmup_steps_give_the_heads_own_parameters_alone_a_gradient(
+    sample_prepared, cold_start, tmp_path, monkeypatch
+):
+    """Through the warm-up's steps only the head's own parameters (not the encoder, nor the decoder weight tied to
+    the word embeddings) take a gradient, and none is left over a step; the run's own steps train every one."""
+    step, seen = loop.train_step, []
+
+    def watched(run, item):
+        step(run, item)
+        trained = sorted(n for n, p in run.module.named_parameters() if p.requires_grad)
+        seen.append((run.counted, trained, [n for n, p in run.module.named_parameters() if p.grad is not None]))
+
+    monkeypatch.setattr(loop, "train_step", watched)
+    pretrain(load_recipe("mlm", _overrides(sample_prepared, cold_start, 2, 3)), tmp_path / "run", progress=False)
+    every = sorted(n for n, _ in MaskedLanguageModel(tiny_config()).named_parameters(prefix="model"))
+    head = [n for n in every if n.startswith("model.lm_head.")]
+    assert head and "model.lm_head.decoder.weight" not in head  # tied: named once, as the word embeddings
+    assert seen == [(False, head, [])] * 3 + [(True, every, [])] * 2
+
+
+@pytest.mark.integration
 def test_a_run_stopped_inside_the_warmup_resumes_to_the_weights_of_one_never_stopped(
     sample_prepared, cold_start, tmp_path, monkeypatch
 ):

@@ -24,7 +24,13 @@ from polyalign.train.distributed import agree_on_stop, average_gradients, reduce
 from polyalign.train.guard import Interrupted, RunGuard, hold_run_folder
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, describe, warmup_record
 from polyalign.train.metrics import MetricsLog, Window
-from polyalign.train.optim import drop_held_gradients, fit_warmup, update_parameters
+from polyalign.train.optim import (
+    drop_held_gradients,
+    fit_warmup,
+    optimized_parameters,
+    training_only,
+    update_parameters,
+)
 from polyalign.train.resume import check_new_steps, record_recipe
 from polyalign.train.run import RECIPE_FILE, Run, build_run, end_warmup
 from polyalign.train.saving import restore_run, save_run, warmup_under_way
@@ -218,14 +224,15 @@ def progress_bar(run: Run):
 
 
 def warm_heads(run: Run, guard: RunGuard, resume: bool) -> None:
-    """The head warm-up phase (run.warmup) to its last step, its lines in their own log (a resume inside it drops
-    those it trains again), then the run's module as before it and one line that says what it did."""
+    """The head warm-up phase (run.warmup) to its last step, the heads' own parameters alone taking a gradient, its
+    lines in their own log (a resume inside it drops those it trains again); then one line that says what it did."""
     log = None
     if run.rank == 0:
         shape = partial(warmup_record, run.warmup.cfg)
         log = MetricsLog(run.run_dir, run.warmup.step if resume else None, HEAD_WARMUP_FILE, False, shape)
     try:
-        train_phase(run, run.warmup, guard, log)
+        with training_only(run.module, optimized_parameters(run.warmup.optimizer)):
+            train_phase(run, run.warmup, guard, log)
     finally:
         if log is not None:
             log.close()

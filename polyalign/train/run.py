@@ -23,7 +23,7 @@ from polyalign.train.distributed import bookkeeping_group, init_distributed, wra
 from polyalign.train.fsdp import check_fsdp
 from polyalign.train.head_warmup import PHASE, STREAM_SALT, HeadWarmup, plan_head_warmup, warmup_trainer
 from polyalign.train.metrics import Window
-from polyalign.train.optim import build_optimizer, freeze_held_for_good
+from polyalign.train.optim import build_optimizer, freeze_held_for_good, training_only
 from polyalign.train.resume import check_recipe_name
 from polyalign.train.start import build_model, check_warm_start
 
@@ -107,8 +107,6 @@ class Run:
     counted: bool = True
     """Whether its steps are the run's own (counted toward its budget, logged in metrics.jsonl, saved every
     `save_every`); False for the head warm-up, whose checkpoints are its owner's."""
-    restore_flags: list[bool] = field(default_factory=list)
-    """A phase that trains some parameters only: the module's requires_grad flags to put back when it ends."""
     compile_seconds: float = 0.0
     """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
     reports it as `compile_seconds`; the first window's tokens/s includes it."""
@@ -175,39 +173,32 @@ def build_run(
     run.slot_states = [s.state_dict() for s in slots]
     run.window = Window(device)
     if warm_up:
-        run.warmup = build_warmup(run, warm, build_slots({PHASE: ("mono", recipe.data, STREAM_SALT)}, STREAM_SALT,
-                                                         cfg, False, *where))  # fmt: skip
+        warmup_slots = build_slots({PHASE: ("mono", recipe.data, STREAM_SALT)}, STREAM_SALT, cfg, False, *where)
+        run.warmup = build_warmup(run, warm, warmup_slots)
     return run, prepared
 
 
 def build_warmup(run: Run, warm: HeadMLM, slots: list[Slot]) -> Run:
-    """The head warm-up as a phase: a Run over `run`'s module, with `warm` (the objective that trains the heads
-    alone) as its one objective, the heads' own parameters the only ones that take a gradient until it ends, an
-    optimizer and schedule over them (`warmup_trainer`'s settings), and its own slots. Its forward is the module's
-    own (under FSDP the sharded root, which must run every forward); with DDP it averages its gradients itself."""
+    """The head warm-up as a phase: a Run over `run`'s module with `warm` (the objective that trains the heads
+    alone) as its one objective, an optimizer and schedule over the heads' own parameters (`warmup_trainer`'s
+    settings; the loop trains them alone, `training_only`) and its own slots. Its forward is the module's own
+    (under FSDP the sharded root, which must run every forward); with DDP it averages its gradients itself."""
     cfg = warmup_trainer(run.cfg)
     run.module.objectives[PHASE] = warm  # it owns no parameters: checkpoints are unchanged
     run.module.weights[PHASE] = 1.0
-    heads = {id(p) for p in head_parameters(warm.heads)}
-    flags = [p.requires_grad for p in run.module.parameters()]
-    for p in run.module.parameters():
-        p.requires_grad_(id(p) in heads)
-    optimizer, scheduler = build_optimizer(run.module, cfg)
+    with training_only(run.module, head_parameters(warm.heads)):
+        optimizer, scheduler = build_optimizer(run.module, cfg)
     recipe = dataclasses.replace(run.recipe, trainer=cfg, objectives=[ObjectiveSpec(PHASE)])
-    phase = dataclasses.replace(
+    counters = {"tokens": 0, "flops": 0.0, "seconds": 0.0}
+    return dataclasses.replace(
         run, recipe=recipe, trained=run.module, optimizer=optimizer, scheduler=scheduler, slots=slots, step=0,
-        counters={"tokens": 0, "flops": 0.0, "seconds": 0.0}, slot_states=[s.state_dict() for s in slots],
-        window=Window(run.device), counted=False, restore_flags=flags,
+        counters=counters, slot_states=[s.state_dict() for s in slots], window=Window(run.device), counted=False,
     )  # fmt: skip
-    return phase
 
 
 def end_warmup(run: Run) -> HeadWarmup:
-    """The warm-up phase has trained its steps: the module as before it (flags, objectives), its summary kept."""
-    phase = run.warmup
-    for p, flag in zip(run.module.parameters(), phase.restore_flags, strict=True):
-        p.requires_grad_(flag)
-    warm = run.module.objectives.pop(PHASE)
+    """The warm-up phase has trained its steps: its objective leaves the module, its summary stays."""
+    warm, phase = run.module.objectives.pop(PHASE), run.warmup
     del run.module.weights[PHASE]
     c = phase.counters
     run.head_warmup = HeadWarmup(list(warm.heads), phase.cfg.max_steps, c["tokens"], c["flops"], c["seconds"])
