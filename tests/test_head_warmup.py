@@ -188,12 +188,17 @@ def test_a_run_stopped_inside_the_warmup_resumes_to_the_weights_of_one_never_sto
 
 @pytest.mark.integration
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
-def test_two_processes_warm_the_head_as_one_process_with_accumulation(sharding, sample_prepared, cold_start, tmp_path):
+def test_two_processes_warm_the_head_as_one_process_with_accumulation_even_stopped_inside_the_warmup(
+    sharding, sample_prepared, cold_start, tmp_path
+):
     """Each process warms on its own slot's batches; the heads' gradients are averaged over both (DDP: by the
-    phase itself, which no wrapper reduces; FSDP: by the sharded module it runs through)."""
+    phase itself, which no wrapper reduces; FSDP: by the sharded module it runs through). Stopped after warm-up step
+    2 of 4 and resumed, the processes end where one process with accumulation ends, never stopped."""
     overrides = [*exact_overrides(sample_prepared, 2), f"init_from={cold_start}", "trainer.head_warmup_steps=4"]
     overrides += ["model.num_languages=0", f"trainer.distributed={sharding}"]
-    train_two_processes([overrides, overrides], tmp_path / "two")
+    train_two_processes([overrides, overrides], tmp_path / "two", warmup_signal=2)
+    assert [p.name for p in checkpoint_dirs(tmp_path / "two")] == ["step-0000000"]
+    train_two_processes([overrides, overrides], tmp_path / "two", resume=True)
     pretrain(load_recipe("xlm", [*overrides, "trainer.grad_accumulation=2"]), tmp_path / "one", progress=False)
 
     def warmup_log(run: str) -> list:
