@@ -17,9 +17,9 @@ from polyalign.objectives.mlm import MLMConfig, masked_lm_loss, monolingual_batc
 
 class HeadMLM(Objective):
     """MLM at every head in `heads` (name -> the model it tops) on one masked batch of monolingual text, each
-    encoder run without a graph: only the heads' own parameters can get a gradient. Its loss is their sum; each
-    head's loss and accuracy are logged under its name. The heads are held, not registered: this module owns no
-    parameters (a checkpoint of the module it joins is unchanged)."""
+    encoder run without a graph (the trainer lets the heads' own parameters alone take a gradient:
+    `head_parameters`). Its loss is their sum; each head's loss and accuracy are logged under its name. The heads
+    are held, not registered: this module owns no parameters (a checkpoint of the module it joins is unchanged)."""
 
     stream = "mono"
     Config = MLMConfig
