@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.prepared import PreparedData
-from polyalign.io import Stopped
+from polyalign.io import DataError, Stopped
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives import build_objective
 from polyalign.train import load_run_recipe, loop, pretrain
@@ -103,6 +103,15 @@ def test_head_warmup_steps_count_toward_no_budget(sample_prepared, cold_start, t
     # the same batches, tokens and FLOPs as the run without a warm-up: its own are kept apart
     for key in ("step", "tokens", "flops"):
         assert runs[5][key] == runs[0][key], key
+
+
+@pytest.mark.integration
+def test_a_nan_loss_in_the_warmup_names_its_learning_rate_and_its_tenth(sample_prepared, cold_start, tmp_path):
+    overrides = _overrides(sample_prepared, cold_start, 2, 4, "trainer.head_warmup_lr=1e30")
+    with pytest.raises(DataError) as said:
+        pretrain(load_recipe("mlm", overrides), tmp_path / "run", progress=False)
+    assert str(said.value).startswith("head warm-up step 2: loss is nan; lower trainer.head_warmup_lr or check")
+    assert str(said.value).endswith("run the command again with --set trainer.head_warmup_lr=1e+29")
 
 
 @pytest.mark.integration

@@ -113,8 +113,12 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
         record["grad_norm"] = float(norm)
     run.window = Window(run.device)
     if not math.isfinite(record["loss"]):  # the same reduced value on every process: all stop here
-        where, lower = ("step", "trainer.lr") if run.counted else ("head warm-up step", "trainer.head_warmup_lr")
-        raise FloatingPointError(f"{where} {run.step}: loss is {record['loss']}; lower {lower} or check the data")
+        where, lower = ("step", "lr") if run.counted else ("head warm-up step", "head_warmup_lr")
+        error = FloatingPointError(
+            f"{where} {run.step}: loss is {record['loss']}; lower trainer.{lower} or check the data"
+        )
+        error.setting = lower  # the trainer setting whose tenth the failure's line proposes (guard.py)
+        raise error
     if log is not None:
         log.write(record)
     return record
