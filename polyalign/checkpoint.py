@@ -252,6 +252,7 @@ def optimizer_state_from_files(tensors: dict[str, torch.Tensor], info: dict) -> 
 def save_checkpoint(
     run_dir: Path,
     step: int,
+    *,
     model: MaskedLanguageModel,
     objectives: nn.Module,
     tokenizer: Tokenizer,
@@ -262,8 +263,10 @@ def save_checkpoint(
     keep: int,
     weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """`weights`: full tensors of model and objectives under `model.` and `objectives.` (gathered from sharded
-    processes); by default the modules' own."""
+    """The checkpoint of `step` in `run_dir`: model folder files, objectives' weights, the optimizer state and the
+    trainer's `state` (JSON) and `state_tensors`; only the last `keep` checkpoints stay (0: all). `weights`: full
+    tensors of model and objectives under `model.` and `objectives.` (gathered from sharded processes); by
+    default the modules' own."""
     final = Path(run_dir) / "checkpoints" / f"step-{step:07d}"
     part = {p: None if weights is None else _prefixed(weights, p) for p in ("model.", "objectives.")}
     try:

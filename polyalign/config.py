@@ -147,9 +147,10 @@ class TrainerConfig:
     head_warmup_steps: int = 200
     """When `init_from` has no trained MLM head (multilingual-e5-small ships none; an ELECTRA discriminator) and an
     objective reads one (MLM, TLM, DWA, CAMLM, BTMLM, CA-MLM, PPA's TLM, XLM-E's generator with `generator_init:
-    model`), that head is first trained alone on MLM for this many steps, the encoder frozen. These steps are
-    logged apart (`head_warmup.jsonl`) and count toward no budget (max_steps, max_minutes, max_flops); a resume
-    does not repeat them. 0 = none: the objectives start with a random head whose gradients rewrite the encoder.
+    model`), that head is first trained alone on MLM for this many steps, the encoder frozen: the loop's first
+    phase. These steps are logged apart (`head_warmup.jsonl`) and count toward no budget (max_steps, max_minutes,
+    max_flops); a resume does not repeat them (one stopped inside them goes on where it was). 0 = none: the
+    objectives start with a random head whose gradients rewrite the encoder.
     The default is the project's measurement, bench/results/real-start.md `real-mlm-tlm-warm-head`: 200 head-only
     steps at lr 1e-2 took e5-small's new head from an MLM loss of 10.38 to 8.40, and MLM + TLM from that head kept
     Tatoeba-14 at 91.0 (start 90.5; from a cold head 67.0 / 53.9)."""

@@ -32,10 +32,11 @@ def test_compile_is_on_with_cuda_and_off_on_a_cpu_by_default(monkeypatch):
     seen = []
     monkeypatch.setattr(torch, "compile", lambda module, options: seen.append(options) or ("compiled", module))
     module = torch.nn.Linear(2, 2)
-    assert wrap_for_processes(module, recipe, 1, CUDA) == ("compiled", module)  # the device is only named
+    wrapped = {d: wrap_for_processes(module, recipe.trainer, recipe.objectives, 1, d) for d in (CUDA, CPU)}
+    assert wrapped[CUDA] == ("compiled", module)  # the device is only named
+    assert wrapped[CPU] is module
     # Inductor's coalescing analysis failed an assertion compiling a training step on CUDA (torch 2.11)
     assert seen == [{"triton.coalesce_tiling_analysis": False}]
-    assert wrap_for_processes(module, recipe, 1, CPU) is module
     assert load_recipe("mlm", ["trainer.compile=false"]).trainer.compile is False
     assert load_recipe("mlm", ["trainer.compile=true"]).trainer.compile is True
     with pytest.raises(DataError, match=r"trainer: compile='maybe': use auto, true or false$"):

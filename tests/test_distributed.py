@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from polyalign.checkpoint import checkpoint_dirs, load_model
 from polyalign.config import load_recipe
-from polyalign.io import DataError
+from polyalign.io import DataError, Stopped
 from polyalign.train import (
     Window,
     agree_on_stop,
@@ -23,6 +23,7 @@ from polyalign.train import (
     build_run,
     distributed,
     load_run_recipe,
+    loop,
     pretrain,
     reduce_window,
 )
@@ -77,9 +78,10 @@ def _free_port() -> int:
 
 
 def _train_process(
-    rank: int, world: int, port: int, overrides: list[list[str]], run_dir: str, resume: bool = False
+    rank: int, world: int, port: int, overrides: list[list[str]], run_dir: str, resume: bool, warmup_signal: int
 ) -> None:
     import os
+    import signal
 
     import torch.distributed as dist
 
@@ -88,17 +90,30 @@ def _train_process(
     )
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    step = loop.train_step
+
+    def signalled(run, item):  # SIGTERM to the last process after head warm-up step `warmup_signal`
+        step(run, item)
+        if not run.counted and run.step == warmup_signal and rank == world - 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    loop.train_step = signalled
     try:
         recipe = load_run_recipe(run_dir, overrides[rank]) if resume else load_recipe("xlm", overrides[rank])
         pretrain(recipe, run_dir, resume=resume, progress=False)
+    except Stopped:
+        assert warmup_signal, "stopped by a signal nobody sent"
     finally:
         dist.destroy_process_group()
 
 
-def train_two_processes(overrides: list[list[str]], run_dir: Path, resume: bool = False) -> None:
+def train_two_processes(
+    overrides: list[list[str]], run_dir: Path, resume: bool = False, warmup_signal: int = 0
+) -> None:
+    """`warmup_signal` > 0: the processes are told to stop (SIGTERM, to one of them) after that head warm-up step."""
     context = mp.start_processes(
         _train_process,
-        args=(2, _free_port(), overrides, str(run_dir), resume),
+        args=(2, _free_port(), overrides, str(run_dir), resume, warmup_signal),
         nprocs=2,
         join=False,
         start_method="spawn",

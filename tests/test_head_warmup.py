@@ -2,6 +2,8 @@
 outside every budget, not repeated by a resume; `head_warmup_steps=0` says what it means."""
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,11 +13,13 @@ from safetensors.torch import load_file
 from polyalign.checkpoint import checkpoint_dirs, load_model, save_model_folder
 from polyalign.config import load_recipe
 from polyalign.data.prepared import PreparedData
+from polyalign.io import DataError, Stopped
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives import build_objective
-from polyalign.train import load_run_recipe, pretrain
+from polyalign.train import load_run_recipe, loop, pretrain
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, has_trained_mlm_head, heads_to_warm
 from tests.conftest import metrics, special_tokens, tiny_config, tiny_recipe_overrides
+from tests.test_distributed import exact_overrides, train_two_processes
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +106,15 @@ def test_head_warmup_steps_count_toward_no_budget(sample_prepared, cold_start, t
 
 
 @pytest.mark.integration
+def test_a_nan_loss_in_the_warmup_names_its_learning_rate_and_its_tenth(sample_prepared, cold_start, tmp_path):
+    overrides = _overrides(sample_prepared, cold_start, 2, 4, "trainer.head_warmup_lr=1e30")
+    with pytest.raises(DataError) as said:
+        pretrain(load_recipe("mlm", overrides), tmp_path / "run", progress=False)
+    assert str(said.value).startswith("head warm-up step 2: loss is nan; lower trainer.head_warmup_lr or check")
+    assert str(said.value).endswith("run the command again with --set trainer.head_warmup_lr=1e+29")
+
+
+@pytest.mark.integration
 def test_a_warmup_of_zero_is_announced(sample_prepared, cold_start, tmp_path, capsys):
     pretrain(load_recipe("mlm", _overrides(sample_prepared, cold_start, 1, 0)), tmp_path / "run", progress=False)
     said = capsys.readouterr().out
@@ -125,6 +138,88 @@ def test_a_resume_does_not_repeat_the_warmup(sample_prepared, cold_start, tmp_pa
     assert state["head_warmup"]["steps"] == 3
     curve = [(r["step"], r["loss"]) for r in metrics(tmp_path / "paused")]
     assert curve == [(r["step"], r["loss"]) for r in metrics(tmp_path / "straight")]  # as if never paused
+
+
+@pytest.mark.integration
+def test_the_warmup_steps_give_the_heads_own_parameters_alone_a_gradient(
+    sample_prepared, cold_start, tmp_path, monkeypatch
+):
+    """Through the warm-up's steps only the head's own parameters (not the encoder, nor the decoder weight tied to
+    the word embeddings) take a gradient, and none is left over a step; the run's own steps train every one."""
+    step, seen = loop.train_step, []
+
+    def watched(run, item):
+        step(run, item)
+        trained = sorted(n for n, p in run.module.named_parameters() if p.requires_grad)
+        seen.append((run.counted, trained, [n for n, p in run.module.named_parameters() if p.grad is not None]))
+
+    monkeypatch.setattr(loop, "train_step", watched)
+    pretrain(load_recipe("mlm", _overrides(sample_prepared, cold_start, 2, 3)), tmp_path / "run", progress=False)
+    every = sorted(n for n, _ in MaskedLanguageModel(tiny_config()).named_parameters(prefix="model"))
+    head = [n for n in every if n.startswith("model.lm_head.")]
+    assert head and "model.lm_head.decoder.weight" not in head  # tied: named once, as the word embeddings
+    assert seen == [(False, head, [])] * 3 + [(True, every, [])] * 2
+
+
+@pytest.mark.integration
+def test_a_run_stopped_inside_the_warmup_resumes_to_the_weights_of_one_never_stopped(
+    sample_prepared, cold_start, tmp_path, monkeypatch
+):
+    """SIGTERM after warm-up step 3 of 6 saves the warm-up where it is (its optimizer, schedule, data position and
+    the RNG beside the run's); the resume trains warm-up steps 4-6 and the run's own as if never stopped."""
+    overrides = _overrides(sample_prepared, cold_start, 3, 6, "trainer.save_every=100", "trainer.grad_accumulation=2")
+    pretrain(load_recipe("mlm", overrides), tmp_path / "straight", progress=False)
+    step = loop.train_step
+
+    def stopped_after_warmup_step_3(run, item):
+        step(run, item)
+        if not run.counted and run.step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(loop, "train_step", stopped_after_warmup_step_3)
+    with pytest.raises(Stopped, match="SIGTERM at step 0: kept: checkpoint step-0000000"):
+        pretrain(load_recipe("mlm", overrides), tmp_path / "stopped", progress=False)
+    state = json.loads((checkpoint_dirs(tmp_path / "stopped")[-1] / "trainer_state.json").read_text())
+    assert state["step"] == 0 and state["head_warmup"]["step"] == 3
+    monkeypatch.setattr(loop, "train_step", step)
+    pretrain(load_run_recipe(tmp_path / "stopped"), tmp_path / "stopped", resume=True, progress=False)
+
+    def warmup_log(run: str) -> list:
+        lines = (tmp_path / run / HEAD_WARMUP_FILE).read_text().splitlines()
+        return [(r["step"], r["head_warmup/lm_head/loss"]) for r in map(json.loads, lines)]
+
+    assert warmup_log("stopped") == warmup_log("straight") and len(warmup_log("straight")) == 6
+    curve = [(r["step"], r["loss"]) for r in metrics(tmp_path / "stopped")]
+    assert curve == [(r["step"], r["loss"]) for r in metrics(tmp_path / "straight")]
+    final = [load_file(checkpoint_dirs(tmp_path / run)[-1] / "model.safetensors") for run in ("straight", "stopped")]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0]), "the resumed weights differ"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_two_processes_warm_the_head_as_one_process_with_accumulation_even_stopped_inside_the_warmup(
+    sharding, sample_prepared, cold_start, tmp_path
+):
+    """Each process warms on its own slot's batches; the heads' gradients are averaged over both (DDP: by the
+    phase itself, which no wrapper reduces; FSDP: by the sharded module it runs through). Stopped after warm-up step
+    2 of 4 and resumed, the processes end where one process with accumulation ends, never stopped."""
+    overrides = [*exact_overrides(sample_prepared, 2), f"init_from={cold_start}", "trainer.head_warmup_steps=4"]
+    overrides += ["model.num_languages=0", f"trainer.distributed={sharding}"]
+    train_two_processes([overrides, overrides], tmp_path / "two", warmup_signal=2)
+    assert [p.name for p in checkpoint_dirs(tmp_path / "two")] == ["step-0000000"]
+    train_two_processes([overrides, overrides], tmp_path / "two", resume=True)
+    pretrain(load_recipe("xlm", [*overrides, "trainer.grad_accumulation=2"]), tmp_path / "one", progress=False)
+
+    def warmup_log(run: str) -> list:
+        lines = (tmp_path / run / HEAD_WARMUP_FILE).read_text().splitlines()
+        return [(r["step"], r["head_warmup/lm_head/loss"], r["tokens"]) for r in map(json.loads, lines)]
+
+    two, one = warmup_log("two"), warmup_log("one")
+    assert [(s, t) for s, _, t in two] == [(s, t) for s, _, t in one] and len(one) == 4
+    assert [loss for _, loss, _ in two] == pytest.approx([loss for _, loss, _ in one], rel=1e-4)
+    heads = [load_model(tmp_path / run).model.lm_head.state_dict() for run in ("two", "one")]
+    for name, value in heads[1].items():
+        torch.testing.assert_close(heads[0][name], value, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.integration

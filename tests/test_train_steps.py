@@ -108,12 +108,12 @@ def test_padding_free_batches_go_without_a_mask():
 
 
 def test_unused_parameters_are_looked_for_only_with_staged_or_alternating_objectives_or_an_unused_part():
-    assert not unused_parameters_possible(load_recipe("xlm"))
-    assert unused_parameters_possible(load_recipe("veco"))  # alternating (every: 2)
-    assert unused_parameters_possible(load_recipe("ernie-m"))  # staged (btmlm's start_step)
-    assert unused_parameters_possible(load_recipe("xlm-e"))  # RTD: the MLM head gets no gradient
-    assert unused_parameters_possible(load_recipe("best-sentences"))  # translation ranking alone: nor here
-    assert not unused_parameters_possible(load_recipe("quickstart"))  # ranking + TLM: TLM trains the head
+    assert not unused_parameters_possible(load_recipe("xlm").objectives)
+    assert unused_parameters_possible(load_recipe("veco").objectives)  # alternating (every: 2)
+    assert unused_parameters_possible(load_recipe("ernie-m").objectives)  # staged (btmlm's start_step)
+    assert unused_parameters_possible(load_recipe("xlm-e").objectives)  # RTD: the MLM head gets no gradient
+    assert unused_parameters_possible(load_recipe("best-sentences").objectives)  # translation ranking alone: nor here
+    assert not unused_parameters_possible(load_recipe("quickstart").objectives)  # ranking + TLM: TLM trains the head
 
 
 def test_trainer_switches_are_checked():
@@ -156,7 +156,7 @@ def test_max_flops_stops_at_the_step_that_reaches_the_budget(sample_prepared, tm
 def test_recipes_without_staged_objectives_give_every_parameter_a_gradient(name, sample_prepared, tmp_path):
     """What makes find_unused_parameters=False safe for them: DDP would hang or fail on a parameter without one."""
     recipe = load_recipe(name, tiny_recipe_overrides(sample_prepared) + ["trainer.loader_workers=0"])
-    assert not unused_parameters_possible(recipe)
+    assert not unused_parameters_possible(recipe.objectives)
     run, _ = build_run(recipe, tmp_path / "run")
     loader = start_loader(run)
     item = next(loader)

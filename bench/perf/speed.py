@@ -33,7 +33,7 @@ from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, train
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.objectives.mlm import MLM, MLMConfig, masked_batch
 from polyalign.tokenizer import SpecialTokens
-from polyalign.train import PretrainingModule, parameter_groups
+from polyalign.train import PretrainingModule, parameter_groups, update_parameters
 
 
 @dataclass(frozen=True)
@@ -382,13 +382,14 @@ def tlm_step_parts(model, tlm, batches, autocast) -> dict[str, float]:
         return run
 
     def optimizer_over(params):
+        # the trainer's own update (polyalign/train/optim.py), without clipping: the optimizer's share of a step
         optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
         def run(batch):
             for p in params:
                 p.grad = torch.zeros_like(p)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            update_parameters(optimizer, schedule, params, clip_norm=0.0)
 
         return run
 

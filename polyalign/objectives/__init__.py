@@ -8,6 +8,7 @@ from polyalign.objectives.btmlm import BTMLM
 from polyalign.objectives.contrast import SentenceContrast
 from polyalign.objectives.dwa import DWA
 from polyalign.objectives.ernie_m_camlm import CAMLM
+from polyalign.objectives.head_warmup import HeadMLM, head_parameters, head_warmup_objective
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.moco import MoCo
 from polyalign.objectives.rtd import MRTD, TRTD
@@ -32,7 +33,16 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "self_align": SelfAlign,  # awesome-align's self-training: word alignments labelled by the model itself
 }
 
-__all__ = ["OBJECTIVES", "Objective", "ObjectiveOutput", "build_objective", "objective_config"]
+__all__ = [
+    "OBJECTIVES",
+    "HeadMLM",
+    "Objective",
+    "ObjectiveOutput",
+    "build_objective",
+    "head_parameters",
+    "head_warmup_objective",
+    "objective_config",
+]
 
 
 def objective_config(name: str, settings: dict, key: str) -> tuple[type[Objective], object]:

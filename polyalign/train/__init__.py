@@ -1,7 +1,8 @@
-"""Pre-training: the one loop (loop.py), a run's build, restore and save (run.py, start.py for `init_from`),
-several processes (distributed.py), the optimizer and schedule (optim.py), logging (metrics.py), the head-only
-warm-up of a start without a trained MLM head (head_warmup.py), a resume's checks and record (resume.py), the
-run folder held by one process and the ways a run ends early: signals and failures (guard.py).
+"""Pre-training: the one loop (loop.py), a run's build (run.py, start.py for `init_from`), its checkpoints
+(saving.py), several processes (distributed.py), the optimizer, schedule and update (optim.py), logging
+(metrics.py), the head-only warm-up phase of a start without a trained MLM head (head_warmup.py), a resume's
+checks and record (resume.py), the run folder held by one process and the ways a run ends early: signals and
+failures (guard.py).
 
 Data are organised in *slots*: with W processes and A accumulation steps, each optimizer step consumes W·A
 micro-batches, and micro-batch slot s = rank·A + a always comes from the same seeded stream. So 2 processes
@@ -27,17 +28,15 @@ from polyalign.train.loop import (
     train_step,
 )
 from polyalign.train.metrics import METRICS_FILE, MetricsLog, Window
-from polyalign.train.optim import drop_held_gradients, learning_rate_factor, linear_schedule, parameter_groups
-from polyalign.train.run import (
-    RECIPE_FILE,
-    PretrainingModule,
-    Run,
-    Slot,
-    build_run,
-    load_run_recipe,
-    restore_run,
-    save_run,
+from polyalign.train.optim import (
+    drop_held_gradients,
+    learning_rate_factor,
+    linear_schedule,
+    parameter_groups,
+    update_parameters,
 )
+from polyalign.train.run import RECIPE_FILE, PretrainingModule, Run, Slot, build_run, load_run_recipe
+from polyalign.train.saving import restore_run, save_run
 from polyalign.train.start import build_model, check_warm_start
 
 __all__ = [
@@ -71,4 +70,5 @@ __all__ = [
     "stop_step",
     "train_step",
     "unused_parameters_possible",
+    "update_parameters",
 ]

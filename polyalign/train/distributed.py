@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from polyalign.config import Recipe
+from polyalign.config import ObjectiveSpec, TrainerConfig
 from polyalign.model.compiling import compiled
 from polyalign.objectives import OBJECTIVES
 from polyalign.train.fsdp import shard
@@ -40,29 +40,41 @@ def init_distributed(device_name: str | None = None) -> tuple[int, int, torch.de
     return rank, world, device
 
 
-def unused_parameters_possible(recipe: Recipe) -> bool:
+def unused_parameters_possible(objectives: list[ObjectiveSpec]) -> bool:
     """Whether some steps may leave some parameters without a gradient: with staged (start_step) or
     alternating (every) objectives, or when every objective leaves a part of the model unused
     (`Objective.leaves_parameters_unused`: XLM-E's RTD and translation ranking never read the MLM head).
     DDP looks for them (an extra pass over the graph each step) only then."""
-    if any(o.start_step > 0 or o.every > 1 for o in recipe.objectives):
+    if any(o.start_step > 0 or o.every > 1 for o in objectives):
         return True
-    unused_by_all = set.intersection(*(set(OBJECTIVES[o.name].leaves_parameters_unused) for o in recipe.objectives))
+    unused_by_all = set.intersection(*(set(OBJECTIVES[o.name].leaves_parameters_unused) for o in objectives))
     return bool(unused_by_all)
 
 
-def wrap_for_processes(module: nn.Module, recipe: Recipe, world: int, device: torch.device) -> nn.Module:
+def wrap_for_processes(
+    module: nn.Module, trainer: TrainerConfig, objectives: list[ObjectiveSpec], world: int, device: torch.device
+) -> nn.Module:
     """What runs forward: the module; with several processes its DDP wrapper, or (FSDP) the module itself,
     sharded in place, which must happen before an optimizer takes its parameters; compiled as `compiles` says."""
-    cfg = recipe.trainer
     trained = module
-    if world > 1 and cfg.distributed == "fsdp":
-        shard(module, module.model.encoder.layers, device, cfg.precision)
+    if world > 1 and trainer.distributed == "fsdp":
+        shard(module, module.model.encoder.layers, device, trainer.precision)
     elif world > 1:
-        trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused_parameters_possible(recipe))
-    if compiles(cfg.compile, device):
+        unused = unused_parameters_possible(objectives)
+        trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused)
+    if compiles(trainer.compile, device):
         trained = compiled(trained)
     return trained
+
+
+def average_gradients(parameters, world: int) -> None:
+    """Average the gradients of a module no wrapper reduces (the head warm-up's, under DDP) over the processes:
+    each trained on its own batches."""
+    if world > 1:
+        for p in parameters:
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world
 
 
 def compiles(setting: bool | str, device: torch.device) -> bool:

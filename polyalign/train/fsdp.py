@@ -61,14 +61,22 @@ def gather_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[d
     """(weights by name, optimizer state dict keyed as torch's own) as full CPU tensors on rank 0; empty on the
     others. Every process must call it (it gathers)."""
     weights = get_model_state_dict(module, options=FULL)
+    if not optimizer.state:  # no step yet (a checkpoint inside the head warm-up): no moments to gather, and
+        # get_optimizer_state_dict would make them with a step at lr 0, which AdamW would count as its first
+        return (trim_vocabulary(module, weights), optimizer.state_dict()) if weights else ({}, {})
     by_name = get_optimizer_state_dict(module, optimizer, options=FULL)
     if not weights:
         return {}, {}
-    for keys, vocab_size, _ in vocabulary_keys_of(module):  # the model's hooks leave sharded tensors alone
-        trim_state(weights, keys, vocab_size)
+    trim_vocabulary(module, weights)
     index = {n: i for i, n in enumerate(parameter_names(module, optimizer))}
     groups = [{**g, "params": [index[n] for n in g["params"]]} for g in by_name["param_groups"]]
     return weights, {"state": {index[n]: s for n, s in by_name["state"].items()}, "param_groups": groups}
+
+
+def trim_vocabulary(module: nn.Module, weights: dict) -> dict:
+    for keys, vocab_size, _ in vocabulary_keys_of(module):  # the model's hooks leave sharded tensors alone
+        trim_state(weights, keys, vocab_size)
+    return weights
 
 
 def load_state(module: nn.Module, optimizer: torch.optim.Optimizer, weights: dict, optimizer_state: dict) -> None:
@@ -78,6 +86,12 @@ def load_state(module: nn.Module, optimizer: torch.optim.Optimizer, weights: dic
     for keys, vocab_size, rows in vocabulary_keys_of(module):
         pad_state(weights, keys, vocab_size, rows)
     set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True, strict=True))
+    if optimizer_state["state"]:  # none before the first step (a checkpoint inside the head warm-up) or weights only
+        load_optimizer_state(module, optimizer, optimizer_state)
+
+
+def load_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, optimizer_state: dict) -> None:
+    """Load a full optimizer state dict (torch's layout, every process holds it all) into the sharded optimizer."""
     names = parameter_names(module, optimizer)
     by_name = {
         "state": {names[i]: s for i, s in optimizer_state["state"].items()},

@@ -145,8 +145,9 @@ def continuation(run_dir: Path, resume: bool, removed: bool, fix: str = "") -> s
 
 def failure_line(err: BaseException, guard: RunGuard, recipe: Recipe, run_dir: Path) -> tuple[str, str] | None:
     """(what happened, a --set that avoids it) for a failure a user can act on; None for anything else."""
-    if isinstance(err, FloatingPointError):  # the loop's non-finite loss
-        return str(err), f"trainer.lr={recipe.trainer.lr / 10:g}"
+    if isinstance(err, FloatingPointError):  # the loop's non-finite loss: a tenth of the learning rate it names
+        setting = getattr(err, "setting", "lr")
+        return str(err), f"trainer.{setting}={getattr(recipe.trainer, setting) / 10:g}"
     if isinstance(err, OSError):  # a failed write() names no file: the run folder is where it wrote
         return f"step {guard.step}: cannot write {err.filename or run_dir}: {err.strerror or err}", ""
     return None

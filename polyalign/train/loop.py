@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import time
@@ -14,19 +13,27 @@ from pathlib import Path
 
 import torch
 import yaml
+from torch import nn
 
-from polyalign.checkpoint import resume_checkpoint
+from polyalign.checkpoint import STATE_JSON, resume_checkpoint
 from polyalign.config import Recipe
 from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.device import to_device
-from polyalign.io import atomic_write_text
-from polyalign.train.distributed import agree_on_stop, reduce_window
+from polyalign.io import atomic_write_text, read_json
+from polyalign.train.distributed import agree_on_stop, average_gradients, reduce_window
 from polyalign.train.guard import Interrupted, RunGuard, hold_run_folder
-from polyalign.train.head_warmup import HEAD_WARMUP_FILE, describe
+from polyalign.train.head_warmup import HEAD_WARMUP_FILE, describe, warmup_record
 from polyalign.train.metrics import MetricsLog, Window
-from polyalign.train.optim import drop_held_gradients, fit_warmup
+from polyalign.train.optim import (
+    drop_held_gradients,
+    fit_warmup,
+    optimized_parameters,
+    training_only,
+    update_parameters,
+)
 from polyalign.train.resume import check_new_steps, record_recipe
-from polyalign.train.run import RECIPE_FILE, Run, build_run, restore_run, save_run
+from polyalign.train.run import RECIPE_FILE, Run, build_run, end_warmup
+from polyalign.train.saving import restore_run, save_run, warmup_under_way
 
 
 def active_objectives(specs: list, step: int) -> list[str]:
@@ -40,30 +47,29 @@ def start_loader(run: Run) -> StepLoader:
 
 
 def train_step(run: Run, item: StepBatches) -> None:
-    """One optimizer step on the step's micro-batches (one per slot; gradients all-reduced on the last).
-    Nothing here waits for the device: losses and metrics are added up where they are."""
+    """One optimizer step on the step's micro-batches (one per slot; gradients all-reduced on the last), then
+    the update (`update_parameters`). Nothing here waits for the device: losses and metrics are added up where
+    they are. `run` is the run or one of its phases (the head warm-up)."""
     assert item.step == run.step, (item.step, run.step)
     A = len(item.slots)
     autocast = torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.precision == "bf16")
-    ddp = run.trained._orig_mod if hasattr(run.trained, "_orig_mod") else run.trained
+    unwrapped = run.trained._orig_mod if hasattr(run.trained, "_orig_mod") else run.trained
+    ddp = isinstance(unwrapped, nn.parallel.DistributedDataParallel)
     names: set[str] = set()
     for a, batches in enumerate(item.slots):
         batches = {n: to_device(b, run.device) for n, b in batches.items()}
         if run.sharded:
             run.module.set_requires_gradient_sync(a == A - 1)
-        sync = contextlib.nullcontext() if run.world == 1 or run.sharded or a == A - 1 else ddp.no_sync()
-        with sync:
+        with unwrapped.no_sync() if ddp and a < A - 1 else contextlib.nullcontext():
             with autocast:
                 loss, metrics, flops = run.trained(batches)
             (loss / A).backward()
         run.window.add_micro_batch(loss.detach().float(), metrics, flops, 1 / A)
         names.update(metrics)
+    if run.world > 1 and not run.sharded and not ddp:
+        average_gradients(run.module.parameters(), run.world)
     drop_held_gradients(run.optimizer, run.step, run.cfg)
-    clip = run.cfg.clip_norm
-    run.grad_norm = torch.nn.utils.clip_grad_norm_(run.module.parameters(), clip) if clip else None
-    run.optimizer.step()
-    run.scheduler.step()
-    run.optimizer.zero_grad(set_to_none=True)
+    run.grad_norm = update_parameters(run.optimizer, run.scheduler, run.module.parameters(), run.cfg.clip_norm)
     run.step += 1
     run.slot_states = item.slot_states
     run.window.end_step(item.tokens, sorted(names))
@@ -107,7 +113,12 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
         record["grad_norm"] = float(norm)
     run.window = Window(run.device)
     if not math.isfinite(record["loss"]):  # the same reduced value on every process: all stop here
-        raise FloatingPointError(f"step {run.step}: loss is {record['loss']}; lower trainer.lr or check the data")
+        where, lower = ("step", "lr") if run.counted else ("head warm-up step", "head_warmup_lr")
+        error = FloatingPointError(
+            f"{where} {run.step}: loss is {record['loss']}; lower trainer.{lower} or check the data"
+        )
+        error.setting = lower  # the trainer setting whose tenth the failure's line proposes (guard.py)
+        raise error
     if log is not None:
         log.write(record)
     return record
@@ -155,7 +166,31 @@ def pretrain(
 def train_in_folder(
     recipe: Recipe, run_dir: Path, resume: bool, progress: bool, guard: RunGuard, device: str | None = None
 ) -> dict:
+    """The run's phases in turn, the head warm-up first when it has steps to train, through the one loop."""
     started = time.perf_counter()
+    run = start_run(recipe, run_dir, resume, device)
+    first_step = run.step
+    log = MetricsLog(run_dir, run.step if resume else None) if run.rank == 0 else None
+    bar = progress_bar(run) if progress and run.rank == 0 else None
+    try:
+        if run.warmup is not None:
+            warm_heads(run, guard, resume)
+        train_phase(run, run, guard, log, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        if log is not None:
+            log.close()
+    summary = {"run": str(run_dir), "step": run.step, **run.counters}
+    summary |= {"new_steps": run.step - first_step, "command_seconds": time.perf_counter() - started}
+    if run.head_warmup is not None:
+        summary["head_warmup"] = run.head_warmup.summary()
+    return summary
+
+
+def start_run(recipe: Recipe, run_dir: Path, resume: bool, device: str | None) -> Run:
+    """The run built, and restored from its last checkpoint on a resume (which records the recipe's changes);
+    a fresh run writes its recipe first."""
     checkpoint = resume_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
         check_new_steps(recipe.trainer, checkpoint)  # before any work: a resume that would train nothing
@@ -164,7 +199,8 @@ def train_in_folder(
         recipe = dataclasses.replace(recipe, trainer=trainer)
         if note and os.environ.get("RANK", "0") == "0":
             print(note)
-    run, _ = build_run(recipe, run_dir, fresh=checkpoint is None, device_name=device)
+    warm_up = checkpoint is None or warmup_under_way(read_json(checkpoint / STATE_JSON))
+    run, _ = build_run(recipe, run_dir, fresh=checkpoint is None, device_name=device, warm_up=warm_up)
     if checkpoint is not None:
         restore_run(run, checkpoint)
         if run.rank == 0:
@@ -175,56 +211,69 @@ def train_in_folder(
     elif run.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-        if run.head_warmup is not None:
-            records = "".join(json.dumps(r) + "\n" for r in run.head_warmup.log)
-            atomic_write_text(run_dir / HEAD_WARMUP_FILE, records)
-            print(describe(run.head_warmup))
-    first_step = run.step
-    log = MetricsLog(run_dir, run.step if resume else None) if run.rank == 0 else None
-    bar = None
-    if progress and run.rank == 0:
-        from polyalign.progress import tqdm
+    return run
 
-        bar = tqdm(
-            total=run.cfg.stop_at or run.cfg.max_steps,  # a run paused at `stop_at` ends there, not at max_steps
-            initial=run.step,
-            desc=recipe.name,
-            unit="step",
-            dynamic_ncols=True,
-            mininterval=2.0,
-        )
-    loader = start_loader(run)
-    stop = stop_step(run)
+
+def progress_bar(run: Run):
+    from polyalign.progress import tqdm
+
+    return tqdm(
+        total=run.cfg.stop_at or run.cfg.max_steps,  # a run paused at `stop_at` ends there, not at max_steps
+        initial=run.step,
+        desc=run.recipe.name,
+        unit="step",
+        dynamic_ncols=True,
+        mininterval=2.0,
+    )
+
+
+def warm_heads(run: Run, guard: RunGuard, resume: bool) -> None:
+    """The head warm-up phase (run.warmup) to its last step, the heads' own parameters alone taking a gradient, its
+    lines in their own log (a resume inside it drops those it trains again); then one line that says what it did."""
+    log = None
+    if run.rank == 0:
+        shape = partial(warmup_record, run.warmup.cfg)
+        log = MetricsLog(run.run_dir, run.warmup.step if resume else None, HEAD_WARMUP_FILE, False, shape)
     try:
-        while run.step < stop:
+        with training_only(run.module, optimized_parameters(run.warmup.optimizer)):
+            train_phase(run, run.warmup, guard, log)
+    finally:
+        if log is not None:
+            log.close()
+    done = end_warmup(run)
+    if run.rank == 0:
+        print(describe(done, run.run_dir / HEAD_WARMUP_FILE))
+
+
+def train_phase(run: Run, phase: Run, guard: RunGuard, log: MetricsLog | None, bar=None) -> None:
+    """The one loop: `phase` (the run itself, or its head warm-up) steps until its stop step, with a log line
+    every log_every steps; a checkpoint of `run` (with the warm-up's state while it is under way) every
+    save_every steps of the run's own and at its stop step, and after any step a signal asks the run to stop."""
+    loader = start_loader(phase)
+    first_step = phase.step
+    stop = stop_step(phase)
+    phase.window.started = time.perf_counter()  # the phase's time is its steps' (not the build's, nor a warm-up's)
+    try:
+        while phase.step < stop:
             item = next(loader)
             began = time.perf_counter()
-            train_step(run, item)
-            if run.step == first_step + 1 and hasattr(run.trained, "_orig_mod"):  # torch.compile ran in it
-                run.compile_seconds = time.perf_counter() - began
-            if run.step % run.cfg.log_every == 0 or run.step == run.cfg.max_steps:
-                record = log_window(run, log)
-                stop = stop_step(run)  # max_minutes and max_flops are read here, with the window
+            train_step(phase, item)
+            if phase.step == first_step + 1 and hasattr(phase.trained, "_orig_mod"):  # torch.compile ran in it
+                phase.compile_seconds = time.perf_counter() - began
+            if phase.step % phase.cfg.log_every == 0 or phase.step == phase.cfg.max_steps:
+                record = log_window(phase, log)
+                stop = stop_step(phase)  # max_minutes and max_flops are read here, with the window
                 if bar is not None and record is not None:
                     bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if bar is not None:
                 bar.update(1)
             stopping = guard.stop_requested(run)  # a signal: this step is saved, then the run stops
-            if run.step % run.cfg.save_every == 0 or run.step == stop or stopping:
-                if run.window.steps:
-                    fold_counters(run)  # counters must be totals over processes when saved
+            if stopping or (phase.counted and (phase.step % phase.cfg.save_every == 0 or phase.step == stop)):
+                if phase.window.steps:
+                    fold_counters(phase)  # counters must be totals over processes when saved
                 save_run(run)
-                run.window.started = time.perf_counter()  # saving is not training time
-            if stopping and run.step < stop:
+                phase.window.started = time.perf_counter()  # saving is not training time
+            if stopping and (phase.step < stop or not phase.counted):  # after a warm-up, the run's own steps remain
                 raise Interrupted
     finally:
         loader.close()
-        if bar is not None:
-            bar.close()
-        if log is not None:
-            log.close()
-    summary = {"run": str(run_dir), "step": run.step, **run.counters}
-    summary |= {"new_steps": run.step - first_step, "command_seconds": time.perf_counter() - started}
-    if run.head_warmup is not None:
-        summary["head_warmup"] = run.head_warmup.summary()
-    return summary

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,24 +26,37 @@ def _logged_step(line: str) -> float:
 
 
 class MetricsLog:
-    """JSONL and TensorBoard, written by rank 0 only."""
+    """JSONL (`name` in the run folder) and TensorBoard (unless told not), written by rank 0 only; `shape` makes
+    the line written of a record."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None):
-        self.path = run_dir / METRICS_FILE
+    def __init__(
+        self,
+        run_dir: Path,
+        resume_step: int | None,
+        name: str = METRICS_FILE,
+        tensorboard: bool = True,
+        shape: Callable[[dict], dict] | None = None,
+    ):
+        self.path = run_dir / name
+        self.shape = shape
         if resume_step is not None and self.path.exists():
             # Drop lines past the checkpoint: the resumed run writes them again.
             # A line cut short by a kill is dropped too.
             kept = [ln for ln in self.path.read_text().splitlines() if _logged_step(ln) <= resume_step]
             atomic_write_text(self.path, "".join(ln + "\n" for ln in kept))
         self.file = open(self.path, "a", encoding="utf-8")
+        self.tb = None
+        if not tensorboard:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(run_dir / "tensorboard"))
         except ImportError:  # TensorBoard is optional at run time
-            self.tb = None
+            pass
 
     def write(self, record: dict) -> None:
+        record = record if self.shape is None else self.shape(record)
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.tb is not None:

@@ -4,6 +4,8 @@ fine-tuning), and `trainer.train_only`'s held parameters (VECO §4)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -85,6 +87,41 @@ def drop_held_gradients(optimizer: torch.optim.Optimizer, step: int, config: Tra
         if group["held"]:
             for p in group["params"]:
                 p.grad = None
+
+
+def update_parameters(
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    parameters: Iterable[nn.Parameter],
+    clip_norm: float,
+) -> torch.Tensor | None:
+    """The trainer's update once the step's gradients are in: clip their norm over `parameters` (when clip_norm;
+    a parameter without a gradient adds nothing), the optimizer's step, the schedule's next rate, gradients
+    cleared. Returns the norm before clipping (None without clipping)."""
+    norm = torch.nn.utils.clip_grad_norm_(parameters, clip_norm) if clip_norm else None
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+@contextmanager
+def training_only(module: nn.Module, parameters: Iterable[nn.Parameter]) -> Iterator[None]:
+    """Inside the block only `parameters` of `module` take a gradient (autograd then builds no graph for the
+    others); after it, every flag as it was."""
+    flags = [p.requires_grad for p in module.parameters()]
+    kept = {id(p) for p in parameters}
+    for p in module.parameters():
+        p.requires_grad_(id(p) in kept)
+    try:
+        yield
+    finally:
+        for p, flag in zip(module.parameters(), flags, strict=True):
+            p.requires_grad_(flag)
+
+
+def optimized_parameters(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def build_optimizer(module: nn.Module, config: TrainerConfig):

@@ -1,8 +1,9 @@
-"""One process's part of a training run: what it holds (`Run`), how it is built from a recipe, restored from
-a checkpoint and saved to one."""
+"""One process's part of a training run: what it holds (`Run`), how it is built from a recipe, with the head
+warm-up phase a start without a trained MLM head trains first (saving.py saves and restores it)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,35 +12,24 @@ import torch
 import yaml
 from torch import nn
 
-from polyalign.checkpoint import (
-    load_checkpoint_state,
-    load_model_weights,
-    load_weights,
-    optimizer_state_from_files,
-    save_checkpoint,
-)
-from polyalign.config import Recipe, TrainerConfig, load_recipe, packs_rows
+from polyalign.config import DataConfig, ObjectiveSpec, Recipe, TrainerConfig, load_recipe, packs_rows
 from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
-from polyalign.objectives import OBJECTIVES, build_objective
+from polyalign.objectives import OBJECTIVES, HeadMLM, build_objective, head_parameters
 from polyalign.tokenizer import Tokenizer
-from polyalign.train.distributed import (
-    barrier,
-    bookkeeping_group,
-    gather_objects,
-    init_distributed,
-    wrap_for_processes,
-)
-from polyalign.train.fsdp import check_fsdp, gather_state, load_state
-from polyalign.train.head_warmup import HeadWarmup, plan_head_warmup, warm_heads
+from polyalign.train.distributed import bookkeeping_group, init_distributed, wrap_for_processes
+from polyalign.train.fsdp import check_fsdp
+from polyalign.train.head_warmup import PHASE, STREAM_SALT, HeadWarmup, plan_head_warmup, warmup_trainer
 from polyalign.train.metrics import Window
-from polyalign.train.optim import build_optimizer, freeze_held_for_good
-from polyalign.train.resume import check_recipe_name, pad_moments_to_parameters
+from polyalign.train.optim import build_optimizer, freeze_held_for_good, training_only
+from polyalign.train.resume import check_recipe_name
 from polyalign.train.start import build_model, check_warm_start
 
 RECIPE_FILE = "recipe.yaml"
+RUN_SALT = 7919
+"""Salt of the run's masking generators (its streams are salted by objective index)."""
 
 
 class PretrainingModule(nn.Module):
@@ -109,11 +99,17 @@ class Run:
     flops_per_step: float = 0.0
     """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
     head_warmup: HeadWarmup | None = None
+    """What the head-only steps before step 0 did (`trainer.head_warmup_steps`), when `init_from` had no trained
+    MLM head: kept in checkpoints, outside every budget."""
+    warmup: Run | None = None
+    """The head warm-up while it has steps to train: a phase of the loop, itself a Run over this run's module
+    (its own objective, settings, optimizer, schedule and slots; see `build_warmup`)."""
+    counted: bool = True
+    """Whether its steps are the run's own (counted toward its budget, logged in metrics.jsonl, saved every
+    `save_every`); False for the head warm-up, whose checkpoints are its owner's."""
     compile_seconds: float = 0.0
     """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
-    reports it as `compile_seconds`; the first window's tokens/s includes it, as it includes any warm-up."""
-    """The head-only steps before step 0 (`trainer.head_warmup_steps`), when `init_from` had no trained MLM head;
-    kept in checkpoints (without the log) and outside every budget."""
+    reports it as `compile_seconds`; the first window's tokens/s includes it."""
 
     @property
     def cfg(self) -> TrainerConfig:
@@ -125,24 +121,12 @@ class Run:
         return self.world > 1 and self.cfg.distributed == "fsdp"
 
 
-def rng_tensors() -> dict[str, torch.Tensor]:
-    out = {"rng.torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        out["rng.cuda"] = torch.cuda.get_rng_state()
-    return out
-
-
-def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
-    torch.set_rng_state(tensors["rng.torch"])
-    if torch.cuda.is_available() and "rng.cuda" in tensors:
-        torch.cuda.set_rng_state(tensors["rng.cuda"])
-
-
 def build_run(
-    recipe: Recipe, run_dir: Path, fresh: bool = True, device_name: str | None = None
+    recipe: Recipe, run_dir: Path, fresh: bool = True, device_name: str | None = None, warm_up: bool | None = None
 ) -> tuple[Run, PreparedData]:
-    """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet but, on a
-    `fresh` start (not a resume), the MLM heads a start without one needs (see head_warmup.py)."""
+    """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet. `warm_up`
+    (default: on a `fresh` start, not a resume): build the head warm-up a start without a trained MLM head needs
+    (head_warmup.py) as `run.warmup`."""
     rank, world, device = init_distributed(device_name)
     cfg = recipe.trainer
     if cfg.threads:
@@ -169,25 +153,57 @@ def build_run(
         objective.setup(model)
     model.encoder.checkpoint_layers = cfg.activation_checkpointing
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
-    heads, note = plan_head_warmup(recipe, model, objectives)
+    warm, note = plan_head_warmup(recipe.init_from, cfg, model, objectives)
+    warm_up = (fresh if warm_up is None else warm_up) and warm is not None
     if rank == 0:
         readers = [name for name, o in objectives.items() if o.stream != "parallel"]
-        announce_parallel_as_mono(prepared, data_languages, readers + (["the head warm-up"] if heads and fresh else []))
+        announce_parallel_as_mono(prepared, data_languages, readers + (["the head warm-up"] if warm_up else []))
         if note and fresh:
             print(note)
-    warmed = None
-    if heads and fresh:  # a resume restores warmed heads with the weights
-        warmed = warm_heads(recipe, heads, prepared, data_languages, languages, rank, world, device)
     freeze_held_for_good(module, cfg)  # before DDP/FSDP and the optimizer see the parameters
-    trained = wrap_for_processes(module, recipe, world, device)
+    trained = wrap_for_processes(module, cfg, recipe.objectives, world, device)
     optimizer, scheduler = build_optimizer(module, cfg)
-    slots = build_slots(recipe, objectives, prepared, data_languages, languages, rank, device)
+    streams = {
+        o.name: (objectives[o.name].stream, recipe.data.for_objective(o), i) for i, o in enumerate(recipe.objectives)
+    }
+    where = (prepared, data_languages, languages, rank)
+    slots = build_slots(streams, RUN_SALT, cfg, packs_rows(recipe, device.type), *where)
     run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
     run.bookkeeping = bookkeeping_group(world)
     run.slot_states = [s.state_dict() for s in slots]
     run.window = Window(device)
-    run.head_warmup = warmed
+    if warm_up:
+        warmup_slots = build_slots({PHASE: ("mono", recipe.data, STREAM_SALT)}, STREAM_SALT, cfg, False, *where)
+        run.warmup = build_warmup(run, warm, warmup_slots)
     return run, prepared
+
+
+def build_warmup(run: Run, warm: HeadMLM, slots: list[Slot]) -> Run:
+    """The head warm-up as a phase: a Run over `run`'s module with `warm` (the objective that trains the heads
+    alone) as its one objective, an optimizer and schedule over the heads' own parameters (`warmup_trainer`'s
+    settings; the loop trains them alone, `training_only`) and its own slots. Its forward is the module's own
+    (under FSDP the sharded root, which must run every forward); with DDP it averages its gradients itself."""
+    cfg = warmup_trainer(run.cfg)
+    run.module.objectives[PHASE] = warm  # it owns no parameters: checkpoints are unchanged
+    run.module.weights[PHASE] = 1.0
+    with training_only(run.module, head_parameters(warm.heads)):
+        optimizer, scheduler = build_optimizer(run.module, cfg)
+    recipe = dataclasses.replace(run.recipe, trainer=cfg, objectives=[ObjectiveSpec(PHASE)])
+    counters = {"tokens": 0, "flops": 0.0, "seconds": 0.0}
+    return dataclasses.replace(
+        run, recipe=recipe, trained=run.module, optimizer=optimizer, scheduler=scheduler, slots=slots, step=0,
+        counters=counters, slot_states=[s.state_dict() for s in slots], window=Window(run.device), counted=False,
+    )  # fmt: skip
+
+
+def end_warmup(run: Run) -> HeadWarmup:
+    """The warm-up phase has trained its steps: its objective leaves the module, its summary stays."""
+    warm, phase = run.module.objectives.pop(PHASE), run.warmup
+    del run.module.weights[PHASE]
+    c = phase.counters
+    run.head_warmup = HeadWarmup(list(warm.heads), phase.cfg.max_steps, c["tokens"], c["flops"], c["seconds"])
+    run.warmup = None
+    return run.head_warmup
 
 
 def announce_parallel_as_mono(prepared: PreparedData, languages: list[str], readers: list[str]) -> None:
@@ -201,126 +217,31 @@ def announce_parallel_as_mono(prepared: PreparedData, languages: list[str], read
 
 
 def build_slots(
-    recipe: Recipe,
-    objectives: dict,
+    streams: dict[str, tuple[str, DataConfig, int]],
+    rng_salt: int,
+    trainer: TrainerConfig,
+    packed: bool,
     prepared: PreparedData,
     data_languages: list[str],
     languages: list[str],
     rank: int,
-    device: torch.device,
 ) -> list[Slot]:
-    """This process's slots rank·A + a (a < A): a seeded stream per objective and a masking generator each."""
-    cfg = recipe.trainer
-    A = cfg.grad_accumulation
-    packed = packs_rows(recipe, device.type)
+    """This process's slots rank·A + a (a < A): per objective name a stream (kind, data settings, salt), seeded by
+    (trainer.seed, slot, salt), and a masking generator seeded by (trainer.seed, slot, `rng_salt`) each."""
+    A = trainer.grad_accumulation
     lang_index = {lang: languages.index(lang) if lang in languages else 0 for lang in data_languages}
     return [
         Slot(
             {
-                o.name: build_stream(
-                    objectives[o.name].stream,
-                    prepared,
-                    data_languages,
-                    lang_index,
-                    recipe.data.for_objective(o),
-                    seed=cfg.seed,
-                    slot=rank * A + a,
-                    salt=i,
-                    packed=packed,
+                name: build_stream(
+                    kind, prepared, data_languages, lang_index, data, trainer.seed, rank * A + a, salt, packed
                 )
-                for i, o in enumerate(recipe.objectives)
+                for name, (kind, data, salt) in streams.items()
             },
-            np.random.default_rng([cfg.seed, rank * A + a, 7919]),
+            np.random.default_rng([trainer.seed, rank * A + a, rng_salt]),
         )
         for a in range(A)
     ]
-
-
-def restore_run(run: Run, checkpoint: Path) -> None:
-    """Weights, optimizer, schedule, counters, data position and RNG from a checkpoint. Slot s = rank·A + a
-    holds the same data in any layout, so any processes x accumulation with the same product resumes it."""
-    state, tensors = load_checkpoint_state(checkpoint)
-    A = run.cfg.grad_accumulation
-    saved = (state["world"], state["grad_accumulation"])
-    if saved[0] * saved[1] != run.world * A:
-        raise DataError(
-            f"{checkpoint}: saved with {saved[0]} processes x {saved[1]} accumulation = {saved[0] * saved[1]} "
-            f"micro-batches per step, now {run.world} x {A}; set trainer.grad_accumulation so the product matches"
-        )
-    optimizer_state = optimizer_state_from_files(tensors, state["optimizer"])
-    if not state.get("optimizer_moments", True) and run.rank == 0:
-        print(
-            f"note: {checkpoint} holds no optimizer moments (trainer.checkpoint_optimizer=false): AdamW starts them "
-            "afresh, so the loss curve is not the uninterrupted run's"
-        )
-    if run.sharded:
-        weights = {
-            f"{part}.{k}": v
-            for part in ("model", "objectives")
-            for k, v in load_weights(checkpoint / f"{part}.safetensors").items()
-        }
-        load_state(run.module, run.optimizer, weights, optimizer_state)
-    else:
-        load_model_weights(run.module.model, checkpoint / "model.safetensors", strict=True)
-        load_model_weights(run.module.objectives, checkpoint / "objectives.safetensors", strict=True)
-        run.optimizer.load_state_dict(optimizer_state)
-        pad_moments_to_parameters(run.optimizer)
-    run.step, run.counters = state["step"], state["counters"]
-    if state.get("head_warmup"):
-        run.head_warmup = HeadWarmup(**state["head_warmup"])
-    run.scheduler.last_epoch = run.step
-    # The schedule's peak is the recipe's trainer.lr, not the one saved: a resume may lower it (`--set trainer.lr=`
-    # after a loss turned NaN). Unchanged, this recomputes the saved rates exactly, as scheduler.step() does.
-    run.scheduler.base_lrs = [run.cfg.lr] * len(run.optimizer.param_groups)
-    for group, factor in zip(run.optimizer.param_groups, run.scheduler.lr_lambdas, strict=True):
-        group["initial_lr"] = run.cfg.lr
-        group["lr"] = run.cfg.lr * factor(run.step)
-    run.scheduler._last_lr = [g["lr"] for g in run.optimizer.param_groups]
-    for a, slot in enumerate(run.slots):
-        slot.load_state_dict(state["slots"][run.rank * A + a])
-    run.slot_states = [s.state_dict() for s in run.slots]
-    # Dropout draws from a process's generator: a process the checkpoint had no counterpart for takes rank 0's.
-    source = run.rank if f"rank{run.rank}.rng.torch" in tensors else 0
-    restore_rng({k[len(f"rank{source}.") :]: v for k, v in tensors.items() if k.startswith(f"rank{source}.")})
-
-
-def save_run(run: Run) -> None:
-    """A checkpoint of the step just trained; rank 0 writes what every process's slots and RNG hold."""
-    slot_states = run.slot_states
-    rng = {f"rank{run.rank}.{k}": v for k, v in rng_tensors().items()}
-    gathered = gather_objects((slot_states, rng), run.world, run.bookkeeping)
-    slot_states = [s for g in gathered for s in g[0]]
-    rng = {k: v for g in gathered for k, v in g[1].items()}
-    # Under FSDP every process gathers its shards to rank 0, which writes full tensors as DDP's rank 0 does.
-    weights, optimizer_state = gather_state(run.module, run.optimizer) if run.sharded else (None, None)
-    if run.rank == 0:
-        state = {
-            "step": run.step,
-            "counters": run.counters,
-            "world": run.world,
-            "grad_accumulation": run.cfg.grad_accumulation,
-            "slots": slot_states,
-            "recipe": run.recipe.name,
-            "head_warmup": run.head_warmup.summary() if run.head_warmup else None,
-            "optimizer_moments": run.cfg.checkpoint_optimizer,
-        }
-        optimizer_state = optimizer_state or run.optimizer.state_dict()
-        if not run.cfg.checkpoint_optimizer:  # weights only: the groups (the schedule's rates) stay, the moments go
-            optimizer_state = {"state": {}, "param_groups": optimizer_state["param_groups"]}
-        save_checkpoint(
-            run.run_dir,
-            run.step,
-            run.module.model,
-            run.module.objectives,
-            run.tokenizer,
-            run.languages,
-            optimizer_state,
-            state,
-            rng,
-            run.cfg.keep_checkpoints,
-            weights,
-        )
-    barrier(run.world, run.bookkeeping)
 
 
 def load_run_recipe(
