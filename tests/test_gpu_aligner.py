@@ -69,3 +69,16 @@ def test_a_second_call_with_the_same_work_folder_trains_nothing_again(dry_run):
     for arm in ("self-align", "dwa-beside"):
         assert step["parts"][f"train {arm}"]["finished_before"] is True
         assert result["arms"][arm]["training"]["finished_before"] is True
+
+
+def test_the_arms_share_the_budget_equally_and_each_schedule_ends_inside_its_guard():
+    from bench.perf.gpu.aligner import FULL
+
+    # 305 s left, 170 kept for scores: each arm 1.12 minutes, the plan's 4 the most, 0.5 the least
+    assert FULL.arm_minutes("self-align", 305) == FULL.arm_minutes("dwa-beside", 305) == 1.12
+    assert FULL.arm_minutes("self-align", 5000) == 4.0 and FULL.arm_minutes("self-align", 100) == 0.5
+    # 600,928 pairs at 128 a step: a pass is 4,695 steps; in 0.91 minutes the schedule spans what the card makes
+    per_pass, steps, every = FULL.schedule("self-align", 600_928, 0.91)
+    assert (per_pass, steps, every) == (4695, 1638, 409)
+    assert FULL.schedule("dwa-beside", 600_928, 0.91)[1] == 582
+    assert FULL.schedule("self-align", 600_928, 60.0)[1] == 4695  # never more than the passes
