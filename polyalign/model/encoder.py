@@ -247,7 +247,7 @@ class Attention(nn.Module):
             k, v = self.key_value(memory).view(B, S, 2, H, C // H).permute(2, 0, 3, 1, 4)  # 2 x (B, H, S, hs)
         else:
             q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hs)
-        if self.position_bias is not None and self.position_bias.fused(q, self.attention_dropout):
+        if self.position_bias is not None and self.position_bias.fused(self.attention_dropout):
             y = self.position_bias.attend(q, k, v, mask, position_ids)  # (B, H, T, hs), FlexAttention
         else:
             if self.position_bias is not None:

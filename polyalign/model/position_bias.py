@@ -4,7 +4,7 @@ Interface: `bias(q, position_ids) -> (B, H, T, T)`, the materialised bias for q,
 and position_ids (B, T); the bias of query i and key j depends on pos_j - pos_i. A bias that ignores q (plain
 relative) still takes it, so a gated variant that reads q (XLM-E §3.3) plugs into the same place.
 `bias.attend(q, k, v, mask, position_ids)` is the same attention without the materialised bias (FlexAttention,
-model/biased_attention.py); `bias.fused(q, dropout)` says which of the two the layer takes.
+model/biased_attention.py); `bias.fused(dropout)` says which of the two the layer takes.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class RelativePositionBias(nn.Module):
         buckets = self.buckets[relative.clamp(-M, M) + M]  # (B, T, T)
         return self.table(buckets).permute(0, 3, 1, 2).to(q.dtype)  # (B, H, T, T)
 
-    def fused(self, q: torch.Tensor, dropout: nn.Dropout) -> bool:
+    def fused(self, dropout: nn.Dropout) -> bool:
         """Whether the layer attends through `attend` (FlexAttention) rather than the materialised bias.
         FlexAttention has no attention dropout: a layer that drops attention weights takes the materialised bias."""
         return self.kernel == "flex" and not (dropout.training and dropout.p > 0)
@@ -104,8 +104,8 @@ class GatedRelativePositionBias(nn.Module):
         update, reset = torch.sigmoid(self.gates(q)).unbind(-1)  # 2 x (B, H, T): one value per query i
         return 1 + update + (1 - update) * self.w[:, None] * reset  # (B, H, T)
 
-    def fused(self, q: torch.Tensor, dropout: nn.Dropout) -> bool:
-        return self.relative.fused(q, dropout)
+    def fused(self, dropout: nn.Dropout) -> bool:
+        return self.relative.fused(dropout)
 
     def attend(self, q, k, v, mask, position_ids: torch.Tensor) -> torch.Tensor:
         return self.relative.attend(q, k, v, mask, position_ids, scale=self.query_scale(q))

@@ -24,6 +24,7 @@ from polyalign.checkpoint import tied_names
 from polyalign.io import DataError
 from polyalign.model.vocabulary import pad_state, trim_state, vocabulary_keys_of
 from polyalign.objectives.base import Objective
+from polyalign.train.optim import optimized_parameters
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 """Full (unsharded) tensors, on rank 0's CPU only: what a checkpoint holds."""
@@ -54,7 +55,7 @@ def shard(module: nn.Module, layers: nn.ModuleList, device: torch.device, precis
 def parameter_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
     """Parameter names in the optimizer's order: index i of torch's `optimizer.state_dict()` is names[i]."""
     names = {id(p): n for n, p in module.named_parameters()}
-    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    return [names[id(p)] for p in optimized_parameters(optimizer)]
 
 
 def gather_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:

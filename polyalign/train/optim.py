@@ -121,6 +121,7 @@ def training_only(module: nn.Module, parameters: Iterable[nn.Parameter]) -> Iter
 
 
 def optimized_parameters(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
+    """The optimizer's parameters in its own order (the order of its state_dict's indices)."""
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
