@@ -289,6 +289,7 @@ class Layer(nn.Module):
         return norm(x + self.dropout(fn(x)))
 
     def forward(self, x, mask, position_ids=None, memory=None, memory_mask=None):
+        """position_ids: what the attention's position bias reads (None: the columns)."""
         x = self._sublayer(x, self.attention_norm, lambda h: self.attention(h, mask, position_ids=position_ids))
         if memory is not None:
             if self.cross_attention is None:
@@ -359,14 +360,19 @@ class Encoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         num_layers: int | None = None,
         example_ids: torch.Tensor | None = None,
+        consecutive_positions: bool = False,
     ) -> EncoderOutput:
         """input_ids (B, T). attention_mask: (B, T) True at real tokens, or (B, T, T) True where query i may
         attend key j. example_ids (B, T), instead of attention_mask: packed rows, each token's example (-1 at
         padding), attention kept inside each (see polyalign/data/packing.py). memory: states (B, S, C) that
         every layer's cross-attention sublayer reads keys and values from (VECO §2.2: the partner's last layer
         H^L), with memory_mask (B, S) or (B, T, S). num_layers: run only the first layers (e.g. an aligner reading
-        layer 3 of 6); the states computed are those of the full model."""
+        layer 3 of 6); the states computed are those of the full model. consecutive_positions: the loader found that
+        within every example position_ids rise by one per column, so a position bias may read relative positions
+        as column differences (model/position_bias.py)."""
         B, T = input_ids.shape
+        # What a position bias reads: None = the columns, one bucket gather per layer for the whole batch.
+        relative_positions = None if position_ids is None or consecutive_positions else position_ids
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         if example_ids is None:
@@ -384,7 +390,7 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, position_ids, token_type_ids, language_ids)
         hidden_states = [x] if output_hidden_states else None
         for layer in self.layers[:num_layers]:
-            args = (x, mask, position_ids, memory, memory_mask)
+            args = (x, mask, relative_positions, memory, memory_mask)
             if self.checkpoint_layers and self.training and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False)
             else:
@@ -398,7 +404,15 @@ class Encoder(nn.Module):
         return EncoderOutput(x, tuple(hidden_states) if output_hidden_states else None)
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids", "example_ids")
+MODEL_INPUTS = (
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "language_ids",
+    "token_type_ids",
+    "example_ids",
+    "consecutive_positions",
+)
 """The entries of a batch that are keyword arguments of `Encoder.forward`."""
 
 
