@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from polyalign.data.packing import unpadding_indices
+
 
 @dataclass
 class StepBatches:
@@ -72,8 +74,10 @@ def consecutive_positions(batch: dict[str, torch.Tensor], prefix: str = "") -> b
     return bool((lowest == highest).all())
 
 
-def build_slot_step(slot, makers: dict[str, Callable], active: list[str]) -> tuple[dict, int]:
-    """One slot's batches for one step: draw from each active objective's stream, then let it make tensors."""
+def build_slot_step(slot, makers: dict[str, Callable], active: list[str], unpad: bool = False) -> tuple[dict, int]:
+    """One slot's batches for one step: draw from each active objective's stream, then let it make tensors;
+    `unpad`: with the indices of their real tokens and examples, so the encoder computes no padding
+    (model/unpadded.py)."""
     batches, tokens = {}, 0
     for name in active:
         batch = makers[name](slot.streams[name].next_batch(), slot.rng)
@@ -83,6 +87,8 @@ def build_slot_step(slot, makers: dict[str, Callable], active: list[str]) -> tup
         for prefix in sides(batch):
             if consecutive_positions(batch, prefix):
                 batch[prefix + "consecutive_positions"] = True  # a position bias reads column differences then
+            if unpad:
+                batch |= unpadding_indices(batch, prefix)
         batches[name] = batch
     return batches, tokens
 
@@ -90,8 +96,17 @@ def build_slot_step(slot, makers: dict[str, Callable], active: list[str]) -> tup
 class SlotBatches(IterableDataset):
     """Endless steps from `start_step` on; in worker w of N, only the slots a with a % N == w."""
 
-    def __init__(self, slots: list, makers: dict[str, Callable], active: Callable[[int], list[str]], start_step: int):
+    def __init__(
+        self,
+        slots: list,
+        makers: dict[str, Callable],
+        active: Callable[[int], list[str]],
+        start_step: int,
+        unpad: bool = False,
+    ):
         self.slots, self.makers, self.active, self.start_step = slots, makers, active, start_step
+        self.unpad = unpad
+        """Add each batch's unpadding indices (`build_slot_step`): `data.unpad`, resolved for the device."""
 
     def __iter__(self) -> Iterator[tuple[int, dict[int, tuple]]]:
         info = get_worker_info()
@@ -102,7 +117,7 @@ class SlotBatches(IterableDataset):
             active = self.active(step)
             part = {}
             for a in mine:
-                batches, tokens = build_slot_step(self.slots[a], self.makers, active)
+                batches, tokens = build_slot_step(self.slots[a], self.makers, active, self.unpad)
                 part[a] = (batches, tokens, self.slots[a].state_dict())
             yield step, part
             step += 1

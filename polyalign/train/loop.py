@@ -16,7 +16,7 @@ import yaml
 from torch import nn
 
 from polyalign.checkpoint import STATE_JSON, resume_checkpoint
-from polyalign.config import Recipe
+from polyalign.config import Recipe, unpads_rows
 from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.device import to_device
 from polyalign.io import atomic_write_text, read_json
@@ -42,7 +42,8 @@ def active_objectives(specs: list, step: int) -> list[str]:
 
 def start_loader(run: Run) -> StepLoader:
     makers = {name: objective.make_training_batch for name, objective in run.module.objectives.items()}
-    dataset = SlotBatches(run.slots, makers, partial(active_objectives, run.recipe.objectives), run.step)
+    unpad = unpads_rows(run.recipe, run.device.type, run.module.model.config.position_bias)
+    dataset = SlotBatches(run.slots, makers, partial(active_objectives, run.recipe.objectives), run.step, unpad)
     return StepLoader(dataset, run.cfg.loader_workers, pin=run.device.type == "cuda")
 
 
