@@ -170,3 +170,27 @@ def test_data_unpad_auto_is_on_for_packed_rows_on_cuda_without_a_bias_and_true_r
         load_recipe("ppa", ["data.unpad=true"])
     with pytest.raises(DataError, match="unpad"):
         load_recipe("mlm", ["data.unpad=sometimes"])
+
+
+@pytest.mark.integration
+def test_pretraining_with_data_unpad_trains_as_the_padded_rows(sample_prepared, tmp_path):
+    """`--set data.unpad=true` on a tiny MLM + TLM run in packed rows: the loader adds the indices, the trainer's
+    step reads them, and the losses are those of the same run without it (no dropout, fp32)."""
+    from polyalign.train import build_run, pretrain, start_loader
+    from tests.conftest import exact_recipe_overrides, losses
+
+    curves = []
+    for setting in ("false", "true"):
+        recipe = load_recipe(
+            "xlm", [*exact_recipe_overrides(sample_prepared, 3), "data.pack=true", f"data.unpad={setting}"]
+        )
+        if setting == "true":
+            run, _ = build_run(recipe, tmp_path / "probe")
+            loader = start_loader(run)
+            item = next(loader)
+            loader.close()
+            assert all("token_index" in batch for batch in item.slots[0].values())
+        pretrain(recipe, tmp_path / setting, progress=False)
+        curves.append(losses(tmp_path / setting))
+    assert [s for s, _ in curves[1]] == [1, 2, 3]
+    np.testing.assert_allclose([x for _, x in curves[1]], [x for _, x in curves[0]], rtol=1e-5)
