@@ -40,12 +40,20 @@ PEERS = {  # peer: (the transformers stack, the objective whose batches it train
     "electra": ("transformers ELECTRA (ElectraForMaskedLM + ElectraForPreTraining)", "mrtd", "electra_rtd"),
 }
 NO_GATED_BIAS = ("model.position_bias=none", "model.absolute_positions=true")
+ROWS_512 = ("data.mono.max_length=510", "model.max_positions=512")  # 512-token rows, <s> and </s> included
+UNPAD, PADDED = "data.unpad=true", "data.pack=false"
 # arm: (recipe, overrides, transformers peer); together they train every registered objective. The most asked-about
 # come first: a loan shared with other steps measures the first few.
 ARMS = {
     "mlm, in turn with transformers": ("mlm", (), "xlmr"),
     "xlm-e (MRTD + TRTD), gated relative bias": ("xlm-e", (), None),
     "xlm-e without its gated bias (absolute positions)": ("xlm-e", NO_GATED_BIAS, None),
+    # Unpadding (model/unpadded.py) beside packed and padded rows at 512-token rows; tokens/s count real tokens.
+    "mlm at 512-token rows, unpadded": ("mlm", (*ROWS_512, UNPAD), None),
+    "mlm at 512-token rows, packed": ("mlm", ROWS_512, None),
+    "mlm at 512-token rows, padded": ("mlm", (*ROWS_512, PADDED), None),
+    "xlm-e at 512-token rows, gated bias gathered once per layer": ("xlm-e", ROWS_512, None),
+    "xlm-e at 512-token rows without its gated bias, unpadded": ("xlm-e", (*ROWS_512, *NO_GATED_BIAS, UNPAD), None),
     "xlm (MLM + TLM)": ("xlm", (), None),
     "xlm-e-mono (MRTD) without its gated bias, in turn with transformers": ("xlm-e-mono", NO_GATED_BIAS, "electra"),
     "ernie-m (MLM + TLM + CAMLM + BTMLM)": ("ernie-m", (), None),
@@ -92,7 +100,7 @@ def step_throughput(step: Step) -> None:
         step.part(arm, status=UNFINISHED, recipe=recipe_name)
         try:
             recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides])
-            if not objectives_reading_unpacked_rows(recipe):
+            if not objectives_reading_unpacked_rows(recipe) and PADDED not in overrides:
                 recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides, PACK])
             step.part(arm, packed=recipe.data.pack is True)
             record, peers = measure_recipe(recipe, step, peer)
