@@ -151,7 +151,7 @@ class TrainerConfig:
     phase. These steps are logged apart (`head_warmup.jsonl`) and count toward no budget (max_steps, max_minutes,
     max_flops); a resume does not repeat them (one stopped inside them goes on where it was). 0 = none: the
     objectives start with a random head whose gradients rewrite the encoder.
-    The default is the project's measurement, bench/results/real-start.md `real-mlm-tlm-warm-head`: 200 head-only
+    The default is the project's measurement (arm `real-mlm-tlm-warm-head`): 200 head-only
     steps at lr 1e-2 took e5-small's new head from an MLM loss of 10.38 to 8.40, and MLM + TLM from that head kept
     Tatoeba-14 at 91.0 (start 90.5; from a cold head 67.0 / 53.9)."""
     head_warmup_lr: float = 1e-2

@@ -30,7 +30,7 @@ ACCURACY_SAMPLE = 512
 
 FUSED_ON_CPU = False
 """Whether `masked_lm_loss` takes the fused linear + cross-entropy on a CPU too. Off: there the chunked path
-runs at less than half the plain path's speed (bench/results/step_parts.md) and the logits' memory is no
+runs at less than half the plain path's speed (measured per step part) and the logits' memory is no
 constraint; on a GPU the fused path saves the (N, V) logits, their fp32 softmax and their gradient."""
 
 
