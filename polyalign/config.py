@@ -19,7 +19,7 @@ import yaml
 
 from polyalign.data.streams import StreamConfig
 from polyalign.io import DataError, read_text
-from polyalign.schema import RecipeError, build_dataclass, join_key
+from polyalign.schema import RecipeError, build_dataclass, flat_values, join_key
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 PRESETS_DIR = RECIPES_DIR / "presets"
@@ -224,7 +224,7 @@ def longest_row(recipe: Recipe) -> tuple[int, str]:
         cls, config = objective_config(spec.name, spec.config, f"objectives.{i}")
         kind = "parallel" if cls.stream == "parallel" else "mono"  # adjacent: pairs of mono segments
         length = getattr(recipe.data.for_objective(spec), kind).max_length
-        style = getattr(config, "style", None)
+        style = flat_values(config).get("style")  # as the recipe writes it, wherever the config holds it
         if kind == "parallel" and style == "ppa":
             row, how = 2 * length + 3, f"2 x data.parallel.max_length={length} + 3 special tokens ({spec.name}, ppa)"
         else:

@@ -17,7 +17,7 @@ from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
-from polyalign.objectives import OBJECTIVES, HeadMLM, build_objective, head_parameters
+from polyalign.objectives import OBJECTIVES, HeadMLM, build_objective, head_parameters, setup_objectives
 from polyalign.tokenizer import Tokenizer
 from polyalign.train.distributed import bookkeeping_group, init_distributed, wrap_for_processes
 from polyalign.train.fsdp import check_fsdp
@@ -149,8 +149,7 @@ def build_run(
     objectives = {
         o.name: build_objective(o.name, o.config, tokenizer.special, model.config, languages) for o in recipe.objectives
     }
-    for objective in objectives.values():
-        objective.setup(model)
+    setup_objectives(objectives, model)
     model.encoder.checkpoint_layers = cfg.activation_checkpointing
     module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
     warm, note = plan_head_warmup(recipe.init_from, cfg, model, objectives)
