@@ -72,9 +72,28 @@ class Slot:
         self.rng.bit_generator.state = state["rng"]
 
 
+@dataclass(kw_only=True)
+class Progress:
+    """What the loop counts as it trains a run or a phase (the rest of either is what was built for it)."""
+
+    step: int = 0
+    counters: dict = field(default_factory=lambda: {"tokens": 0, "flops": 0.0, "seconds": 0.0})
+    slot_states: list[dict] = field(default_factory=list)
+    """Every slot's data state after the last trained step: what a checkpoint saves (the loader runs ahead)."""
+    grad_norm: torch.Tensor | None = None
+    window: Window | None = None
+    """The steps since the last log line (losses, metrics, tokens, FLOPs, time), read every log_every steps."""
+    flops_per_step: float = 0.0
+    """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
+    compile_seconds: float = 0.0
+    """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
+    reports it as `compile_seconds`; the first window's tokens/s includes it."""
+
+
 @dataclass
-class Run:
-    """One process's part of a training run: built by `build_run`, advanced by `train_step`."""
+class Run(Progress):
+    """One process's part of a training run: what `build_run` built, and its progress (`Progress`), advanced by
+    `train_step`."""
 
     recipe: Recipe
     run_dir: Path
@@ -92,14 +111,6 @@ class Run:
     slots: list[Slot]
     bookkeeping: object = None
     """Process group for CPU-side collectives (checkpoint data): gloo beside NCCL; None = the default group."""
-    step: int = 0
-    counters: dict = field(default_factory=lambda: {"tokens": 0, "flops": 0.0, "seconds": 0.0})
-    slot_states: list[dict] = field(default_factory=list)
-    """Every slot's data state after the last trained step: what a checkpoint saves (the loader runs ahead)."""
-    grad_norm: torch.Tensor | None = None
-    window: Window | None = None
-    flops_per_step: float = 0.0
-    """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
     head_warmup: HeadWarmup | None = None
     """What the head-only steps before step 0 did (`trainer.head_warmup_steps`), when `init_from` had no trained
     MLM head: kept in checkpoints, outside every budget."""
@@ -107,9 +118,6 @@ class Run:
     """The head warm-up while it has steps to train: the phase the loop trains first (`warmup_phase`)."""
     counted: ClassVar[bool] = True
     """The run's steps are its own: counted toward its budget, logged in metrics.jsonl, saved every `save_every`."""
-    compile_seconds: float = 0.0
-    """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
-    reports it as `compile_seconds`; the first window's tokens/s includes it."""
 
     @property
     def cfg(self) -> TrainerConfig:
@@ -181,11 +189,11 @@ def build_run(
 
 
 @dataclass
-class Phase:
+class Phase(Progress):
     """A stretch of steps the loop is given before the run's own, as plain data: which objectives run
     (`recipe.objectives`, objectives of the run's module), which parameters train (`trains`), its settings (steps,
     lr and schedule: `cfg`), whether its steps count toward the run's budget (`counted`); its optimizer, schedule
-    and data slots over the run's module; and what it has counted so far (step, counters, data position, window)."""
+    and data slots over the run's module; and what it has counted so far (`Progress`)."""
 
     recipe: Recipe
     """The run's recipe with the phase's objectives and trainer settings (`cfg`)."""
@@ -202,13 +210,6 @@ class Phase:
     rank: int
     world: int
     sharded: bool
-    step: int = 0
-    counters: dict = field(default_factory=lambda: {"tokens": 0, "flops": 0.0, "seconds": 0.0})
-    slot_states: list[dict] = field(default_factory=list)
-    grad_norm: torch.Tensor | None = None
-    window: Window | None = None
-    flops_per_step: float = 0.0
-    compile_seconds: float = 0.0
 
     @property
     def cfg(self) -> TrainerConfig:
