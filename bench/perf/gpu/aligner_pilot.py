@@ -45,8 +45,10 @@ LRS = (5e-5, 2e-5, 1e-5)
 FALLBACK = 1e-5
 TOLERANCE = 0.3
 CHECKPOINTS = 4
-STEPS = 0
-"""Steps per learning rate: set from `--measure` before the pilot runs (0: not yet)."""
+STEPS = 8
+"""Steps per learning rate, from `--measure` before the pilot ran (18.1 s a step, 30 s to score a checkpoint, 8 s of
+start-up): 3 x (8 x 18 + 4 x 30 + 8) s is ~14 minutes, the ~20 less the pack's unpacking, the start's layer sweep
+(110 s) and the measure itself; 8 keeps 4 checkpoints (every 2 steps) and 1,024 pairs a rate."""
 ARM = "self-align"
 CPU_OVERRIDES = ("trainer.loader_workers=0", "trainer.log_every=1")
 """The batches built in the training process (two cores: no loader processes beside it); every step's loss logged."""
