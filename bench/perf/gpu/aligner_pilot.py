@@ -11,7 +11,7 @@ A rate whose run is still falling at its end passes; one that rose above the sta
 earlier low, does not.
 
 THE PLAN (2 CPU cores shared by several people; ~20 CPU-minutes in all, the scores included): `--measure` first times
-a 2-step run of the recipe and one checkpoint's dev-half scoring; STEPS per learning rate is what the rest allows.
+an 8-step run of the recipe and one checkpoint's dev-half scoring; STEPS per learning rate is what the rest allows.
 The pilot runs in pieces under the machine's CPU lock, each ending before `--piece` seconds (a learning rate's
 training is started only when its estimated time fits what is left of the piece); every run, checkpoint and score
 stays in bench/work/aligner-pilot (git-ignored), so the next piece resumes where the last stopped:
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -45,14 +46,12 @@ LRS = (5e-5, 2e-5, 1e-5)
 FALLBACK = 1e-5
 TOLERANCE = 0.3
 CHECKPOINTS = 4
-STEPS = 8
-"""Steps per learning rate, from `--measure` before the pilot ran (18.1 s a step, 30 s to score a checkpoint, 8 s of
-start-up): 3 x (8 x 18 + 4 x 30 + 8) s is ~14 minutes, the ~20 less the pack's unpacking, the start's layer sweep
-(110 s) and the measure itself; 8 keeps 4 checkpoints (every 2 steps) and 1,024 pairs a rate."""
+STEPS = 0
+"""Steps per learning rate: set from `--measure` before the pilot runs (0: not yet)."""
 ARM = "self-align"
 CPU_OVERRIDES = ("trainer.loader_workers=0", "trainer.log_every=1")
 """The batches built in the training process (two cores: no loader processes beside it); every step's loss logged."""
-MEASURE_STEPS = 2
+MEASURE_STEPS = 8
 WORK = ROOT / "bench" / "work" / "aligner-pilot"
 RESULTS = ROOT / "bench" / "results"
 NAME = "aligner_pilot"
@@ -86,7 +85,7 @@ def plan(lr: float, steps: int) -> A.Plan:
 
 
 def run_name(lr: float) -> str:
-    return f"lr-{lr:g}"
+    return f"lr-{lr:g}-{STEPS}-steps"
 
 
 def piece_step(seconds: float) -> Step:
@@ -100,14 +99,27 @@ def start_layer(step: Step, inputs: A.Inputs) -> tuple[int, dict]:
     return layer, start
 
 
-def trained_seconds(run_dir: Path) -> float:
-    """The run's training seconds as its metrics log counted them (start-up and saving aside)."""
+def logged_seconds(run_dir: Path) -> list[float]:
+    """The run's training seconds after each logged step, as its metrics log counted them (start-up and saving
+    aside)."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return max(json.loads(line).get("seconds", 0.0) for line in lines if line.strip())
+    return [json.loads(line)["seconds"] for line in lines if line.strip() and "seconds" in json.loads(line)]
+
+
+def trained_seconds(run_dir: Path) -> float:
+    return max(logged_seconds(run_dir))
+
+
+def step_times(run_dir: Path) -> list[float]:
+    """Each logged step's own seconds after the first (whose count holds the run's first-step costs)."""
+    seconds = logged_seconds(run_dir)
+    return [b - a for a, b in zip(seconds, seconds[1:], strict=False)]
 
 
 def measure(seconds: float) -> dict:
-    """A 2-step run of the recipe and the scoring of its checkpoint at the rule's layer, timed; the start's scores."""
+    """A short run of the recipe and the scoring of its last checkpoint at the rule's layer, timed (a step's time:
+    the median of its steps', the first's start-up and a moment's contention on shared cores aside); the start's
+    scores."""
     from polyalign.checkpoint import latest_checkpoint
 
     step = piece_step(seconds)
@@ -122,7 +134,7 @@ def measure(seconds: float) -> dict:
     A.scores(step, inputs, "measure", latest_checkpoint(run_dir), ("argmax",), (layer,))
     score_s = time.perf_counter() - t0
     out = {"steps": MEASURE_STEPS, "command_s": round(record["seconds"], 1), "layer": layer,
-           "step_s": round(trained_seconds(run_dir) / MEASURE_STEPS, 2), "score_s": round(score_s, 1),
+           "step_s": round(statistics.median(step_times(run_dir)), 2), "score_s": round(score_s, 1),
            "start_sweep_s": round(sweep_s, 1)}  # fmt: skip
     (WORK / "measure.json").write_text(json.dumps(out, indent=1) + "\n")
     return out
