@@ -46,8 +46,12 @@ LRS = (5e-5, 2e-5, 1e-5)
 FALLBACK = 1e-5
 TOLERANCE = 0.3
 CHECKPOINTS = 4
-STEPS = 0
-"""Steps per learning rate: set from `--measure` before the pilot runs (0: not yet)."""
+STEPS = 16
+"""Steps per learning rate, set from `--measure` before the pilot ran (4.9 s a step, 27 s to score a checkpoint, 8 s
+of start-up): 3 x (8 + 16 x 4.9 + 4 x 27) s is ~10 minutes, what the ~20 left after the pack's unpacking, the
+start's layer sweep and two measures (a 2-step one read 18 s a step with another process on the cores: discarded,
+as was an 8-step run at 5e-5 planned from it, before any of its scores were read); 16 keeps 4 checkpoints (every 4
+steps), 2,048 pairs a rate."""
 ARM = "self-align"
 CPU_OVERRIDES = ("trainer.loader_workers=0", "trainer.log_every=1")
 """The batches built in the training process (two cores: no loader processes beside it); every step's loss logged."""
