@@ -24,11 +24,11 @@ by a rule written before it ran; bench/results/aligner_pilot.md).
 
 THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600,
 `--steps aligner --budget aligner=560 --work /tmp/gaw`): unpacking, importing and the start's sweep ~30 (measured on
-an H200); self-training, one pass of the pack at 128 pairs a step (4,695 steps), ~160 at the H200's measured
-1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations and the chosen model's 5 extractions
-within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 4,695 steps needs ~440 at its measured 640 a
-minute and its own scores: more than the ~300 left, so on such a loan it is recorded as not run (the step says the
-seconds it needed and had). A call cut at its budget is finished by the same command at once.
+an H200); self-training, one pass of the pack at 128 pairs a step (487,053 pairs: 3,806 steps), ~130 at the
+H200's measured 1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations and the chosen model's 5
+extractions within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 3,806 steps needs ~360 at its
+measured 640 a minute and 170 for its scores: more than the ~220 left, so on such a loan it is recorded as not run
+(the step says the seconds it needed and had). A call cut at its budget is finished by the same command at once.
 
 It resumes inside a loan: the start, the bitext, each run (`pretrain --resume`), each model's scores stay in the
 step's --work folder, so a call cut at its budget is finished by the next call with the same --work. Results:
@@ -77,8 +77,8 @@ class Plan:
     """Each arm's training steps a minute on the card last measured: whether an arm's schedule fits the budget left
     is read from it (None: every arm runs)."""
     warmup_share: float = 0.02
-    """Warm-up steps as a share of the schedule: the recipe's 100 over one pass at 128 pairs (4,695 steps), kept as a
-    share so that a shorter schedule (the pilot's) warms up and decays over exactly the steps it runs."""
+    """Warm-up steps as a share of the schedule (the recipe's 100 over a pass of ~4,700 steps at 128 pairs), so that
+    a shorter schedule (the pilot's) warms up and decays over exactly the steps it runs."""
 
     def schedule(self, pairs: int) -> tuple[int, int, int, int]:
         """(steps a pass, the schedule's steps, steps between checkpoints, warm-up steps) over `pairs` pairs: the
@@ -96,8 +96,9 @@ class Plan:
 
 
 # Eager: an arm trains for a few minutes, and compiling a training step took about one (the MLM arm's warm-up at
-# XLM-R-base size, bench/results/gpu). One pass at 128 pairs: 4,695 steps, at the H200's measured rates (loan 4:
-# 1,640 self-training and 580 DWA-beside steps in 0.91 minutes each) ~2.6 minutes of self-training, ~7.3 of DWA.
+# XLM-R-base size, bench/results/gpu). One pass of the pack at 128 pairs: 3,806 steps, at the H200's measured rates
+# (1,640 self-training and 580 DWA-beside steps in 0.91 minutes each, bench/results/gpu/loan4.md) ~2.1 minutes of
+# self-training, ~6 of DWA.
 FULL = Plan(128, 16384, 5e-5, 1.0, 4, 20_000, tuple(range(4, 11)), ("trainer.compile=false",), reserve_s=170,
             steps_per_minute={"self-align": 1800, "dwa-beside": 640})  # fmt: skip
 DRY = Plan(8, 1024, 5e-5, 1.0, 2, 200, (1, 2),
