@@ -23,7 +23,7 @@ The learning rate is the CPU pilot's (bench/perf/gpu/aligner_pilot.py: 5e-5, 2e-
 by a rule written before it ran; bench/results/aligner_pilot.md).
 
 THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600,
-`--steps aligner --budget aligner=560 --work /tmp/gaw`): unpacking, importing and the start's sweep ~30 (measured on
+`--steps aligner --work /tmp/gaw`, the step's 565 s): unpacking, importing and the start's sweep ~30 (measured on
 an H200); self-training, one pass of the pack at 128 pairs a step (487,053 pairs: 3,806 steps), ~130 at the
 H200's measured 1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations and the chosen model's 5
 extractions within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 3,806 steps needs ~360 at its
@@ -286,7 +286,7 @@ def step_aligner(step: Step) -> None:
     for arm in ARMS:
         run_dir = step.work / "aligner" / "runs" / arm
         if arm != OFFERED_ARM and (reason := unaffordable(step, plan, arm, inputs.pairs, run_dir)):
-            step.part(f"train {arm}", status=f"not run: {reason}")
+            step.part(f"train {arm}", status=f"skipped: not run, {reason}")
             result["arms"][arm] = {"not_run": reason}
             save(step, result)
             continue
