@@ -346,6 +346,7 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
 
 
 PROBE_PAGES = (
+    "aligner_pilot",
     "gpu_check",
     "ot_filtering",
     "pair_layout",
@@ -366,12 +367,14 @@ def probe_page(name: str, results: Path, folder: Path | None = None) -> Path:
     """A probe's or perf bench's page from its saved JSON, by the blocks its module draws; `folder` where the JSON
     lies when not the page's own place under `results` (a GPU check's raw output, kept beside its page)."""
     from bench.perf import reliability, scale_report, step_parts, throughput
+    from bench.perf.gpu import aligner_pilot
     from bench.perf.gpu import page as gpu_check
     from bench.probes import ot_filtering, pair_layout, rtd_reference, trim_equivalence
 
     folder = folder or results / SAVED_IN.get(name, "")
     saved, page = read_json(folder / f"{name}.json"), folder / f"{name}.md"
     draw = {
+        "aligner_pilot": lambda: aligner_pilot.write_page(saved, page),
         "gpu_check": lambda: gpu_check.write_page(saved, page),
         "ot_filtering": lambda: ot_filtering.write_page(saved, page),
         "pair_layout": lambda: pair_layout.write_page(saved, folder),

@@ -44,7 +44,6 @@ from polyalign.data.masking import IGNORE
 from polyalign.device import to_device
 from polyalign.evaluate.plots import plot_series
 from polyalign.objectives.rtd import (
-    corrupt,
     detection_loss,
     replaced_token_labels,
     sample_replacements,
@@ -89,7 +88,7 @@ def reference_step(generator, discriminator, batch: dict[str, torch.Tensor], wei
     logits = generator.generator_lm_head(generator.generator_predictions(hidden[masked]))  # (N, V)
     generator_loss = F.cross_entropy(logits.float(), labels[masked])
     original = torch.where(masked, labels, inputs)
-    corrupted = corrupt(original, masked, sample_replacements(logits))
+    corrupted = original.masked_scatter(masked, sample_replacements(logits))  # x^corrupt, as ELECTRA's code
     replaced = replaced_token_labels(original, corrupted)
     detection = discriminator(input_ids=corrupted, attention_mask=mask).logits  # (B, T)
     discriminator_loss, accuracy = detection_loss(detection, replaced, mask)

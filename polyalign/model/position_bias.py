@@ -40,8 +40,9 @@ KERNELS = ("auto", "flex", "materialised")
 """How a biased layer attends: `materialised` adds the (B, H, T, T) bias to the scores (SDPA's memory-efficient
 kernel on CUDA, which takes an additive bias and returns its gradient), `flex` FlexAttention (`attend`), `auto` the
 materialised bias on every device: on a CPU three plain ops are the faster ones, and on CUDA FlexAttention's kernel
-for this score_mod has asked a card for more shared memory than it has and has not been measured to compile, let
-alone run faster, with the forward tiles it now sets, so a recipe that trusted it could stop at its first step."""
+for this score_mod did not compile with the tiles tried (Triton asked for 409,600 bytes of shared memory where the
+measured card had 232,448) and has not yet been measured with the forward tiles and stages it now sets, so a recipe
+that trusted it could stop at its first step."""
 
 
 class RelativePositionBias(nn.Module):
