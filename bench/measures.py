@@ -250,7 +250,7 @@ def translation_measure(init: str, loss: str, bleu: str) -> Measure:
         }
 
     metrics = {f"{name}-loss": f"held-out de-en {loss}", f"{name}-bleu": f"held-out de-en sacreBLEU, {bleu}"}
-    command = f"-m bench.probes.veco_translation --model {{run}} --init {init} --pair de-en --steps 60 "
+    command = f"-m bench.run veco-translation -- --model {{run}} --init {init} --pair de-en --steps 60 "
     command += f"--test-size 200 --tatoeba-size 0 --out {{out}}/{name}.json"
     return Measure(1.3, metrics, ((f"{name}.json", command),), read, of_start=False)
 
@@ -358,7 +358,7 @@ MEASURES: dict[str, Measure] = {
         (
             (
                 "pseudo.json",
-                "-m bench.probes.ernie_m_pseudo_tokens --data {data}/dev --langs {dev_langs} --max-pairs 100 "
+                "-m bench.run ernie-m-pseudo-tokens -- --data {data}/dev --langs {dev_langs} --max-pairs 100 "
                 "--out {out}/pseudo.json --model {arm}={model}",
             ),
         ),

@@ -85,7 +85,7 @@ def test_a_measure_repeats_its_command_for_every_gold_set_of_the_trained_languag
     )
     assert MEASURES["aer-ot"].minutes_for(("en", "de", "fr")) == pytest.approx(3.0 * 2 / 7)
     mt = MEASURES["mt-veco"].jobs(t)[0][1]
-    assert mt[:3] == ["py", "-m", "bench.probes.veco_translation"] and mt[-1] == f"{tmp_path}/eval/mt-veco.json"
+    assert mt[:5] == ["py", "-m", "bench.run", "veco-translation", "--"] and mt[-1] == f"{tmp_path}/eval/mt-veco.json"
 
 
 def sweep(values):

@@ -158,7 +158,3 @@ def main() -> None:
     megabytes = sum(pack["bytes"][k] for k in ("start", "bitext", "gold")) / 1e6
     print(f"{args.out}: {pack['total_pairs']:,} pairs ({pack['fraction']:.0%} of each file), {pack['tokens']:,} tokens,"
           f" {megabytes:.1f} MB of {pack['bytes']['budget'] / 1e6:.1f}")  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

@@ -115,7 +115,3 @@ def main(argv: list[str] | None = None) -> None:
         ours, theirs = r["polyalign"]["pairs_per_s"], r["simalign"]["pairs_per_s"]
         print(f"simalign_500: SimAlign {theirs:.1f}, polyalign {ours:.0f}")
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -137,7 +137,3 @@ def main() -> None:
         raise SystemExit(f"--langs {args.langs}: English plus XNLI languages ({', '.join(XNLI_LANGUAGES)})")
     pack = build_pack(args.out, tuple(args.langs.split(",")), args.fraction, args.dev_pairs, args.max_mb)
     print(f"{args.out}: {pack['megabytes']} MB, {pack['training_tokens']:,} training tokens, gold {pack['gold_sets']}")
-
-
-if __name__ == "__main__":
-    main()

@@ -246,7 +246,3 @@ def write_page(saved: dict, page: Path) -> Path:
     trials = Block(heading="Trials", header=TRIAL_COLUMNS, rows=tuple(tuple(trial_row(t)) for t in saved["trials"]))
     page.write_text(page_text(["# Kill -9 and resume", "", protocol, "", counts, trials]), encoding="utf-8")
     return page
-
-
-if __name__ == "__main__":
-    main()

@@ -39,7 +39,3 @@ def main() -> None:
             flush=True,
         )
     write_json(args.out, {"data": str(args.data), "results": results})
-
-
-if __name__ == "__main__":
-    main()

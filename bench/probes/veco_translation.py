@@ -222,7 +222,3 @@ def main() -> None:
     result["sacrebleu_signature"] = str(bleu_metric.get_signature())
     result["seconds"] = time.perf_counter() - t0
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()
