@@ -22,7 +22,7 @@ def step_gpu_tests(step: Step) -> None:
 
 def pytest_part(step: Step) -> None:
     """Every test marked `gpu` (each skips itself without CUDA: on the CPU, --dry-run, this checks the command)."""
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-q", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-p", "no:cacheprovider"]
     command += ["--durations=0"]  # where the budget goes, in the log
     status, seconds = run_command(step, "pytest", command)
     log = step.log("pytest")

@@ -197,7 +197,7 @@ def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
         model = rates(
             measured["polyalign"], tokens, run.window.model_flops - model_flops_before[warmup], step.result["peaks"]
         )
-        record |= {f"model_flops_{k}": model[k] for k in ("model_tflops_per_s", "mfu_percent")}
+        record |= {f"model_flops_{k}": model[k] for k in ("tflops_per_s", "mfu_percent")}
     batches = [b for item in items[warmup:] for b in item.slots[0].values() if isinstance(b, dict)]
     shapes = [tuple(b["input_ids"].shape) for b in batches if "input_ids" in b]
     record |= {"rows_x_tokens": " / ".join(sorted({f"{b} x {t}" for b, t in shapes})), "loss_path": loss_path(run)}
@@ -227,7 +227,7 @@ def rates(measured: dict, tokens: int, flops: float, peaks: dict) -> dict:
         "steps": done,
         "s_per_step": seconds / done,
         "tokens_per_s": tokens / seconds,
-        "model_tflops_per_s": tflops,
+        "tflops_per_s": tflops,
         "mfu_percent": 100 * tflops / sheet if sheet else "unknown",
         "mfu_percent_of_measured_matmul": 100 * tflops / matmul,
         "warmup_seconds": measured["warmup_seconds"],
