@@ -12,7 +12,6 @@ from pathlib import Path
 from bench.perf.gpu_check import CALLS, TOTAL_BUDGET_S  # noqa: F401  (the runner reads them)
 from bench.perf.gpu_check import STEPS as GPU_STEPS
 from bench.step import Context, Step
-from bench.studies import STUDIES
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
@@ -38,7 +37,6 @@ STEPS: dict[str, Step] = {
         script("gpu-pack", "The GPU check's data pack", "bench.perf.gpu_pack", "perf"),
         script("aligner-pack", "The GPU aligner's pack", "bench.perf.aligner_pack", "perf"),
         script("reliability", "Kill -9 and resume", "bench.perf.reliability", "perf"),
-        script("aligner-speed", "The aligner against eflomal and SimAlign", "bench.perf.aligner_speed", "perf"),
         script("throughput-cpu", "MLM step against XLMRobertaForMaskedLM on CPU", "bench.perf.throughput", "perf"),
         script("veco-translation", "VECO §3.2: translation fine-tuning", "bench.probes.veco_translation", "probe"),
         script("ernie-m-pseudo-tokens", "BTMLM pseudo-token precision", "bench.probes.ernie_m_pseudo_tokens", "probe"),
@@ -65,12 +63,10 @@ def retired() -> dict[str, str]:
     return found
 
 
-def listing() -> str:
+def listing(study_steps: dict[str, list[str]]) -> str:
     """`python -m bench.run --list`: every study with its steps, every step by kind, the calls, the retired records."""
-    from bench.run import Options, steps_of
-
     lines = ["studies (python -m bench.run STUDY [STEP ...]):"]
-    lines += [f"  {name}: {', '.join(steps_of(study, Options(dry_run=True)))}" for name, study in STUDIES.items()]
+    lines += [f"  {name}: {', '.join(steps)}" for name, steps in study_steps.items()]
     for kind, what in (("gpu", "GPU steps"), ("perf", "perf benches"), ("probe", "probes")):
         lines.append(f"{what}:")
         lines += [f"  {s.name}: {s.title}" for s in STEPS.values() if s.kind == kind]

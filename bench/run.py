@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     from bench import page, registry
 
     if args.list or not args.name:
-        print(registry.listing())
+        print(registry.listing({name: list(steps_of(s, Options(dry_run=True))) for name, s in STUDIES.items()}))
         return
     if args.child:
         step = registry.STEPS[args.name]

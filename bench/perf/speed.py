@@ -3,56 +3,24 @@
 Every comparison is the same three things: a training step as polyalign's trainer runs it (loss, backward, clipping,
 fused AdamW; the same optimizer for both stacks, so that the comparison is of the model step), the same batches in
 the same order for every arm, and the arms timed one step at a time, round-robin in rotating order, so that other
-load on the machine falls on all of them alike. Its users: the GPU check's throughput step (bench/perf/gpu/
-throughput.py, the trainer's own step beside `xlmr_mlm` and `electra_rtd`) and the e5 study's `speed` step
-(`measure_continued` below: multilingual-e5-small continued on en-xx pairs, `CONTINUED`).
+load on the machine falls on all of them alike. Its user: the GPU check's throughput step (bench/perf/gpu/
+throughput.py: the trainer's own step beside `xlmr_mlm` and `electra_rtd`). The e5 study's continued-training speed
+on 2 CPU cores (`measure_continued`, e5.md) is answered; its code is at commit 1936717.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import itertools
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
-from pathlib import Path
 
-import numpy as np
 import torch
 
-from bench.reporting import median_seconds
 from polyalign.config import TrainerConfig
 from polyalign.model import EncoderConfig
 from polyalign.tokenizer import SpecialTokens
-from polyalign.train import parameter_groups, update_parameters
-
-
-@dataclass(frozen=True)
-class SpeedPreset:
-    """The sizes one speed page compares the stacks at."""
-
-    description: str
-    model: dict | None  # EncoderConfig sizes; None: a pretrained checkpoint's own (continued training)
-    batch: int  # rows a batch (sentence pairs for the pair objectives)
-    length: int  # tokens a row (a side, for pairs)
-    warmup: int = 2  # untimed steps first (a compiled arm compiles in them); 2 for the CPU presets
-    steps: int = 5  # timed steps (rounds); 5 for the CPU presets, whose steps take seconds
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    learning_rate: float = 1e-4
-
-
-CONTINUED = SpeedPreset(
-    "multilingual-e5-small (12 x 384, 250k vocabulary) continued on en-xx pairs of ../shared/data/train, 2 cores",
-    model=None,
-    batch=16,
-    length=64,
-    learning_rate=1e-5,
-)
-
+from polyalign.train import parameter_groups
 
 # ---------------------------------------------------------------------------------------------------------
 # The stacks: each arm is a module and its loss on a batch
@@ -189,134 +157,3 @@ def compare_on_same_batches(
 # over the 250k vocabulary at every position); polyalign's `xlm` step (TLM; MLM logits at masked positions only),
 # embeddings trained and held; the `xlm-align` step (DWA: TLM + OT self-labels + the pointer loss, one forward
 # pass); the `self-align` step (its encoder stops at layer 8). Then where polyalign's TLM step goes.
-
-CONTINUED_LANGUAGES = ("de", "fr", "ro", "zh", "ja", "hi")
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-timed = partial(median_seconds, warmup=CONTINUED.warmup)  # timed(step, batches): median seconds of step(batch)
-
-
-def parallel_batches(tokenizer, count: int, pairs: int = CONTINUED.batch, length: int = CONTINUED.length):
-    """`count` ParallelBatches of `pairs` en-xx pairs of ../shared/data/train/parallel, the languages in turn."""
-    from polyalign.data.streams import ParallelBatch
-
-    batches = []
-    for k in range(count):
-        lang = CONTINUED_LANGUAGES[k % len(CONTINUED_LANGUAGES)]
-        base = SHARED / "data/train/parallel" / f"en-{lang}"
-        with gzip.open(f"{base}.en.gz", "rt") as en, gzip.open(f"{base}.{lang}.gz", "rt") as xx:
-            lines = [(a.strip(), b.strip()) for _, a, b in zip(range((k + 1) * pairs), en, xx, strict=False)][-pairs:]
-        source, target = (
-            [np.array(ids[:length]) for ids in tokenizer.encode_batch(list(side))] for side in zip(*lines, strict=True)
-        )
-        batches.append(ParallelBatch(source, target, np.zeros(pairs, dtype=np.int64), np.ones(pairs, dtype=np.int64)))
-    return batches
-
-
-def hf_bert(config):
-    """transformers' BertForMaskedLM with the sizes of a polyalign encoder config (e5-small is a post-LN BERT)."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    from polyalign.model.hf import hf_sizes
-
-    sizes = dict(max_position_embeddings=config.max_positions, layer_norm_eps=config.layer_norm_eps)
-    return BertForMaskedLM(BertConfig(**hf_sizes(config), **sizes, pad_token_id=config.pad_token_id,
-                                      attn_implementation="sdpa")).train()  # fmt: skip
-
-
-def measure_continued(model_folder: Path) -> dict:
-    """Seconds per step and tokens/s of each arm on the same batches, and the parts of polyalign's TLM step."""
-    import copy
-
-    from polyalign.checkpoint import load_model
-    from polyalign.objectives import build_objective
-
-    torch.manual_seed(0)
-    loaded = load_model(model_folder)
-    model, special, config = loaded.model.train(), loaded.tokenizer.special, loaded.model.config
-    rng, lr = np.random.default_rng(0), CONTINUED.learning_rate
-    raws = parallel_batches(loaded.tokenizer, CONTINUED.warmup + CONTINUED.steps)
-    objectives = {
-        "xlm (TLM)": build_objective("tlm", {"style": "ppa"}, special, config),
-        "xlm-align (DWA)": build_objective("dwa", {"style": "ppa"}, special, config),
-        "self-align": build_objective("self_align", {}, special, config),
-    }
-    batches = [{name: o.make_batch(r, rng) for name, o in objectives.items()} for r in raws]  # {objective: batch}
-    tokens = statistics.mean(int(b["xlm (TLM)"]["attention_mask"].sum()) for b in batches)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    held = copy.deepcopy(model)
-    for name, p in held.named_parameters():
-        p.requires_grad_(name.startswith("encoder.layers."))
-
-    def ours(module, name: str):
-        return lambda: training_step(module, lambda batch: objectives[name](module, batch[name]).loss, lr, autocast)
-
-    hf = hf_bert(config)
-    inputs = ("input_ids", "attention_mask", "position_ids", "labels")
-    hf_loss = lambda batch: hf(**{k: batch["xlm (TLM)"][k] for k in inputs}).loss  # noqa: E731
-    reference = "transformers BertForMaskedLM + AdamW (TLM)"
-    arms = {
-        reference: lambda: training_step(hf, hf_loss, lr, autocast),
-        "polyalign xlm (TLM)": ours(model, "xlm (TLM)"),
-        "polyalign xlm (TLM), embeddings held": ours(held, "xlm (TLM)"),
-        "polyalign xlm-align (DWA), embeddings held": ours(held, "xlm-align (DWA)"),
-        "polyalign self-align, embeddings held": ours(held, "self-align"),
-    }
-    measured = compare_on_same_batches(arms, batches, CONTINUED.warmup, CONTINUED.steps)
-    seconds = {name: statistics.median(m["seconds"]) for name, m in measured.items()}
-    parts = tlm_step_parts(model, objectives["xlm (TLM)"], [b["xlm (TLM)"] for b in batches], autocast)
-    dwa = objectives["xlm-align (DWA)"]
-    dwa_batches = [dwa.make_batch(r, rng) for r in raws]
-    parts["OT self-labels of DWA (no grad)"] = timed(lambda batch: dwa.self_label(held, batch), dwa_batches)
-    rate = lambda s: {"seconds": round(s, 3), "tokens_per_s": round(tokens / s),  # noqa: E731
-                      "speed_vs_transformers": round(seconds[reference] / s, 2)}  # fmt: skip
-    return {
-        "batch": f"{CONTINUED.batch} pairs, up to {CONTINUED.length} tokens a side, {tokens:.0f} real tokens a batch "
-        "(mean)",
-        "steps": {name: rate(s) for name, s in seconds.items()},
-        "tlm_step_parts": {name: round(s, 3) for name, s in parts.items()},
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-    }
-
-
-def tlm_step_parts(model, tlm, batches, autocast) -> dict[str, float]:
-    """Where polyalign's TLM step goes, each part timed on its own on the same batches: the encoder, the MLM output at
-    masked positions against one at every position, AdamW over every parameter against the encoder layers only."""
-    from polyalign.objectives.base import model_inputs
-
-    def encoder(batch):
-        with autocast:
-            hidden = model(**model_inputs(batch)).last_hidden_state
-        hidden.float().sum().backward()
-        model.zero_grad(set_to_none=True)
-
-    def head(masked_only: bool):
-        def run(batch):
-            hidden = torch.randn(*batch["input_ids"].shape, model.config.hidden_size, requires_grad=True)
-            with autocast:
-                logits = model.mlm_logits(hidden[batch["labels"] >= 0] if masked_only else hidden.flatten(0, 1))
-            logits.float().logsumexp(-1).sum().backward()
-            model.zero_grad(set_to_none=True)
-
-        return run
-
-    def optimizer_over(params):
-        # the trainer's own update (polyalign/train/optim.py), without clipping: the optimizer's share of a step
-        optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-
-        def run(batch):
-            for p in params:
-                p.grad = torch.zeros_like(p)
-            update_parameters(optimizer, schedule, params, clip_norm=0.0)
-
-        return run
-
-    layers = [p for n, p in model.named_parameters() if n.startswith("encoder.layers.")]
-    return {
-        "encoder forward + backward": timed(encoder, batches),
-        "MLM output at masked positions (forward + backward)": timed(head(True), batches),
-        "MLM output at every position (forward + backward)": timed(head(False), batches),
-        "AdamW over all parameters (embeddings included)": timed(optimizer_over(list(model.parameters())), batches),
-        "AdamW over the encoder layers only": timed(optimizer_over(layers), batches),
-    }
