@@ -184,8 +184,8 @@ def test_gated_bias_keeps_blocked_keys_out_of_reach():
 
 def test_labels_mark_a_position_replaced_only_when_the_sampled_token_differs():
     original = torch.tensor([[0, 7, 8, 9, 2, 1]])
-    masked = torch.tensor([[False, True, True, False, False, False]])
-    corrupted = corrupt(original, masked, torch.tensor([7, 5]))  # position 1 sampled its own token back
+    index, valid = torch.tensor([1, 2, 0]), torch.tensor([True, True, False])  # positions 1 and 2, one padding entry
+    corrupted = corrupt(original, index, valid, torch.tensor([7, 5, 3]))  # position 1 sampled its own token back
     assert corrupted.tolist() == [[0, 7, 5, 9, 2, 1]]
     assert replaced_token_labels(original, corrupted).tolist() == [[0, 0, 1, 0, 0, 0]]
 
@@ -224,7 +224,9 @@ def test_discriminator_reads_the_generator_samples_at_masked_positions_and_the_o
     masked = batch["labels"] != -100
     original = torch.where(masked, batch["labels"], batch["input_ids"])
     expected = original.clone()
-    expected[masked] = samples[0]  # Eqs. (2), (4): x^corrupt, the samples in row-major order of the masked positions
+    # Eqs. (2), (4): x^corrupt, the samples in row-major order of the masked positions (the draws past the masked
+    # count are the padding rows of the head's fixed-size index: unused)
+    expected[masked] = samples[0][: int(masked.sum())]
     assert len(samples) == 1 and len(seen) == 1  # one draw, one discriminator pass
     assert torch.equal(seen[0], expected)
     assert (expected != original).sum() > 5 and not torch.equal(expected, batch["input_ids"])

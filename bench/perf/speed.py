@@ -50,7 +50,7 @@ def electra_rtd(config: EncoderConfig, special: SpecialTokens, device, discrimin
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
     from polyalign.model.hf import hf_sizes
-    from polyalign.objectives.rtd import corrupt, generator_config, replaced_token_labels, sample_replacements
+    from polyalign.objectives.rtd import generator_config, replaced_token_labels, sample_replacements
 
     def electra(c: EncoderConfig) -> ElectraConfig:
         return ElectraConfig(**hf_sizes(c), embedding_size=c.hidden_size, max_position_embeddings=c.max_positions,
@@ -69,7 +69,7 @@ def electra_rtd(config: EncoderConfig, special: SpecialTokens, device, discrimin
         out = generator(input_ids=batch["input_ids"], attention_mask=mask, labels=labels)
         masked = labels != -100
         original = torch.where(masked, labels, batch["input_ids"])
-        corrupted = corrupt(original, masked, sample_replacements(out.logits[masked]))
+        corrupted = original.masked_scatter(masked, sample_replacements(out.logits[masked]))
         replaced = replaced_token_labels(original, corrupted)
         detected = discriminator(input_ids=corrupted, attention_mask=mask, labels=replaced)
         return out.loss + discriminator_weight * detected.loss

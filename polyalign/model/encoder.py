@@ -269,6 +269,8 @@ class FeedForward(nn.Module):
 
 
 class Layer(nn.Module):
+    compile_regions = ("forward",)  # one compiled graph serves every layer (model/compiling.py)
+
     def __init__(self, c: EncoderConfig):
         super().__init__()
         self.pre_norm = c.norm == "pre"

@@ -154,7 +154,7 @@ class DWA(Objective):
         # 2) one forward pass of the masked pair for TLM and DWA (§4.1)
         out = model(**model_inputs(batch), output_hidden_states=True)
         if self.config.tlm_weight:
-            tlm_loss, accuracy, n_predicted = masked_lm_loss(model, out.last_hidden_state, labels)
+            tlm_loss, accuracy, n_predicted = masked_lm_loss(model, out.last_hidden_state, batch)
         else:  # DWA alone: the 250k-way output of a large vocabulary is not computed for a weight of 0
             tlm_loss, accuracy, n_predicted = torch.zeros((), device=labels.device), float("nan"), 0
         h = out.hidden_states[self.dwa_layer]

@@ -25,11 +25,11 @@ from torch import nn
 
 from polyalign.data.masking import IGNORE
 from polyalign.data.streams import MonoBatch, ParallelBatch
-from polyalign.flops import replaced_token_detection_flops
+from polyalign.flops import replaced_token_detection_flops, replaced_token_detection_model_flops
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.heads import ReplacedTokenHead
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
-from polyalign.objectives.mlm import MLMConfig, masked_lm_logits_and_loss, monolingual_batch
+from polyalign.objectives.mlm import MLMConfig, masked_lm_loss, masked_targets_of, monolingual_batch
 from polyalign.objectives.tlm import TLMConfig, translation_batch
 
 GENERATOR_INITS = ("new", "model")
@@ -75,11 +75,14 @@ def sample_replacements(logits: torch.Tensor) -> torch.Tensor:
         return torch.multinomial(torch.softmax(logits.detach().float(), dim=-1), 1).squeeze(1)  # (N,)
 
 
-def corrupt(original: torch.Tensor, masked: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
-    """x^corrupt (Eqs. 2, 4): the samples at the masked positions (row-major order), the original elsewhere."""
-    corrupted = original.clone()
-    corrupted[masked] = samples
-    return corrupted
+def corrupt(original: torch.Tensor, index: torch.Tensor, valid: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+    """x^corrupt (Eqs. 2, 4): the samples (K,) at the flat masked positions `index` (K,) where `valid`, the
+    original elsewhere. Padding entries write into one spare slot past the end, which is dropped."""
+    flat = original.reshape(-1)
+    N = flat.numel()
+    slots = torch.where(valid, index, N)  # (K,)
+    out = torch.cat([flat, flat.new_zeros(1)]).index_copy(0, slots, samples.to(flat.dtype))
+    return out[:N].view_as(original)
 
 
 def replaced_token_labels(original: torch.Tensor, corrupted: torch.Tensor) -> torch.Tensor:
@@ -88,12 +91,20 @@ def replaced_token_labels(original: torch.Tensor, corrupted: torch.Tensor) -> to
     return (corrupted != original).float()
 
 
+def masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` where `where` holds (a multiply and a sum: no selection whose size depends on the data)."""
+    where = where.to(values.dtype)
+    return (values * where).sum() / where.sum().clamp(min=1)
+
+
 def detection_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor):
     """Eqs. (3), (5): binary cross-entropy at every real token, averaged. Returns (loss, accuracy)."""
     real = attention_mask.bool()
-    loss = F.binary_cross_entropy_with_logits(logits[real].float(), labels[real])
+    acc = torch.promote_types(logits.dtype, torch.float32)
+    losses = F.binary_cross_entropy_with_logits(logits.to(acc), labels.to(acc), reduction="none")
+    loss = masked_mean(losses, real)
     with torch.no_grad():
-        accuracy = ((logits[real] > 0).float() == labels[real]).float().mean()
+        accuracy = masked_mean(((logits > 0).to(acc) == labels).to(acc), real)
     return loss, accuracy
 
 
@@ -197,13 +208,15 @@ class ReplacedTokenDetection(Objective):
         if self.parts is None:
             raise RuntimeError(f"{type(self).__name__}: call setup(model) before training")
         generator, inputs, labels = self.parts.generator, model_inputs(batch), batch["labels"]
+        targets = masked_targets_of(batch)
         # 1) generator: MLM on the masked text or pair (Eq. 1 / the TRTD generator loss)
         hidden = generator(**inputs).last_hidden_state
-        logits, generator_loss, generator_accuracy, n = masked_lm_logits_and_loss(generator, hidden, labels)
+        logits, generator_loss, generator_accuracy, n = masked_lm_loss(generator, hidden, targets, return_logits=True)
         # 2) corrupt the masked positions with the generator's samples (Eqs. 2, 4)
         masked = labels != IGNORE
         original = torch.where(masked, labels, batch["input_ids"])
-        corrupted = corrupt(original, masked, sample_replacements(logits))
+        valid = targets["masked_labels"] != IGNORE
+        corrupted = corrupt(original, targets["masked_index"], valid, sample_replacements(logits))
         replaced = replaced_token_labels(original, corrupted)
         # 3) discriminator: the model being trained, on the corrupted input (Eqs. 3, 5)
         disc_hidden = model(**{**inputs, "input_ids": corrupted}).last_hidden_state  # (B, T, C)
@@ -221,11 +234,17 @@ class ReplacedTokenDetection(Objective):
             "generator_accuracy": d.generator_accuracy,
             "discriminator_loss": d.discriminator_loss,
             "discriminator_accuracy": d.discriminator_accuracy,
-            "replaced": d.replaced[real].mean(),
+            "replaced": masked_mean(d.replaced, real),
         }
         B, T = batch["input_ids"].shape
-        flops = replaced_token_detection_flops(self.parts.generator.config, model.config, B, T, d.masked_count)
-        return ObjectiveOutput(loss, metrics, flops)
+        generator = self.parts.generator.config
+        flops = replaced_token_detection_flops(generator, model.config, B, T, d.masked_count)
+        model_flops = None
+        if "real_tokens" in batch:  # counted by the loader (Objective.make_training_batch)
+            model_flops = replaced_token_detection_model_flops(
+                generator, model.config, batch["real_tokens"], batch["attention_pairs"], d.masked_count
+            )
+        return ObjectiveOutput(loss, metrics, flops, model_flops)
 
 
 class MRTD(ReplacedTokenDetection):

@@ -17,9 +17,10 @@ from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
+from polyalign.model.heads import loss_path
 from polyalign.objectives import OBJECTIVES, HeadMLM, build_objective, head_parameters
 from polyalign.tokenizer import Tokenizer
-from polyalign.train.distributed import bookkeeping_group, init_distributed, wrap_for_processes
+from polyalign.train.distributed import bookkeeping_group, compiles, init_distributed, wrap_for_processes
 from polyalign.train.fsdp import check_fsdp
 from polyalign.train.head_warmup import PHASE, STREAM_SALT, HeadWarmup, plan_head_warmup, warmup_trainer
 from polyalign.train.metrics import Window
@@ -42,7 +43,8 @@ class PretrainingModule(nn.Module):
         self.weights = weights
 
     def forward(self, batches: dict[str, dict[str, torch.Tensor]]):
-        total, metrics, flops = 0.0, {}, 0.0
+        """(weighted loss sum, metrics, (hardware FLOPs, model FLOPs)); see ObjectiveOutput."""
+        total, metrics, flops, model_flops = 0.0, {}, 0.0, 0.0
         for name, batch in batches.items():
             out = self.objectives[name](self.model, batch)
             total = total + self.weights[name] * out.loss
@@ -51,7 +53,8 @@ class PretrainingModule(nn.Module):
                 value = v.detach().float() if torch.is_tensor(v) else torch.tensor(float(v), device=out.loss.device)
                 metrics[f"{name}/{k}"] = value
             flops += out.flops
-        return total, metrics, flops
+            model_flops += out.flops if out.model_flops is None else out.model_flops
+        return total, metrics, (flops, model_flops)
 
 
 @dataclass
@@ -110,6 +113,8 @@ class Run:
     compile_seconds: float = 0.0
     """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
     reports it as `compile_seconds`; the first window's tokens/s includes it."""
+    loss_path: str = ""
+    """The MLM loss's path on this device (`polyalign.model.heads.loss_path`), until the first log line records it."""
 
     @property
     def cfg(self) -> TrainerConfig:
@@ -161,15 +166,17 @@ def build_run(
         if note and fresh:
             print(note)
     freeze_held_for_good(module, cfg)  # before DDP/FSDP and the optimizer see the parameters
-    trained = wrap_for_processes(module, cfg, recipe.objectives, world, device)
+    packed = packs_rows(recipe, device.type)
+    trained = wrap_for_processes(module, cfg, recipe.objectives, world, device, packed)
     optimizer, scheduler = build_optimizer(module, cfg)
     streams = {
         o.name: (objectives[o.name].stream, recipe.data.for_objective(o), i) for i, o in enumerate(recipe.objectives)
     }
     where = (prepared, data_languages, languages, rank)
-    slots = build_slots(streams, RUN_SALT, cfg, packs_rows(recipe, device.type), *where)
+    slots = build_slots(streams, RUN_SALT, cfg, packed, *where)
     run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
     run.bookkeeping = bookkeeping_group(world)
+    run.loss_path = loss_path(device, compiles(cfg.compile, device))
     run.slot_states = [s.state_dict() for s in slots]
     run.window = Window(device)
     if warm_up:
