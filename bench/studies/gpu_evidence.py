@@ -4,8 +4,8 @@ encoder (12 x 768). The claim is built by the CPU rows' builder (bench/studies/e
 
 The CPU rows of the same claim (sections xlm-e-1..3) read "not reproduced: scale": at 8e13 FLOPs the discriminators
 never beat the majority class and the generators stay above the unigram floor. This section asks whether the claim
-holds once the premises can. It runs on a GPU only (`Setup.device`): `python -m bench.run evidence xlm-e-gpu --device cuda`, on the
-data pack of bench/perf/gpu_pack.py. Same measures, checks and rule as the CPU rows.
+holds once the premises can. It runs on a GPU only (`Setup.device`): `python -m bench.run evidence xlm-e-gpu
+--device cuda`, on the data pack of bench/perf/gpu_pack.py. Same measures, checks and rule as the CPU rows.
 """
 
 from __future__ import annotations
