@@ -22,11 +22,11 @@ THE RULE, written before any run (bench/studies/e5.py's, with passes over the pa
 The learning rate is the CPU pilot's (5e-5, 2e-5 or 1e-5 at this recipe, chosen by a rule written before it ran;
 bench/results/aligner_pilot.md; the pilot's code at commit ee8e556).
 
-THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600,
-`python -m bench.run gpu-check aligner --work /tmp/gaw`, the step's 565 s): unpacking, importing and the start's
-sweep ~30 (measured on an H200); self-training, one pass of the pack at 128 pairs a step (487,053 pairs: 3,806
-steps), ~130 at the H200's measured 1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations
-and the chosen model's 5 extractions within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 3,806 steps needs ~360 at its
+THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600, `python
+-m bench.run gpu-check aligner --work /tmp/gaw`, the step's 565 s): unpacking, importing and the start's sweep ~30
+(measured on an H200); self-training, one pass of the pack at 128 pairs a step (487,053 pairs: 3,806 steps), ~130 at
+the H200's measured 1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations and the chosen model's
+5 extractions within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 3,806 steps needs ~360 at its
 measured 640 a minute and 170 for its scores: more than the ~220 left, so on such a loan it is recorded as not run
 (the step says the seconds it needed and had). A call cut at its budget is finished by the same command at once.
 
