@@ -19,7 +19,7 @@ import yaml
 
 from polyalign.data.streams import StreamConfig
 from polyalign.io import DataError, read_text
-from polyalign.schema import RecipeError, build_dataclass, join_key
+from polyalign.schema import RecipeError, build_dataclass, flat_values, join_key
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 PRESETS_DIR = RECIPES_DIR / "presets"
@@ -151,7 +151,7 @@ class TrainerConfig:
     phase. These steps are logged apart (`head_warmup.jsonl`) and count toward no budget (max_steps, max_minutes,
     max_flops); a resume does not repeat them (one stopped inside them goes on where it was). 0 = none: the
     objectives start with a random head whose gradients rewrite the encoder.
-    The default is the project's measurement, bench/results/real-start.md `real-mlm-tlm-warm-head`: 200 head-only
+    The default is the project's measurement (arm `real-mlm-tlm-warm-head`): 200 head-only
     steps at lr 1e-2 took e5-small's new head from an MLM loss of 10.38 to 8.40, and MLM + TLM from that head kept
     Tatoeba-14 at 91.0 (start 90.5; from a cold head 67.0 / 53.9)."""
     head_warmup_lr: float = 1e-2
@@ -224,7 +224,7 @@ def longest_row(recipe: Recipe) -> tuple[int, str]:
         cls, config = objective_config(spec.name, spec.config, f"objectives.{i}")
         kind = "parallel" if cls.stream == "parallel" else "mono"  # adjacent: pairs of mono segments
         length = getattr(recipe.data.for_objective(spec), kind).max_length
-        style = getattr(config, "style", None)
+        style = flat_values(config).get("style")  # as the recipe writes it, wherever the config holds it
         if kind == "parallel" and style == "ppa":
             row, how = 2 * length + 3, f"2 x data.parallel.max_length={length} + 3 special tokens ({spec.name}, ppa)"
         else:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 import polyalign.model.compiling as compiling
 import polyalign.model.heads as heads
@@ -45,13 +46,19 @@ def test_compile_is_on_with_cuda_and_off_on_a_cpu_by_default(monkeypatch):
 
 class Recorder:
     """A compiler backend that records the graphs dynamo hands it (by region: a layer's has the q/k/v projection,
-    the head's the decoder) and runs them as traced."""
+    the head's the decoder) and runs them as traced; `data_dependent` lists the values whose size depends on the
+    data (a boolean selection, `nonzero`: on a GPU the host waits for the device to know it)."""
 
     def __init__(self):
         self.graphs: list[str] = []
+        self.data_dependent: list[str] = []
 
     def __call__(self, graph, example_inputs):
         self.graphs.append("layer" if "qkv" in graph.code else "head" if "decoder" in graph.code else "other")
+        for node in graph.graph.nodes:
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.Tensor) and free_unbacked_symbols(value):
+                self.data_dependent.append(node.format_node())
         return graph.forward
 
 
@@ -80,6 +87,7 @@ def test_a_compiled_step_compiles_nothing_after_its_first(sample_prepared, tmp_p
     torch._dynamo.reset()
     assert len(set(counts)) > 10, counts  # the masked count changed from batch to batch
     assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
+    assert recorder.data_dependent == []
     assert counted.regions and not any(r.failed for r in counted.regions)
     assert len(seen) == 20 and seen[-1] == seen[0], seen  # no graph after the first step
     # one layer graph per row shape (mono and parallel rows differ in length; the second is the symbolic one), one

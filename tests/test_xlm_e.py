@@ -17,7 +17,7 @@ from polyalign.flops import replaced_token_detection_flops
 from polyalign.io import DataError
 from polyalign.model import Encoder, EncoderConfig, MaskedLanguageModel
 from polyalign.model.position_bias import GatedRelativePositionBias, RelativePositionBias
-from polyalign.objectives import OBJECTIVES
+from polyalign.objectives import OBJECTIVES, setup_objectives
 from polyalign.objectives.rtd import corrupt, replaced_token_labels, sample_replacements
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
@@ -309,8 +309,7 @@ def test_mrtd_and_trtd_share_one_generator_and_detection_head():
     model = MaskedLanguageModel(config)
     mrtd = OBJECTIVES["mrtd"](OBJECTIVES["mrtd"].Config(), SP, config)
     trtd = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(), SP, config)
-    mrtd.setup(model)
-    trtd.setup(model)
+    setup_objectives({"mrtd": mrtd, "trtd": trtd}, model)
     assert mrtd.parts is trtd.parts and mrtd.parts.generator.config.num_layers == 1
     rng = np.random.default_rng(0)
     pairs = ParallelBatch(
@@ -323,12 +322,13 @@ def test_mrtd_and_trtd_share_one_generator_and_detection_head():
     assert batch["input_ids"].shape[1] == 6 + 5 + 3  # <s> e </s> f </s>: the pair as one sentence
     out = trtd(model, batch)
     assert torch.isfinite(out.loss) and out.metrics["replaced"] > 0
+    fresh = OBJECTIVES["mrtd"](OBJECTIVES["mrtd"].Config(), SP, config)
     other = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_layers=2), SP, config)
     with pytest.raises(ValueError, match="share one generator"):
-        other.setup(model)
+        setup_objectives({"mrtd": fresh, "trtd": other}, model)
     other = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_init="model"), SP, config)
     with pytest.raises(ValueError, match="generator_init: MRTD and TRTD share one generator"):
-        other.setup(model)
+        setup_objectives({"mrtd": fresh, "trtd": other}, model)
 
 
 def test_a_generator_started_from_the_model_predicts_as_the_model_and_then_trains_apart():

@@ -26,8 +26,8 @@ from polyalign.model.compiling import compiled
 
 FLEX_KERNEL_OPTIONS = {"bwd_BLOCK_M1": 32, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 32}
 """Triton tiles of the backward kernel on CUDA (the forward keeps torch's): with a score_mod whose table takes
-gradients, the default tiles asked an H200 for more shared memory than it has; smaller tiles ask for less. The GPU
-check's kernels step times these and torch's defaults."""
+gradients, the default tiles asked the measured card for more shared memory than it had; smaller tiles ask for less.
+The GPU check's kernels step times these and torch's defaults."""
 
 
 def flex_relative_attention(

@@ -35,10 +35,8 @@ def relative_position_bucket(
 KERNELS = ("auto", "flex", "materialised")
 """How a biased layer attends: `auto` is the materialised bias on every device, `flex` FlexAttention (`attend`).
 On a CPU three plain ops are the faster ones. On CUDA FlexAttention would keep the (B, H, T, T) bias out of memory,
-but on an H200 with torch 2.11 its kernel for this score_mod did not compile with any tiles tried: Triton asked for
-409,600 bytes of shared memory where the card has 232,448 (bench/results/gpu/gpu_check.md, step 3), so a recipe
-that trusted it would stop at its first step. `python bench/perf/gpu_check.py --steps kernels` says whether it
-compiles on a given card and torch."""
+but its kernel for this score_mod did not compile with any tiles tried (Triton asked for 409,600 bytes of shared
+memory where the measured card had 232,448), so a recipe that trusted it would stop at its first step."""
 
 
 class RelativePositionBias(nn.Module):

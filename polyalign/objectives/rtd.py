@@ -7,7 +7,7 @@ replace the masked positions (Eqs. 2, 4); the model being trained, the discrimin
 token whether it was replaced (Eqs. 3, 5). Loss L_G + λ·L_D with λ = 50 (§4.1).
 
 MRTD and TRTD share one generator and one detection head (§3.2 trains one θ_G and one θ_D on all four
-losses): the first of them set up on a model builds these parts, the second finds them. Token embeddings are
+losses): `share_generator` builds these parts once and hands them to both. Token embeddings are
 shared between generator and discriminator (ELECTRA §3.2); the generator's other parameters never see L_D,
 because sampling cuts the graph.
 """
@@ -15,7 +15,7 @@ because sampling cuts the graph.
 from __future__ import annotations
 
 import dataclasses
-import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,15 +31,17 @@ from polyalign.model.heads import ReplacedTokenHead
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import MLMConfig, masked_lm_loss, masked_targets_of, monolingual_batch
 from polyalign.objectives.tlm import TLMConfig, translation_batch
+from polyalign.schema import flat_field
 
 GENERATOR_INITS = ("new", "model")
 
 
 @dataclass
-class RTDConfig(MLMConfig):
-    replace_probs: tuple[float, float, float] = (1.0, 0.0, 0.0)
-    """Generator input: every masked position becomes MASK (XLM-E §2, x^masked). Positions are chosen
-    uniformly (§3.1: span masking hurt), mask_prob 0.15 as in ELECTRA-Base (XLM-E Table 6 lists none)."""
+class RTDConfig:
+    masking: MLMConfig = flat_field(lambda: MLMConfig(replace_probs=(1.0, 0.0, 0.0)))
+    """The generator's MLM batch (its keys, `mask_prob` and `replace_probs`, sit beside the others in a recipe):
+    every masked position becomes MASK (XLM-E §2, x^masked); positions are chosen uniformly (§3.1: span masking
+    hurt), mask_prob 0.15 as in ELECTRA-Base (XLM-E Table 6 lists none)."""
     discriminator_weight: float = 50.0
     """λ in L_G + λ·L_D (XLM-E §4.1)."""
     generator_layers: int = 0
@@ -53,15 +55,15 @@ class RTDConfig(MLMConfig):
     def __post_init__(self) -> None:
         if self.generator_init not in GENERATOR_INITS:
             raise ValueError(f"generator_init={self.generator_init!r}: use one of {GENERATOR_INITS}")
-        if hasattr(super(), "__post_init__"):
-            super().__post_init__()  # TRTD's: TLMConfig checks its style
 
 
 @dataclass
-class TRTDConfig(RTDConfig, TLMConfig):
-    style: str = "ppa"
-    """`ppa`: `<s> e </s> f </s>`, positions running on: "the translation pair as a single sentence" (XLM-E
-    §3.1), which keeps relative positions across the pair meaningful; `xlm`: positions restart at f."""
+class TRTDConfig(RTDConfig):
+    masking: TLMConfig = flat_field(lambda: TLMConfig(replace_probs=(1.0, 0.0, 0.0), style="ppa"))
+    """The generator's TLM batch (`mask_prob`, `replace_probs`, `style`, `swap_prob` beside the others in a
+    recipe), masked as MRTD's. Style `ppa`: `<s> e </s> f </s>`, positions running on: "the translation pair as a
+    single sentence" (XLM-E §3.1), which keeps relative positions across the pair meaningful; `xlm`: positions
+    restart at f."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -144,28 +146,29 @@ class GeneratorAndHead(nn.Module):
         self.detection_head = ReplacedTokenHead(model.config)
 
 
-_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # discriminator model -> its GeneratorAndHead
-
-
-def shared_parts(
-    model: MaskedLanguageModel, generator_layers: int = 0, generator_init: str = "new"
-) -> GeneratorAndHead:
-    """The model's GeneratorAndHead, built by the first objective that asks."""
-    parts = _SHARED.get(model)
-    if parts is None:
-        parts = _SHARED[model] = GeneratorAndHead(model, generator_layers, generator_init)
-    expected = generator_config(model.config, generator_layers).num_layers
-    if parts.generator.config.num_layers != expected:
-        raise ValueError(
-            f"generator_layers: MRTD and TRTD share one generator, but one asks for {expected} layers and the "
-            f"other built {parts.generator.config.num_layers}; give both the same generator_layers"
-        )
-    if parts.generator_init != generator_init:
-        raise ValueError(
-            f"generator_init: MRTD and TRTD share one generator, but one asks for {generator_init!r} and the other "
-            f"built it {parts.generator_init!r}; give both the same generator_init"
-        )
-    return parts
+def share_generator(objectives: Iterable[Objective], model: MaskedLanguageModel) -> None:
+    """Build the one GeneratorAndHead the replaced-token-detection objectives among `objectives` train (XLM-E §3.2:
+    one θ_G, one θ_D) and hand it to each; they must agree on the generator they ask for."""
+    detectors = [o for o in objectives if isinstance(o, ReplacedTokenDetection)]
+    if not detectors:
+        return
+    first, *others = detectors
+    asked = (first.config.generator_layers, first.config.generator_init)
+    for other in others:
+        layers, init = other.config.generator_layers, other.config.generator_init
+        if generator_config(model.config, layers).num_layers != generator_config(model.config, asked[0]).num_layers:
+            raise ValueError(
+                f"generator_layers: MRTD and TRTD share one generator, but one asks for {layers} layers and the other "
+                f"for {asked[0]}; give both the same generator_layers"
+            )
+        if init != asked[1]:
+            raise ValueError(
+                f"generator_init: MRTD and TRTD share one generator, but one asks for {init!r} and the other for "
+                f"{asked[1]!r}; give both the same generator_init"
+            )
+    parts = GeneratorAndHead(model, *asked)
+    for detector in detectors:
+        detector.parts = parts
 
 
 @dataclass
@@ -197,7 +200,8 @@ class ReplacedTokenDetection(Objective):
         self.parts: GeneratorAndHead | None = None
 
     def setup(self, model: MaskedLanguageModel) -> None:
-        self.parts = shared_parts(model, self.config.generator_layers, self.config.generator_init)
+        if self.parts is None:  # alone in its recipe: nothing to share (share_generator hands out a shared one)
+            self.parts = GeneratorAndHead(model, self.config.generator_layers, self.config.generator_init)
 
     def mlm_heads(self, model: MaskedLanguageModel) -> dict[str, MaskedLanguageModel]:
         # A generator copied from the model (`generator_init: model`) copies its head too; a `new` one is meant to
@@ -254,7 +258,7 @@ class MRTD(ReplacedTokenDetection):
     Config = RTDConfig
 
     def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        return monolingual_batch(raw, self.special, self.config, self.uses_languages, rng)
+        return monolingual_batch(raw, self.special, self.config.masking, self.uses_languages, rng)
 
 
 class TRTD(ReplacedTokenDetection):
@@ -264,4 +268,4 @@ class TRTD(ReplacedTokenDetection):
     Config = TRTDConfig
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        return translation_batch(raw, self.special, self.config, self.uses_languages, rng)
+        return translation_batch(raw, self.special, self.config.masking, self.uses_languages, rng)

@@ -28,7 +28,6 @@ from polyalign.train.metrics import MetricsLog, Window
 from polyalign.train.optim import (
     drop_held_gradients,
     fit_warmup,
-    optimized_parameters,
     training_only,
     update_parameters,
 )
@@ -239,7 +238,7 @@ def warm_heads(run: Run, guard: RunGuard, resume: bool) -> None:
         shape = partial(warmup_record, run.warmup.cfg)
         log = MetricsLog(run.run_dir, run.warmup.step if resume else None, HEAD_WARMUP_FILE, False, shape)
     try:
-        with training_only(run.module, optimized_parameters(run.warmup.optimizer)):
+        with training_only(run.module, run.warmup.trains):
             train_phase(run, run.warmup, guard, log)
     finally:
         if log is not None:
