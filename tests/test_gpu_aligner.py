@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "bench" / "perf" / "gpu_check.py"
 
 
 def test_the_pack_start_repository_and_wheels_fit_the_carry_limit():
@@ -21,7 +20,7 @@ def test_the_pack_start_repository_and_wheels_fit_the_carry_limit():
     if not (P.SHARED / "data" / "train" / "parallel").is_dir():
         pytest.skip("../shared/data absent: the pack is built from it")
     if not (P.DEFAULT_PACK / P.PACK_JSON).is_file():
-        pytest.skip(f"no pack here: python bench/perf/aligner_pack.py builds {P.DEFAULT_PACK}")
+        pytest.skip(f"no pack here: python -m bench.run aligner-pack builds {P.DEFAULT_PACK}")
     files = [f for f in P.DEFAULT_PACK.rglob("*") if f.is_file()]
     pack = sum(f.stat().st_size for f in files)
     start = (P.DEFAULT_PACK / P.START_FILE).stat().st_size
@@ -35,10 +34,22 @@ def test_the_pack_start_repository_and_wheels_fit_the_carry_limit():
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out, work = tmp_path_factory.mktemp("gc"), tmp_path_factory.mktemp("gcw")
-    command = [sys.executable, str(SCRIPT), "--dry-run", "--steps", "aligner", "--out", str(out), "--work", str(work)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.run",
+        "gpu-check",
+        "aligner",
+        "--dry-run",
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
     first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout + first.stderr
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    # the runner keeps a step that ended ok; --force runs it again, and it finds its trainings in the work folder
+    again = subprocess.run([*command, "--force"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stdout + again.stderr
     step = {s["name"]: s for s in json.loads((out / "gpu_check.json").read_text())["steps"]}["aligner"]
     return step, json.loads((out / "aligner" / "result.json").read_text()), work

@@ -1,6 +1,6 @@
 """Kill -9 a training run where it matters, then `--resume`: does every trial continue the same loss curve?
 
-Writes bench/results/reliability.json and its page, reliability.md (`python -m bench.page reliability` draws it
+Writes bench/results/reliability.json and its page, reliability.md (`python -m bench.regenerate_check` draws it
 again from the JSON). Each trial starts a tiny pre-training run on the bundled sample (a checkpoint every 2 steps,
 so that writes are frequent) and kills it with SIGKILL at one of three moments, taken in turn so that any seed and
 any run of 3 or more trials covers each:
@@ -13,7 +13,7 @@ run's per-step losses with those of an uninterrupted reference run, exactly. A t
 checkpoint only when the resumed process says which one it loaded ("resuming from ... at step N"); a kill counts
 as mid-write only when the half-written folder is still there after the process died.
 Heavy (a few CPU-minutes): run it under the shared CPU lock:
-    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.reliability
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.run reliability -- [--trials N]
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def main() -> None:
         "needed_manual_fix": sum(t["resume_exit_code"] != 0 and not t["fresh_start"] for t in trials),
         "reference_seconds": round(duration, 1),
     }
-    command = f"python -m bench.perf.reliability --trials {args.trials} --seed {args.seed}"
+    command = f"python -m bench.run reliability -- --trials {args.trials} --seed {args.seed}"
     run = {"steps": STEPS, "save_every": SAVE_EVERY, "keep_checkpoints": KEEP}
     saved = {"code": commit(), "machine": machine(), "command": command, "run": run, "summary": summary}
     write_json(RESULTS / "reliability.json", saved | {"trials": trials})
@@ -246,7 +246,3 @@ def write_page(saved: dict, page: Path) -> Path:
     trials = Block(heading="Trials", header=TRIAL_COLUMNS, rows=tuple(tuple(trial_row(t)) for t in saved["trials"]))
     page.write_text(page_text(["# Kill -9 and resume", "", protocol, "", counts, trials]), encoding="utf-8")
     return page
-
-
-if __name__ == "__main__":
-    main()

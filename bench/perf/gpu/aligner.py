@@ -19,14 +19,14 @@ THE RULE, written before any run (bench/studies/e5.py's, with passes over the pa
    own candidates, reported beside.
 3. Extraction: on each chosen model at the rule's layer, the method (argmax, itermax, ot, softmax at 1e-3, softmax
    at 0.1) with the lowest mean dev-half AER. Test halves and whole sets are reported, never used to choose.
-The learning rate is the CPU pilot's (bench/perf/gpu/aligner_pilot.py: 5e-5, 2e-5 or 1e-5 at this recipe, chosen
-by a rule written before it ran; bench/results/aligner_pilot.md).
+The learning rate is the CPU pilot's (5e-5, 2e-5 or 1e-5 at this recipe, chosen by a rule written before it ran;
+bench/results/aligner_pilot.md; the pilot's code at commit ee8e556).
 
-THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600,
-`--steps aligner --work /tmp/gaw`, the step's 565 s): unpacking, importing and the start's sweep ~30 (measured on
-an H200); self-training, one pass of the pack at 128 pairs a step (487,053 pairs: 3,806 steps), ~130 at the
-H200's measured 1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations and the chosen model's 5
-extractions within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 3,806 steps needs ~360 at its
+THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600, `python
+-m bench.run gpu-check aligner --work /tmp/gaw`, the step's 565 s): unpacking, importing and the start's sweep ~30
+(measured on an H200); self-training, one pass of the pack at 128 pairs a step (487,053 pairs: 3,806 steps), ~130 at
+the H200's measured 1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations and the chosen model's
+5 extractions within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 3,806 steps needs ~360 at its
 measured 640 a minute and 170 for its scores: more than the ~220 left, so on such a loan it is recorded as not run
 (the step says the seconds it needed and had). A call cut at its budget is finished by the same command at once.
 
@@ -62,7 +62,7 @@ class Plan:
     pairs_per_step: int
     tokens_per_step: int
     lr: float
-    """The CPU pilot's choice among 5e-5, 2e-5 and 1e-5 by its rule written first (bench/perf/gpu/aligner_pilot.py,
+    """The CPU pilot's choice among 5e-5, 2e-5 and 1e-5 by its rule written first (its code at commit ee8e556,
     bench/results/aligner_pilot.md)."""
     passes: float
     checkpoints_per_pass: int
@@ -132,7 +132,7 @@ def unpack(step: Step) -> Inputs | None:
         pairs = sum(p["lines"] for p in meta["parallel"].values())
         return Inputs(start, prepared, gold, tuple(sorted(p.name for p in gold.iterdir())), pairs, {"dry_run": True})
     if not (DEFAULT_PACK / PACK_JSON).is_file():
-        step.part("pack", status="skipped: no pack (python bench/perf/aligner_pack.py; carry bench/work/aligner-pack)")
+        step.part("pack", status="skipped: no pack (python -m bench.run aligner-pack; carry bench/work/aligner-pack)")
         return None
     described = json.loads((DEFAULT_PACK / PACK_JSON).read_text())
     if not (base / "prepared" / "meta.json").is_file():
@@ -349,5 +349,5 @@ def align_speed(step: Step, model: Path, method: str, layer: int, pairs: int) ->
 def save(step: Step, result: dict) -> None:
     out = step.logs.parent / "aligner"
     out.mkdir(parents=True, exist_ok=True)
-    result["command"] = "python bench/perf/gpu_check.py --steps aligner" + (" --dry-run" if step.dry_run else "")
+    result["command"] = "python -m bench.run gpu-check aligner" + (" --dry-run" if step.dry_run else "")
     (out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
