@@ -95,10 +95,10 @@ def main() -> None:
     }
     out = ROOT / "bench" / "results"
     (out / "gated_bias_step.json").write_text(json.dumps(saved, indent=2) + "\n")
-    write_gated_page(saved, out / "gated_bias_step.md")
+    write_page(saved, out / "gated_bias_step.md")
 
 
-def write_gated_page(saved: dict, page: Path) -> Path:
+def write_page(saved: dict, page: Path) -> Path:
     """The gated-bias page from its JSON."""
     g = saved["sizes"]
     shared = saved["arms"]["gated relative bias, one gather per layer"]["ratio_to_no_bias"]
