@@ -140,13 +140,24 @@ def describe_os_error(err: OSError) -> str:
     return f"{path}{err.strerror or err}" + (f"; {fix}" if fix else "")
 
 
+def _speaker_prefix() -> str | None:
+    from polyalign.train.distributed import speaker_prefix
+
+    return speaker_prefix()
+
+
 def _say(message: str) -> None:
-    console.print(message, highlight=False, soft_wrap=True, markup=False, emoji=False)
+    prefix = _speaker_prefix()  # under torchrun, rank 0 speaks for the run; another rank says its own failure
+    if message and prefix is not None:
+        console.print(prefix + message, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def _fail(message: str) -> None:
     # the user's words are printed as written: `[...]` is no markup and `:x:` no emoji
-    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True, markup=True, emoji=False)
+    prefix = _speaker_prefix()
+    if prefix is not None:
+        said = f"{escape(prefix)}[red]error:[/red] {escape(message)}"
+        console.print(said, highlight=False, soft_wrap=True, markup=True, emoji=False)
     sys.exit(2)
 
 
