@@ -191,5 +191,5 @@ def lost_worker(err: BaseException) -> str | None:
     found = WORKER_DIED.search(str(err)) if isinstance(err, RuntimeError) else None
     if found is None:
         return None
-    how = f"killed by signal {found[2]}" if found[2] else "exited unexpectedly"
-    return f"its data-loader worker (pid {found[1]}) was {how}"
+    how = f"was killed by signal {found[2]}" if found[2] else "exited unexpectedly"
+    return f"its data-loader worker (pid {found[1].strip()}) {how}"

@@ -220,7 +220,8 @@ def hold_run_folder(run_dir: Path, recipe: Recipe, resume: bool) -> Iterator[Run
             raise Stopped("", failure.code) from None
         raise (DataError(said) if failure.code == 2 else Stopped(said, failure.code)) from None
     finally:
-        if not (failed and this_process()[1] > 1):  # torchrun's SIGTERM to the survivors must not cut their line
-            guard.restore()
+        guard.restore()
+        if failed and this_process()[1] > 1:  # torchrun's SIGTERM to the survivors must not cut their line or exit
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         if lock is not None:
             lock.release()
