@@ -12,8 +12,13 @@ It then resumes with `--resume` (with a fresh start only if no checkpoint was co
 run's per-step losses with those of an uninterrupted reference run, exactly. A trial counts as resumed from a
 checkpoint only when the resumed process says which one it loaded ("resuming from ... at step N"); a kill counts
 as mid-write only when the half-written folder is still there after the process died.
+`--distributed` runs the same tiny run in two processes under torchrun instead, stopped at a random step by kill -9
+of one of its ranks or by SIGTERM to the launcher, in turn; it times how long the processes left took to stop,
+keeps what they said and the exit codes, runs the command their line gives, and compares the curve with the
+uninterrupted two-process run's (`--append` adds trials to those saved: the bench runs in pieces).
 Heavy (a few CPU-minutes): run it under the shared CPU lock:
     flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.reliability
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.reliability --distributed --trials 8 [--append]
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.reporting import Block, commit, machine, page_text, records, write_json
+from bench.reporting import Block, commit, machine, page_text, read_json, records, write_json
 from polyalign.checkpoint import checkpoint_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +134,17 @@ def losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records(run / "metrics.jsonl")}
 
 
+def prepare_work(work: Path) -> None:
+    """The recipe and the bundled sample, prepared, in `work` (kept between the pieces of a bench)."""
+    (work / "recipe.yaml").write_text(RECIPE)
+    if (work / "prepared").is_dir():
+        return
+    sample = ["--mono", str(SAMPLE / "mono"), "--parallel", str(SAMPLE / "parallel"), "--vocab-size", "4000"]
+    prep = polyalign("prepare", *sample, "--out", str(work / "prepared"), "--no-progress")
+    if prep.wait() != 0:
+        sys.exit(f"prepare failed: {prep.stdout.read()}")
+
+
 CASES = ("after-first-checkpoint", "during-write", "late")
 RESUMED = re.compile(r"resuming from .*step-(\d+) at step (\d+)")
 
@@ -205,25 +221,20 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "reliability")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="the two-process trials (torchrun) instead; their results join the one-process ones in the JSON",
+    )
+    parser.add_argument("--append", action="store_true", help="with --distributed: add to the trials saved before")
     args = parser.parse_args()
+    if args.distributed:
+        distributed_main(args)
+        return
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    (work / "recipe.yaml").write_text(RECIPE)
-    prep = polyalign(
-        "prepare",
-        "--mono",
-        str(SAMPLE / "mono"),
-        "--parallel",
-        str(SAMPLE / "parallel"),
-        "--vocab-size",
-        "4000",
-        "--out",
-        str(work / "prepared"),
-        "--no-progress",
-    )
-    if prep.wait() != 0:
-        sys.exit(f"prepare failed: {prep.stdout.read()}")
+    prepare_work(work)
     start = time.perf_counter()
     code, out = train(work, work / "reference")
     duration = time.perf_counter() - start
@@ -260,8 +271,14 @@ def main() -> None:
     command = f"python -m bench.perf.reliability --trials {args.trials} --seed {args.seed}"
     run = {"steps": STEPS, "save_every": SAVE_EVERY, "keep_checkpoints": KEEP}
     saved = {"code": commit(), "machine": machine(), "command": command, "run": run, "summary": summary}
-    write_json(RESULTS / "reliability.json", saved | {"trials": trials})
-    write_page(saved | {"trials": trials}, RESULTS / "reliability.md")
+    before = RESULTS / "reliability.json"
+    kept = (
+        {"distributed": read_json(before)["distributed"]}
+        if before.is_file() and "distributed" in read_json(before)
+        else {}
+    )
+    write_json(RESULTS / "reliability.json", saved | {"trials": trials} | kept)
+    write_page(saved | {"trials": trials} | kept, RESULTS / "reliability.md")
     print(f"wrote {RESULTS / 'reliability.md'}: {summary}")
 
 
@@ -307,8 +324,207 @@ def write_page(saved: dict, page: Path) -> Path:
     )
     counts = Block(heading="Counts", header=("", "trials"), rows=tuple(summary.items()))
     trials = Block(heading="Trials", header=TRIAL_COLUMNS, rows=tuple(tuple(trial_row(t)) for t in saved["trials"]))
-    page.write_text(page_text(["# Kill -9 and resume", "", protocol, "", counts, trials]), encoding="utf-8")
+    parts = ["# Kill -9 and resume", "", protocol, "", counts, trials]
+    if "distributed" in saved:
+        parts += ["", *distributed_blocks(saved["distributed"])]
+    page.write_text(page_text(parts), encoding="utf-8")
     return page
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Two processes under torchrun
+
+PROCESS_TIMEOUT_S = 30
+"""trainer.process_timeout_s of the two-process runs: the longest a survivor may wait in a collective."""
+DISTRIBUTED_KINDS = ("kill -9 of a rank", "SIGTERM to the launcher")
+
+
+def torchrun_train(work: Path, run: Path) -> subprocess.Popen:
+    args = ["pretrain", str(work / "recipe.yaml"), "--data", str(work / "prepared"), "--run-dir", str(run)]
+    sets = ["--set", f"trainer.process_timeout_s={PROCESS_TIMEOUT_S}", "--set", "trainer.loader_workers=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [*LAUNCH, "-m", "polyalign.cli", *args, *sets, "--no-progress"]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def exited(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie its parent has not yet collected)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def distributed_trial(work: Path, index: int, reference: dict[int, float], rng: random.Random) -> dict:
+    """Kill one rank (chosen at random) with -9, or send SIGTERM to torchrun, at a random step; time until every
+    process left running has ended; then run the command the survivors' line gives and compare the curve."""
+    run = work / f"ddp-{index:02d}"
+    shutil.rmtree(run, ignore_errors=True)
+    kind = DISTRIBUTED_KINDS[index % len(DISTRIBUTED_KINDS)]
+    at = rng.randint(3, STEPS - 3)
+    proc = torchrun_train(work, run)
+    while proc.poll() is None and logged_steps(run) < at:
+        time.sleep(0.005)
+    ranks, logged_at = rank_processes(proc.pid), logged_steps(run)
+    victim = rng.randint(0, 1) if kind.startswith("kill") else None
+    started = time.perf_counter()
+    if victim is not None:
+        os.kill(ranks[victim], signal.SIGKILL)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    survivors = [pid for rank, pid in ranks.items() if rank != victim]
+    while not all(exited(pid) for pid in survivors):
+        time.sleep(0.002)
+    stop_seconds = time.perf_counter() - started
+    out, _ = proc.communicate()
+    said = said_lines(out)
+    checkpoints = [p.name for p in checkpoint_dirs(run)]
+    go_on = next((line for line in said if "continue with `torchrun" in line), None)
+    resumed = subprocess.run(
+        resume_command(go_on) if go_on else [sys.executable, "-c", "raise SystemExit(3)"],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+    )
+    loaded = RESUMED.search(resumed.stdout)
+    got = losses(run) if resumed.returncode == 0 else {}
+    return {
+        "trial": index,
+        "kind": kind,
+        "killed_rank": victim,
+        "steps_logged_at_the_fault": logged_at,
+        "survivors_stopped_seconds": round(stop_seconds, 3),
+        "launcher_exit_code": proc.returncode,
+        "rank_exit_codes": {str(k): v for k, v in exit_codes(out).items()},
+        "said": said,
+        "traceback_lines": len(polyalign_tracebacks(out)),
+        "checkpoints_after": checkpoints,
+        "kept_named": re.search(r"kept: checkpoint (step-\d+)", go_on)[1] if go_on and "kept:" in go_on else None,
+        "resumed_from_step": int(loaded[2]) if loaded else None,
+        "resume_exit_code": resumed.returncode,
+        "resume_lines": said_lines(resumed.stdout + resumed.stderr),
+        "curve_equal": resumed.returncode == 0 and got == reference,
+        "max_abs_loss_difference": max((abs(got[s] - reference[s]) for s in reference if s in got), default=None),
+    }
+
+
+def distributed_main(args) -> None:
+    """The two-process trials, in pieces: `--append` adds `--trials` more to those saved (the seed moves on with
+    them, so that pieces draw other steps)."""
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    prepare_work(work)
+    saved_path = RESULTS / "reliability.json"
+    saved = read_json(saved_path)
+    before = saved.get("distributed", {}) if args.append else {}
+    trials, commands = list(before.get("trials", [])), list(before.get("commands", []))
+    reference_path = work / "ddp-reference"
+    if not (reference_path / "metrics.jsonl").is_file() or not args.append:
+        shutil.rmtree(reference_path, ignore_errors=True)
+        started = time.perf_counter()
+        out, _ = torchrun_train(work, reference_path).communicate()
+        before["reference_seconds"] = round(time.perf_counter() - started, 1)
+        if len(said_lines(out)) != 1:
+            sys.exit(f"reference run failed:\n{out}")
+    reference = losses(reference_path)
+    rng = random.Random(args.seed + len(trials))
+    for _ in range(args.trials):
+        trials.append(distributed_trial(work, len(trials), reference, rng))
+        print(f"trial {len(trials) - 1}: {trials[-1]}", flush=True)
+    commands.append(
+        f"python -m bench.perf.reliability --distributed --trials {args.trials} --seed {args.seed}"
+        + (" --append" if args.append else "")
+        + f" (commit {commit()})"
+    )
+    summary = distributed_summary(trials) | {"reference_seconds": before["reference_seconds"]}
+    run = {
+        "steps": STEPS,
+        "save_every": SAVE_EVERY,
+        "keep_checkpoints": KEEP,
+        "processes": 2,
+        "process_timeout_s": PROCESS_TIMEOUT_S,
+        "loader_workers": 1,
+    }
+    saved["distributed"] = {
+        "code": commit(),
+        "machine": machine(),
+        "commands": commands,
+        "run": run,
+        "summary": summary,
+        "trials": trials,
+    }
+    write_json(saved_path, saved)
+    write_page(saved, RESULTS / "reliability.md")
+    print(f"wrote {RESULTS / 'reliability.md'}: {summary}")
+
+
+def distributed_summary(trials: list[dict]) -> dict:
+    summary: dict = {"trials": len(trials)}
+    for kind in DISTRIBUTED_KINDS:
+        these = [t for t in trials if t["kind"] == kind]
+        stops = sorted(t["survivors_stopped_seconds"] for t in these)
+        summary |= {
+            f"{kind}: trials": len(these),
+            f"{kind}: resumed with the command the survivors gave": sum(t["resume_exit_code"] == 0 for t in these),
+            f"{kind}: curve equal to the uninterrupted run": sum(t["curve_equal"] for t in these),
+            f"{kind}: one line per survivor, no polyalign traceback": sum(
+                t["traceback_lines"] == 0 and len(t["said"]) == 1 for t in these
+            ),
+            f"{kind}: survivors stopped within (s), median / max": (
+                f"{stops[len(stops) // 2]:.2f} / {stops[-1]:.2f}" if stops else "-"
+            ),
+        }
+    return summary
+
+
+DISTRIBUTED_COLUMNS = (
+    "trial",
+    "fault",
+    "steps logged at the fault",
+    "survivors stopped in (s)",
+    "exit codes (launcher; ranks)",
+    "what the processes said",
+    "checkpoints after",
+    "resumed from step",
+    "same loss curve",
+)
+
+
+def distributed_row(t: dict) -> list:
+    fault = t["kind"] if t["killed_rank"] is None else f"kill -9 of rank {t['killed_rank']}"
+    ranks = ", ".join(f"rank {k}: {v}" for k, v in sorted(t["rank_exit_codes"].items())) or "-"
+    return [
+        t["trial"],
+        fault,
+        t["steps_logged_at_the_fault"],
+        f"{t['survivors_stopped_seconds']:.2f}",
+        f"{t['launcher_exit_code']}; {ranks}",
+        " / ".join(line.split("; kept:")[0].split("; continue")[0] for line in t["said"]),
+        ", ".join(t["checkpoints_after"]) or "none",
+        t["resumed_from_step"] if t["resumed_from_step"] is not None else f"failed ({t['resume_exit_code']})",
+        "yes" if t["curve_equal"] else "NO",
+    ]
+
+
+def distributed_blocks(saved: dict) -> list:
+    run, summary = saved["run"], saved["summary"]
+    commands = "; ".join(f"`{c}`" for c in saved["commands"])
+    protocol = (
+        f"Generated in pieces by {commands} ({saved['machine']}). The same tiny run in two processes "
+        f"(`torchrun --standalone --nproc_per_node 2`, gloo, trainer.process_timeout_s={run['process_timeout_s']}, "
+        f"one loader worker each; the uninterrupted run takes {summary['reference_seconds']:.1f} s, start-up "
+        "included) is stopped at a random step by one of two faults in turn: kill -9 of one rank (chosen at random), "
+        "or SIGTERM to the launcher (torchrun forwards it to both ranks). 'Survivors stopped in' is the time from "
+        "the fault until every process not killed had ended (at most the configured timeout is the promise). Then "
+        "the command the survivors' line gives is run, and the finished run's per-step losses are compared exactly "
+        "with the uninterrupted two-process run's."
+    )
+    counts = Block(heading="Two processes: counts", header=("", "trials"), rows=tuple(summary.items()))
+    rows = tuple(tuple(distributed_row(t)) for t in saved["trials"])
+    trials = Block(heading="Two processes: trials", header=DISTRIBUTED_COLUMNS, rows=rows)
+    return ["## Two processes under torchrun", "", protocol, "", counts, trials]
 
 
 if __name__ == "__main__":
