@@ -6,10 +6,12 @@ is intact, and the resume from it trains the uninterrupted run's losses exactly.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,6 +28,7 @@ from bench.perf.reliability import (
 from polyalign.checkpoint import checkpoint_dirs, load_checkpoint_state
 from polyalign.train import distributed
 from polyalign.train.distributed import lost_peer, lost_worker, relaunch, speaker_prefix
+from polyalign.train.guard import RunGuard
 from tests.conftest import losses, tiny_recipe_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,3 +216,13 @@ def test_the_process_group_waits_for_a_peer_at_most_the_trainers_timeout(monkeyp
     monkeypatch.setattr(distributed.dist, "get_rank", lambda: 1)
     distributed.init_distributed(timeout_s=20)
     assert joined[0]["timeout"] == timedelta(seconds=20)
+
+
+def test_a_signal_that_comes_during_the_vote_stops_every_process_after_the_next_step(monkeypatch):
+    """SIGTERM reaches each rank whenever it reaches it, often while it waits in the stop vote's all-reduce: the
+    vote (taken before) says no, and the signal must still count at the next one."""
+    guard = RunGuard()
+    run = SimpleNamespace(step=5, world=2, bookkeeping=None)
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda flag, **kw: guard._handle(signal.SIGTERM, None))
+    assert not guard.stop_requested(run)  # the others asked nothing; this process's signal came meanwhile
+    assert guard.stop_requested(run) and guard.signum == signal.SIGTERM

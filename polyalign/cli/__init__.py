@@ -112,7 +112,7 @@ def main(args: list[str] | None = None) -> None:
     except SafetensorError as err:
         _fail(f"a safetensors file could not be written or read ({str(err).splitlines()[0]})")
     finally:
-        if in_main_thread:
+        if in_main_thread and signal.getsignal(signal.SIGTERM) is _terminate:  # one set since stays (train/guard.py)
             signal.signal(signal.SIGTERM, previous)
     sys.exit(code if isinstance(code, int) else 0)
 

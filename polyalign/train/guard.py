@@ -54,9 +54,10 @@ class RunGuard:
         if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
             self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
 
-    def restore(self) -> None:
+    def restore(self, ignoring: int | None = None) -> None:
+        """The handlers from before `install`; `ignoring` is left ignored instead (never the default action)."""
         for s, handler in self._previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, signal.SIG_IGN if s == ignoring else handler)
 
     def stop_requested(self, run: Run) -> bool:
         """After a step: stop here? With several processes, any one's signal stops all of them at this step
@@ -66,7 +67,10 @@ class RunGuard:
         if run.world > 1:
             flag = torch.tensor([self.signum or 0], dtype=torch.int64)
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=run.bookkeeping)
-            asked, self.signum = bool(flag.item()), int(flag.item()) or None
+            # A signal that came while this process waited in the all-reduce is not in `flag`: kept, it stops all
+            # processes after the next step (the vote decides, so they still stop together).
+            asked = bool(flag.item())
+            self.signum = self.signum or int(flag.item()) or None
         return asked
 
 
@@ -220,8 +224,10 @@ def hold_run_folder(run_dir: Path, recipe: Recipe, resume: bool) -> Iterator[Run
             raise Stopped("", failure.code) from None
         raise (DataError(said) if failure.code == 2 else Stopped(said, failure.code)) from None
     finally:
-        guard.restore()
-        if failed and this_process()[1] > 1:  # torchrun's SIGTERM to the survivors must not cut their line or exit
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if failed and this_process()[1] > 1:
+            # torchrun sends SIGTERM to the processes left once one has failed: it must not cut their line or exit
+            guard.restore(ignoring=signal.SIGTERM)
+        else:
+            guard.restore()
         if lock is not None:
             lock.release()
