@@ -421,43 +421,29 @@ def distributed_main(args) -> None:
     before = saved.get("distributed", {}) if args.append else {}
     trials, commands = list(before.get("trials", [])), list(before.get("commands", []))
     reference_path = work / "ddp-reference"
-    if not (reference_path / "metrics.jsonl").is_file() or not args.append:
+    seconds = before.get("summary", {}).get("reference_seconds")
+    if not (reference_path / "metrics.jsonl").is_file() or seconds is None:
         shutil.rmtree(reference_path, ignore_errors=True)
         started = time.perf_counter()
         out, _ = torchrun_train(work, reference_path).communicate()
-        before["reference_seconds"] = round(time.perf_counter() - started, 1)
+        seconds = round(time.perf_counter() - started, 1)
         if len(said_lines(out)) != 1:
             sys.exit(f"reference run failed:\n{out}")
     reference = losses(reference_path)
     rng = random.Random(args.seed + len(trials))
-    for _ in range(args.trials):
+    command = f"python -m bench.perf.reliability --distributed --trials {args.trials} --seed {args.seed}"
+    commands.append(command + (" --append" if args.append else "") + f" (commit {commit()})")
+    run = {"steps": STEPS, "save_every": SAVE_EVERY, "keep_checkpoints": KEEP, "processes": 2}
+    run |= {"process_timeout_s": PROCESS_TIMEOUT_S, "loader_workers": 1}
+    for _ in range(args.trials):  # saved after each trial: a piece cut short keeps what it did
         trials.append(distributed_trial(work, len(trials), reference, rng))
         print(f"trial {len(trials) - 1}: {trials[-1]}", flush=True)
-    commands.append(
-        f"python -m bench.perf.reliability --distributed --trials {args.trials} --seed {args.seed}"
-        + (" --append" if args.append else "")
-        + f" (commit {commit()})"
-    )
-    summary = distributed_summary(trials) | {"reference_seconds": before["reference_seconds"]}
-    run = {
-        "steps": STEPS,
-        "save_every": SAVE_EVERY,
-        "keep_checkpoints": KEEP,
-        "processes": 2,
-        "process_timeout_s": PROCESS_TIMEOUT_S,
-        "loader_workers": 1,
-    }
-    saved["distributed"] = {
-        "code": commit(),
-        "machine": machine(),
-        "commands": commands,
-        "run": run,
-        "summary": summary,
-        "trials": trials,
-    }
-    write_json(saved_path, saved)
-    write_page(saved, RESULTS / "reliability.md")
-    print(f"wrote {RESULTS / 'reliability.md'}: {summary}")
+        summary = distributed_summary(trials) | {"reference_seconds": seconds}
+        section = {"code": commit(), "machine": machine(), "commands": commands, "run": run, "summary": summary}
+        saved["distributed"] = section | {"trials": trials}
+        write_json(saved_path, saved)
+        write_page(saved, RESULTS / "reliability.md")
+    print(f"wrote {RESULTS / 'reliability.md'}: {saved['distributed']['summary']}")
 
 
 def distributed_summary(trials: list[dict]) -> dict:
