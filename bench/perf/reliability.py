@@ -507,9 +507,9 @@ def distributed_blocks(saved: dict) -> list:
         "the command the survivors' line gives is run, and the finished run's per-step losses are compared exactly "
         "with the uninterrupted two-process run's."
     )
-    counts = Block(heading="Two processes: counts", header=("", "trials"), rows=tuple(summary.items()))
+    counts = Block(heading="Counts", header=("", "trials"), rows=tuple(summary.items()), level=3)
     rows = tuple(tuple(distributed_row(t)) for t in saved["trials"])
-    trials = Block(heading="Two processes: trials", header=DISTRIBUTED_COLUMNS, rows=rows)
+    trials = Block(heading="Trials", header=DISTRIBUTED_COLUMNS, rows=rows, level=3)
     return ["## Two processes under torchrun", "", protocol, "", counts, trials]
 
 
