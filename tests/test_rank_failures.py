@@ -26,14 +26,18 @@ from bench.perf.reliability import (
     said_lines,
 )
 from polyalign.checkpoint import checkpoint_dirs, load_checkpoint_state
+from polyalign.finetune.loop import FinetuneConfig, memory_named
+from polyalign.io import DataError
 from polyalign.train import distributed
 from polyalign.train.distributed import lost_peer, lost_worker, relaunch, speaker_prefix
 from polyalign.train.guard import RunGuard
+from tests import test_finetune_loop
 from tests.conftest import losses, tiny_recipe_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS, SAVE_EVERY, KILL_AFTER = 12, 4, 6
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+tiny_model, tiny_pack = test_finetune_loop.tiny_model, test_finetune_loop.tiny_pack  # its session fixtures
 
 
 def _args(run: Path, prepared: Path) -> list[str]:
@@ -226,3 +230,35 @@ def test_a_signal_that_comes_during_the_vote_stops_every_process_after_the_next_
     monkeypatch.setattr(torch.distributed, "all_reduce", lambda flag, **kw: guard._handle(signal.SIGTERM, None))
     assert not guard.stop_requested(run)  # the others asked nothing; this process's signal came meanwhile
     assert guard.stop_requested(run) and guard.signum == signal.SIGTERM
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fine-tuning: one process; a full GPU is one line
+
+
+@pytest.mark.integration
+def test_finetune_under_torchrun_is_refused_by_rank_0_alone(tiny_model, tiny_pack):
+    common = ["--model", str(tiny_model), "--data", str(tiny_pack), "--max-train", "4", "--seeds", "1", "--no-progress"]
+    proc = subprocess.run(
+        [*LAUNCH, "-m", "polyalign.cli", "finetune", "pos", *common], cwd=ROOT, env=ENV, capture_output=True, text=True
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and exit_codes(out) == {0: 2, 1: 2}, out[-3000:]
+    assert not polyalign_tracebacks(out), out
+    [said] = said_lines(out)
+    assert said.startswith("error: fine-tuning trains in one process, and this is process 0 of 2 (torchrun)"), said
+
+
+def test_a_full_gpu_while_fine_tuning_names_the_batch_to_halve():
+    task, config = SimpleNamespace(name="pos"), FinetuneConfig(batch_size=32, eval_batch_tokens=16384)
+    where = {"step": 7, "setting": "batch_size"}
+    with pytest.raises(DataError) as said, memory_named(task, 0, where, config):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert str(said.value) == (
+        "pos seed 0, after step 7: the GPU ran out of memory with finetune.batch_size=32; nothing of this task is "
+        "kept: run the command again with --set finetune.batch_size=16"
+    )
+    where["setting"] = "eval_batch_tokens"  # while scoring
+    halve = r"finetune.eval_batch_tokens=16384; .* --set finetune.eval_batch_tokens=8192"
+    with pytest.raises(DataError, match=halve), memory_named(task, 0, where, config):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
