@@ -2,7 +2,9 @@
 train/fsdp.py), and the collectives a run needs.
 
 NCCL takes tensors on the GPU only: sums and votes are built on the training device; what is CPU-side
-bookkeeping (data-stream states, RNG states) goes through a separate gloo group.
+bookkeeping (data-stream states, RNG states) goes through a separate gloo group. When a process fails, the words
+the backend and the data loader use for it are read here (`lost_peer`, `lost_worker`), and who says what: rank 0
+for the run, another rank only of itself (`speaker_prefix`), with the command that relaunches the run (`relaunch`).
 """
 
 from __future__ import annotations

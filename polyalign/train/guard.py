@@ -7,6 +7,13 @@ scheduler's pre-emption) let the step finish and a checkpoint be written before 
 mid-run (a non-finite loss, a full disk) ends in one line that says what happened, what was kept, and the
 command that continues; a fresh run that kept no checkpoint removes what it wrote, so that the fixed command
 starts cleanly.
+
+Under torchrun the processes vote on a signal after each step, so all stop after the same one and rank 0 writes
+the one checkpoint and says the one line. A process whose peer is gone (a collective fails: gloo's socket reset,
+or the group's timeout, `trainer.process_timeout_s`), whose data-loader worker was killed, or whose GPU is full
+stops with a line of its own (rank-prefixed on ranks other than 0, see distributed.speaker_prefix): what happened,
+the last complete checkpoint, the torchrun command that continues. It attempts no collective from there, so no
+checkpoint is written after a peer is gone: the last complete one stays as it was.
 """
 
 from __future__ import annotations
