@@ -250,45 +250,9 @@ def translation_measure(init: str, loss: str, bleu: str) -> Measure:
         }
 
     metrics = {f"{name}-loss": f"held-out de-en {loss}", f"{name}-bleu": f"held-out de-en sacreBLEU, {bleu}"}
-    command = f"-m bench.probes.veco_translation --model {{run}} --init {init} --pair de-en --steps 60 "
+    command = f"-m bench.run veco-translation -- --model {{run}} --init {init} --pair de-en --steps 60 "
     command += f"--test-size 200 --tatoeba-size 0 --out {{out}}/{name}.json"
     return Measure(1.3, metrics, ((f"{name}.json", command),), read, of_start=False)
-
-
-def finetune_measure(
-    task: str, what: str, options: str, minutes: float, name: str = "", model: str = "{model}"
-) -> Measure:
-    """XTREME-style fine-tuning (`polyalign finetune TASK`): the average over the test languages and the transfer
-    gap (English - the others)."""
-    name = name or f"xtreme-{task}"
-
-    def read(t: Target) -> dict:
-        if not (data := load(t.evals / name / "finetune.json")):
-            return {}
-        result = data["results"][0] if "results" in data else data
-        return {name: result["average"]["mean"], f"{name}/gap": (result.get("gap") or {}).get("mean")}
-
-    command = f"finetune {task} --model {model} --data {{eval}} {options} --out {{out}}"
-    return Measure(minutes, {name: what}, ((f"{name}/finetune.json", command),), read, of_start=False, seeded=True)
-
-
-def read_training_loss(t: Target) -> dict:
-    """The MLM loss at the end of a run trained for minutes: the mean over the last 10% of its logged windows."""
-    if not (t.run / "metrics.jsonl").is_file():
-        return {}
-    values = [
-        r["mlm/loss"] for r in map(json.loads, (t.run / "metrics.jsonl").read_text().splitlines()) if "mlm/loss" in r
-    ]
-    return {"mlm-loss@end": statistics.mean(values[-max(1, len(values) // 10) :])}
-
-
-def read_margin(t: Target) -> dict:
-    data = load(t.evals / "tatoeba-margin" / "tatoeba.json")
-    return {"tatoeba14-margin@default": data["reported"]["average"]["both"]} if data else {}
-
-
-def read_bucc(t: Target) -> dict:
-    return {"bucc-f1": data["f1"]} if (data := load(t.evals / "bucc" / "bucc.json")) else {}  # in % already
 
 
 def read_e5_retrieval(t: Target) -> dict:
@@ -302,18 +266,6 @@ def read_e5_retrieval(t: Target) -> dict:
 # --------------------------------------------------------------------------------------------------------
 
 TATOEBA = "evaluate tatoeba --model {model} --layers all --out {out}"
-XTREME = (  # (task, options: bench/results/xtreme.md's budgets, minutes per model)
-    ("xnli", "--seeds 3 --set finetune.epochs=2 --max-eval 400", 12.0),
-    ("ner", "--seeds 3 --set finetune.epochs=1 --max-train 3000 --max-select 1000 --max-eval 500", 10.0),
-    ("pos", "--seeds 1 --set finetune.epochs=2 --max-train 4000 --max-select 1000 --max-eval 400", 6.0),
-    ("pawsx", "--seeds 1 --set finetune.epochs=3", 4.0),
-    (
-        "qa",
-        "--seeds 1 --set finetune.max_length=128 --set task.doc_stride=64 --set task.max_query_length=32 "
-        "--max-eval 200",
-        8.0,
-    ),
-)
 MEASURES: dict[str, Measure] = {
     "retrieval": Measure(
         1.5,
@@ -358,7 +310,7 @@ MEASURES: dict[str, Measure] = {
         (
             (
                 "pseudo.json",
-                "-m bench.probes.ernie_m_pseudo_tokens --data {data}/dev --langs {dev_langs} --max-pairs 100 "
+                "-m bench.run ernie-m-pseudo-tokens -- --data {data}/dev --langs {dev_langs} --max-pairs 100 "
                 "--out {out}/pseudo.json --model {arm}={model}",
             ),
         ),
@@ -371,37 +323,6 @@ MEASURES: dict[str, Measure] = {
         "encoder", "loss, encoder-only init (encoder-decoder attention new)", "encoder-only init"
     ),
     "mt-random": translation_measure("random", "loss, random init", "random init"),
-    **{
-        f"xtreme-{task}": finetune_measure(
-            task, f"{task} zero-shot transfer, average over the test languages", options, minutes
-        )
-        for task, options, minutes in XTREME
-    },
-    "xnli-plug-in": finetune_measure(  # VECO §3.1: the cross-attention plugged in, read from the run itself
-        "xnli --plug-in --setting translate-train-all",
-        "XNLI accuracy, plug-in fine-tuning, translate-train-all (smoke: 2,000 pairs, 1 epoch)",
-        SMOKE,
-        4.0,
-        "xnli-plug-in",
-        "{run}",
-    ),
-    "tatoeba-margin": Measure(
-        1.0,
-        {"tatoeba14-margin@default": "Tatoeba-14 acc@1, ratio-margin scores, default layer"},
-        (("tatoeba-margin/tatoeba.json", f"{TATOEBA} --langs tatoeba14 --score margin"),),
-        read_margin,
-    ),
-    "bucc": Measure(
-        2.0,
-        {"bucc-f1": "BUCC 2018 zh-en (dev) F1 of mined pairs at the oracle threshold"},
-        (
-            (
-                "bucc/bucc.json",
-                "evaluate bucc --model {model} --data {eval}/bucc2018 --pair zh-en --split dev --out {out}",
-            ),
-        ),
-        read_bucc,
-    ),
     # PPA's sentence-alignment claim on retrieval as an E5 model is read (its model card): `query: ` before
     # every sentence, the mean of the last layer (12 of e5-small, the real-start study's start)
     "retrieval-e5": Measure(
@@ -422,13 +343,6 @@ MEASURES: dict[str, Measure] = {
             ),
         ),
         read_e5_retrieval,
-    ),
-    "training-loss": Measure(
-        0.0,
-        {"mlm-loss@end": "MLM training loss, mean over the last 10% of the logged windows"},
-        (),
-        read_training_loss,
-        of_start=False,
     ),
 }
 METRICS: dict[str, tuple[str, str]] = {k: (name, d) for name, m in MEASURES.items() for k, d in m.metrics.items()}

@@ -1,17 +1,17 @@
-"""The one page writer: a study's saved results -> bench/results/STUDY.md, STUDY/verdicts.json and STUDY/*.png.
+"""The one drawer: every page under bench/results from its saved JSON.
 
-Usage: python -m bench.page STUDY [--command TEXT], or python -m bench.page PROBE_PAGE (a probe's or perf bench's).
-Every page opens with its title, the command and the commits that made it; then its body. A comparison study's: one
-table row per comparison (the paper's number, baseline and method over seeds, the paired difference, the verdict),
-the study's own tables, for each comparison that is not reproduced what stands in its way (bench/verdict.py:
-premises, floors, diagnostics, the rule's reading), the notes people wrote (bench/studies/notes/STUDY.json, each
-naming its commit), and the figures.
-A selection study's body (bench/selection_page.py) is its steps' blocks; it writes STUDY_summary.json beside it.
+`python -m bench.run NAME --page` draws NAME's page again. Every page opens with its title, the command and the
+commits that made it; then its body. A comparison study's: one table row per comparison (the paper's number, baseline
+and method over seeds, the paired difference, the verdict), the study's own tables, for each comparison that is not
+reproduced what stands in its way (bench/verdict.py: premises, floors, diagnostics, the rule's reading), the notes
+people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures. A selection study's body
+(bench/selection_page.py) is its steps' blocks; it writes STUDY_summary.json beside it. A runner's record (bench/run.py:
+a step's, or the GPU check's calls) is one table of steps, then a section per step with its parts. A retired record
+(its code left the tree; the JSON names the commit that holds it) keeps its page as lines and tables in its JSON.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -20,7 +20,7 @@ from bench import verdict as V
 from bench.budget import budget_table
 from bench.figures import current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
-from bench.reporting import fmt, note, page_text, provenance, read_json, table, write_json
+from bench.reporting import Block, fmt, note, page_text, provenance, read_json, table, write_json
 from bench.selection_page import selection_body
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
@@ -345,58 +345,75 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
     return ", ".join(codes) if codes else None, lines
 
 
-PROBE_PAGES = (
-    "gpu_check",
-    "ot_filtering",
-    "pair_layout",
-    "reliability",
-    "rtd_reference",
-    "scale",
-    "step_parts",
-    "throughput",
-    "trim",
-)
-"""The pages of probes and perf benches: each drawn again from the JSON its command saved (RESULTS/NAME.json; the
-CPU speed bench's is a section of the throughput page)."""
-SAVED_IN = {"gpu_check": "gpu"}
-"""Pages whose command saves into a folder of its own under the results (the GPU check's --out)."""
+# --------------------------------------------------------------------------------------------------------
+# Records: a runner's (steps and their parts), or a retired page's lines and tables
 
 
-def probe_page(name: str, results: Path, folder: Path | None = None) -> Path:
-    """A probe's or perf bench's page from its saved JSON, by the blocks its module draws; `folder` where the JSON
-    lies when not the page's own place under `results` (a GPU check's raw output, kept beside its page)."""
-    from bench.perf import reliability, scale_report, step_parts, throughput
-    from bench.perf.gpu import page as gpu_check
-    from bench.probes import ot_filtering, pair_layout, rtd_reference, trim_equivalence
+def draw(name: str, results: Path = ROOT / "bench" / "results") -> Path:
+    """NAME's page again from its JSON: a study's, or a record's (a path under `results` without its suffix)."""
+    if name in STUDIES:
+        return write(STUDIES[name], results, f"python -m bench.run {name} --page")
+    if not (results / f"{name}.json").is_file():
+        raise SystemExit(f"{name}: no study and no record {results / name}.json")
+    return draw_record(results / f"{name}.json")
 
-    folder = folder or results / SAVED_IN.get(name, "")
-    saved, page = read_json(folder / f"{name}.json"), folder / f"{name}.md"
-    draw = {
-        "gpu_check": lambda: gpu_check.write_page(saved, page),
-        "ot_filtering": lambda: ot_filtering.write_page(saved, page),
-        "pair_layout": lambda: pair_layout.write_page(saved, folder),
-        "reliability": lambda: reliability.write_page(saved, page),
-        "rtd_reference": lambda: rtd_reference.report(saved, folder / f"{name}.json", saved["provenance"]),
-        "scale": lambda: scale_report.write_page(saved, folder),
-        "step_parts": lambda: step_parts.write_page(saved, page),
-        "throughput": lambda: page.write_text(throughput.report(saved, "", folder)),
-        "trim": lambda: trim_equivalence.write_page(saved, page),
-    }
-    draw[name]()
+
+def draw_record(file: Path) -> Path:
+    """The page of a record, beside its JSON."""
+    page = file.with_suffix(".md")
+    page.write_text(record_text(read_json(file)), encoding="utf-8")
     return page
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("page", choices=[*STUDIES, *PROBE_PAGES], help="a study, or a probe's or perf bench's page")
-    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--command", help="the command to name on a study's page (default: this one)")
-    args = parser.parse_args(argv)
-    if args.page in PROBE_PAGES:
-        print(probe_page(args.page, args.results))
-        return
-    print(write(STUDIES[args.page], args.results, args.command or f"python -m bench.page {args.page}"))
+def record_text(r: dict) -> str:
+    if "page" in r:  # a retired page: its lines, and its tables as data
+        return page_text(
+            [p if isinstance(p, str) else table(p["header"], p["rows"], p.get("align", "")) for p in r["page"]]
+        )
+    return page_text(check_parts(r))
 
 
-if __name__ == "__main__":
-    main()
+TABLE_STEPS = {"throughput"}  # steps whose parts are arms measured alike: a table; the others a list
+
+
+def check_parts(r: dict) -> list[str | Block]:
+    """A runner's record: its steps, each with its status, seconds and budget, then a section per step with a
+    table of its parts (arms measured alike) or a line per part."""
+    steps = [[s["title"], s["status"], f"{s.get('seconds', 0):.0f}", f"{s.get('budget_s', 0):.0f}"] for s in r["steps"]]
+    lines = [
+        f"# {r.get('title', 'GPU check')}" + (" (dry run: CPU, tiny sizes; not a measurement)" if r["dry_run"] else ""),
+        "",
+        f"`{r['command']}` at {r['code']}, {r['date']} on {r['host']}, {r['seconds']:.0f} s in all.",
+        "",
+        table(["step", "status", "seconds", "budget"], steps, align="llrr"),
+    ]
+    for s in r["steps"]:
+        lines += [f"## {s['title']}: {s['status']}", ""]
+        lines += [f"{note}." if not note.endswith(".") else note for note in s.get("notes", [])]
+        if s.get("notes"):
+            lines.append("")
+        lines += [part_table(s["parts"])] if s["name"] in TABLE_STEPS else [*part_list(s["parts"]), ""]
+    return lines
+
+
+def part_list(parts: dict) -> list[str]:
+    """A line per part: its status, then its measurements."""
+    return [
+        f"- **{name}**: {p.get('status', '')}" + "".join(f"; {k} {part_cell(v)}" for k, v in p.items() if k != "status")
+        for name, p in parts.items()
+    ]
+
+
+def part_table(parts: dict) -> Block:
+    """A row per part (arms measured alike), a column per measurement."""
+    columns = ["status", *dict.fromkeys(k for p in parts.values() for k in p if k != "status")]
+    rows = [[name, *(part_cell(p.get(k, "")) for k in columns)] for name, p in parts.items()]
+    return table(["part", *columns], rows, align="ll" + "r" * (len(columns) - 1))
+
+
+def part_cell(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value).replace("|", "/")
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"

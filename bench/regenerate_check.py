@@ -36,25 +36,29 @@ def without_volatile(data):
 
 
 def writers(results: Path = RESULTS) -> dict[str, Callable[[Path], list[Path]]]:
-    """Every page writer by the page it writes (its path under `results`): a function of the results folder
-    returning the files it wrote."""
+    """Every page under `results` by its path there: a function of a results folder that draws it again (from the
+    saved JSON) and returns the files it wrote. A study's page comes from its sections; any other page from the JSON
+    beside it (a runner's record or a retired page); reliability.md from its JSON by its own bench."""
 
     def study_writer(study):
         def write(results: Path) -> list[Path]:
-            written = page.write(study, results, f"python -m bench.page {study.name}")
+            written = page.write(study, results, f"python -m bench.run {study.name} --page")
             jsons = [results / study.name / "verdicts.json", results / f"{study.name}_summary.json"]
             return [written, *(p for p in jsons if p.is_file())]
 
         return write
 
-    probes = {}
-    for name in page.PROBE_PAGES:
-        home = results / page.SAVED_IN.get(name, "")
-        # a page kept in a folder of its own keeps the raw output of earlier calls below it, each with its page
-        copies = sorted(p.parent for p in home.glob(f"*/{name}.json")) if home != results else []
-        for at in (folder.relative_to(results) for folder in (home, *copies)):
-            probes[(at / f"{name}.md").as_posix()] = lambda r, name=name, at=at: [page.probe_page(name, r, r / at)]
-    return {f"{name}.md": study_writer(study) for name, study in STUDIES.items()} | probes
+    def reliability(r: Path) -> list[Path]:
+        from bench.perf.reliability import write_page
+
+        return [write_page(json.loads((r / "reliability.json").read_text()), r / "reliability.md")]
+
+    found = {f"{name}.md": study_writer(study) for name, study in STUDIES.items()} | {"reliability.md": reliability}
+    for md in sorted(results.rglob("*.md")):
+        name = md.relative_to(results).as_posix()
+        if name not in found and md.with_suffix(".json").is_file():
+            found[name] = lambda r, name=name: [page.draw_record(r / Path(name).with_suffix(".json"))]
+    return found
 
 
 def differences(before: Path, after: Path) -> list[str]:
@@ -103,5 +107,5 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if problems else 0
 
 
-if __name__ == "__main__":
+if __name__ != "bench.regenerate_check":  # run as `python -m bench.regenerate_check`
     sys.exit(main())

@@ -63,7 +63,7 @@ class Setup:
     """The prepared folder, when the start's vocabulary is not the study's (`bench.run --data` otherwise); the
     runner prepares it with the start's tokenizer when it is missing."""
     device: str = "cpu"
-    """`cuda`: sized for a GPU; `bench.run` skips it without one, bench/perf/gpu_check.py runs it."""
+    """`cuda`: sized for a GPU; `bench.run` runs it with `--device cuda` on a GPU."""
 
 
 @dataclass(frozen=True)

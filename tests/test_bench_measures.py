@@ -85,7 +85,7 @@ def test_a_measure_repeats_its_command_for_every_gold_set_of_the_trained_languag
     )
     assert MEASURES["aer-ot"].minutes_for(("en", "de", "fr")) == pytest.approx(3.0 * 2 / 7)
     mt = MEASURES["mt-veco"].jobs(t)[0][1]
-    assert mt[:3] == ["py", "-m", "bench.probes.veco_translation"] and mt[-1] == f"{tmp_path}/eval/mt-veco.json"
+    assert mt[:5] == ["py", "-m", "bench.run", "veco-translation", "--"] and mt[-1] == f"{tmp_path}/eval/mt-veco.json"
 
 
 def sweep(values):
@@ -166,22 +166,20 @@ def test_the_full_xnli_measure_reads_english_and_the_transfer_gap(tmp_path):
     assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair: the full protocol
 
 
-def test_bucc_readers_keep_the_evaluators_percentages(tmp_path):
+def test_the_bucc_reader_keeps_the_evaluators_percentages(tmp_path):
     """`evaluate bucc` writes F1 in percent; a reader that scaled it again would report 9,328 for 93.28."""
     import json
     from pathlib import Path
 
-    from bench.measures import Target, read_bucc, read_e5_retrieval
+    from bench.measures import Target, read_e5_retrieval
 
     run = tmp_path / "run"
-    for folder in ("bucc", "bucc-query"):
-        (run / "eval" / folder).mkdir(parents=True)
-        (run / "eval" / folder / "bucc.json").write_text(json.dumps({"f1": 93.28}))
+    (run / "eval" / "bucc-query").mkdir(parents=True)
+    (run / "eval" / "bucc-query" / "bucc.json").write_text(json.dumps({"f1": 93.28}))
     (run / "eval" / "tatoeba-query").mkdir(parents=True)
     sweep = [{"layer": 11, "average": {"both": 90.0}}, {"layer": 12, "average": {"both": 91.76}}]
     (run / "eval" / "tatoeba-query" / "tatoeba.json").write_text(json.dumps({"sweep": sweep}))
     t = Target("arm", "model", run, Path("data"), Path("eval"), None, "python")
-    assert read_bucc(t) == {"bucc-f1": 93.28}
     assert read_e5_retrieval(t) == {"tatoeba14-query@last": 91.76, "bucc-query-f1": 93.28}
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from bench.probes import rtd_reference, veco_translation
+from bench.probes import veco_translation
 from polyalign.model.seq2seq import Seq2SeqTransformer
-from tests.conftest import special_tokens, tiny_config, tiny_recipe_overrides
+from tests.conftest import special_tokens, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,25 +46,3 @@ def test_the_translation_probe_learns_a_copy_task_through_the_fine_tuning_step()
     assert [p["step"] for p in curve] == [20, 40]
     # an untrained model scores about log(99) = 4.6 nats; the unigram floor of the targets is about log(9)
     assert curve[-1]["loss"] < curve[0]["loss"] - 0.5
-
-
-@pytest.mark.integration
-def test_the_electra_reference_and_ours_train_on_the_same_batches(sample_prepared, monkeypatch):
-    seen: dict[str, list[torch.Tensor]] = {"polyalign": [], "transformers": []}
-    ours, reference = rtd_reference.train_step, rtd_reference.reference_step
-
-    def our_step(run, item):
-        seen["polyalign"].append(item.slots[0]["mrtd"]["input_ids"].clone())
-        return ours(run, item)
-
-    def reference_step(generator, discriminator, batch, weight):
-        seen["transformers"].append(batch["input_ids"].clone())
-        return reference(generator, discriminator, batch, weight)
-
-    monkeypatch.setattr(rtd_reference, "train_step", our_step)
-    monkeypatch.setattr(rtd_reference, "reference_step", reference_step)
-    tiny = [o for o in tiny_recipe_overrides(sample_prepared, 3) if o.startswith("model.")]
-    result = rtd_reference.run(sample_prepared, 3, 256, 0, "de,en", 1, tuple(tiny))
-    assert len(seen["polyalign"]) == 3
-    assert all(torch.equal(a, b) for a, b in zip(seen["polyalign"], seen["transformers"], strict=True))
-    assert [len(curve) for curve in result["curves"].values()] == [3, 3]

@@ -39,15 +39,20 @@ def test_json_values_differ_but_not_the_commit_they_were_written_at(tmp_path):
 
 
 def test_every_page_under_bench_results_has_a_writer():
-    # the pages bench/ writes: one per study and probe, and the GPU check's (its raw outputs below it included)
+    # every page under bench/results, retired ones and the GPU checks' raw records below them included; README.md is
+    # the lab's notes over them, written by people
     results = ROOT / "bench" / "results"
-    pages = {p.relative_to(results).as_posix() for p in (*results.glob("*.md"), *results.rglob("gpu_check.md"))}
+    pages = {p.relative_to(results).as_posix() for p in results.rglob("*.md")} - {"README.md"}
     assert set(writers(results)) == pages
-    assert {f"{name}.md" for name in STUDIES} | {"gpu/gpu_check.md", "reliability.md", "throughput.md"} <= pages
+    named = {"gpu/check-8ed30a6/gpu_check.md", "reliability.md", "throughput.md", "trim.md", "xtreme.md"}
+    assert {f"{name}.md" for name in STUDIES} | named <= pages
 
 
-@pytest.mark.parametrize("name", ["gpu/gpu_check.md", "gpu/loan3/gpu_check.md", "reliability.md"])
-def test_the_gpu_check_and_reliability_pages_regenerate_from_their_json_alone(name, tmp_path):
+PAGES = ["gpu/check-8ed30a6/gpu_check.md", "gpu/evidence-xlm-e-287eca6/gpu_check.md", "reliability.md", "trim.md"]
+
+
+@pytest.mark.parametrize("name", [*PAGES, "gpu/check-8ed30a6.md", "xtreme.md", "rtd_reference.md"])
+def test_records_and_retired_pages_regenerate_from_their_json_alone(name, tmp_path):
     results = ROOT / "bench" / "results"
     saved = Path(name).with_suffix(".json")
     (tmp_path / saved).parent.mkdir(parents=True, exist_ok=True)

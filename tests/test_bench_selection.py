@@ -181,7 +181,7 @@ def test_the_page_from_a_fixture_shows_every_arm_method_layer_and_reference(tmp_
     data["arms"]["dwa-beside"] = {"note": "D", "sets": [], "recipe": "bench/recipes/aligner-dwa.yaml",
                                   "minutes": 8.2, "checkpoints": {"500": checkpoint}}  # fmt: skip
     (results / "e5.json").write_text(json.dumps(data))
-    text = page.write(STUDY, results, "python -m bench.page e5", notes_dir=tmp_path, root=root).read_text()
+    text = page.write(STUDY, results, "python -m bench.run e5 --page", notes_dir=tmp_path, root=root).read_text()
     rows = table_rows(text)
     assert ["argmax-labels: not run", "–", "–"] in rows and [
         "softmax-labels (1000 steps, 10.0 min)",

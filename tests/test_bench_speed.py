@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.perf.speed import PRESETS, compare_on_same_batches
+from bench.perf.speed import compare_on_same_batches
 from bench.reporting import markdown_table
 
 
@@ -30,11 +30,6 @@ def test_a_budget_stops_the_rounds_after_the_first():
         recording_arms({}), [0], warmup=0, steps=5, each_round=lambda: rounds.append(1), keep_going=lambda: False
     )
     assert len(rounds) == 1 and all(len(r["seconds"]) == 1 for r in runs.values())
-
-
-def test_the_presets_are_the_three_pages_sizes():
-    assert PRESETS["gpu-xlmr-base"].model["vocab_size"] == 250_002 and PRESETS["gpu-xlmr-base"].length == 512
-    assert PRESETS["cpu-mlm"].model["num_layers"] == 6 and PRESETS["continued-250k"].model is None
 
 
 def test_a_table_aligns_numbers_right_and_formats_floats():

@@ -154,3 +154,16 @@ def test_auto_takes_the_materialised_bias_and_flex_attention_only_when_asked_wit
     assert bias.fused(torch.nn.Dropout(0.1).eval())  # dropout off outside training
     bias.kernel = "materialised"
     assert not bias.fused(off)
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["relative", "gated relative"])
+def test_flex_attention_reads_the_columns_as_the_materialised_bias_does(gated):
+    """position_ids None (positions that follow the columns): the score_mod's distance j - i against the shared
+    (H, T, T) gather, values and gradients, under a key-padding mask."""
+    bias, mask = random_bias(gated), MASKS["key padding"]()
+    reference, reference_grads = values_and_gradients(
+        lambda b, q, k, v, m, _: materialised(b, q, k, v, m, None), bias, mask
+    )
+    out, grads = values_and_gradients(lambda b, q, k, v, m, _: b.attend(q, k, v, m, None), bias, mask)
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+    assert_gradients_close(grads, reference_grads, atol=1e-5)

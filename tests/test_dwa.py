@@ -90,7 +90,7 @@ def test_dwa_objective_trains_encoder_and_pointer_and_labels_the_clean_pair():
 
     # Self-labels come from the clean pair without dropout: other maskings of the same pairs, in train mode
     # with dropout 0.3, give the same labels.
-    objective.config.swap_prob = 0.0  # keep the side order fixed so label sets are comparable
+    objective.config.tlm.swap_prob = 0.0  # keep the side order fixed so label sets are comparable
     labels = [objective.self_label(model, objective.make_batch(raw, np.random.default_rng(s))) for s in (2, 3)]
     assert torch.equal(labels[0], labels[1]) and labels[0].sum() > 0
 

@@ -1,7 +1,7 @@
 """CUDA smoke tests: pre-train a few steps, resume, evaluate, fine-tune and align on the GPU.
 
 Skipped without CUDA (`-m gpu` selects them on a GPU machine). Tiny models: they check that every path runs
-on the device, not how fast it is (bench/perf/throughput.py measures that)."""
+on the device, not how fast it is (the GPU check's throughput step measures that)."""
 
 from __future__ import annotations
 

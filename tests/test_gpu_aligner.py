@@ -1,5 +1,6 @@
-"""The GPU aligner step: its pack fits what a GPU call carries, and its dry run (tiny sizes, CPU) trains both arms,
-chooses by the rule on dev halves, measures `align`, and resumes from its work folder without training again."""
+"""The GPU aligner step: its pack fits what a GPU call carries, self-training's schedule is one full pass, DWA-beside
+runs only when its pass fits the budget, and the dry run (tiny sizes, CPU) trains both arms, chooses by the rule on
+dev halves, measures `align`, and resumes from its work folder without training again."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "bench" / "perf" / "gpu_check.py"
 
 
 def test_the_pack_start_repository_and_wheels_fit_the_carry_limit():
@@ -20,7 +20,7 @@ def test_the_pack_start_repository_and_wheels_fit_the_carry_limit():
     if not (P.SHARED / "data" / "train" / "parallel").is_dir():
         pytest.skip("../shared/data absent: the pack is built from it")
     if not (P.DEFAULT_PACK / P.PACK_JSON).is_file():
-        pytest.skip(f"no pack here: python bench/perf/aligner_pack.py builds {P.DEFAULT_PACK}")
+        pytest.skip(f"no pack here: python -m bench.run aligner-pack builds {P.DEFAULT_PACK}")
     files = [f for f in P.DEFAULT_PACK.rglob("*") if f.is_file()]
     pack = sum(f.stat().st_size for f in files)
     start = (P.DEFAULT_PACK / P.START_FILE).stat().st_size
@@ -34,10 +34,22 @@ def test_the_pack_start_repository_and_wheels_fit_the_carry_limit():
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out, work = tmp_path_factory.mktemp("gc"), tmp_path_factory.mktemp("gcw")
-    command = [sys.executable, str(SCRIPT), "--dry-run", "--steps", "aligner", "--out", str(out), "--work", str(work)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.run",
+        "gpu-check",
+        "aligner",
+        "--dry-run",
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
     first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout + first.stderr
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    # the runner keeps a step that ended ok; --force runs it again, and it finds its trainings in the work folder
+    again = subprocess.run([*command, "--force"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stdout + again.stderr
     step = {s["name"]: s for s in json.loads((out / "gpu_check.json").read_text())["steps"]}["aligner"]
     return step, json.loads((out / "aligner" / "result.json").read_text()), work
@@ -71,14 +83,30 @@ def test_a_second_call_with_the_same_work_folder_trains_nothing_again(dry_run):
         assert result["arms"][arm]["training"]["finished_before"] is True
 
 
-def test_the_arms_share_the_budget_equally_and_each_schedule_ends_inside_its_guard():
+def test_self_training_makes_one_full_pass_on_a_schedule_that_ends_where_it_stops():
     from bench.perf.gpu.aligner import FULL
 
-    # 305 s left, 170 kept for scores: each arm 1.12 minutes, the plan's 4 the most, 0.5 the least
-    assert FULL.arm_minutes("self-align", 305) == FULL.arm_minutes("dwa-beside", 305) == 1.12
-    assert FULL.arm_minutes("self-align", 5000) == 4.0 and FULL.arm_minutes("self-align", 100) == 0.5
-    # 600,928 pairs at 128 a step: a pass is 4,695 steps; in 0.91 minutes the schedule spans what the card makes
-    per_pass, steps, every = FULL.schedule("self-align", 600_928, 0.91)
-    assert (per_pass, steps, every) == (4695, 1638, 409)
-    assert FULL.schedule("dwa-beside", 600_928, 0.91)[1] == 582
-    assert FULL.schedule("self-align", 600_928, 60.0)[1] == 4695  # never more than the passes
+    # 487,053 pairs at 128 a step: a pass is 3,806 steps, the schedule all of them, a checkpoint every quarter
+    per_pass, steps, every, warmup = FULL.schedule(487_053)
+    assert (per_pass, steps, every) == (3806, 3806, 951) and steps >= per_pass
+    assert warmup == 76  # the recipe's 100 of 4,695 as a share
+
+
+class Budget:
+    def __init__(self, left: float):
+        self.seconds = left
+
+    def left(self) -> float:
+        return self.seconds
+
+
+def test_dwa_beside_runs_only_when_its_pass_fits_the_budget_left_else_says_why(tmp_path):
+    from bench.perf.gpu.aligner import DRY, FULL, unaffordable
+
+    # 3,806 steps at the H200's 640 a minute: 357 s, and 170 s of scores after them
+    assert unaffordable(Budget(600), FULL, "dwa-beside", 487_053, tmp_path / "dwa") is None
+    reason = unaffordable(Budget(300), FULL, "dwa-beside", 487_053, tmp_path / "dwa")
+    assert reason == "3,806 steps at 640 a minute and their scores need 527 s, 300 s left"
+    (tmp_path / "dwa" / "checkpoints").mkdir(parents=True)  # started by an earlier call: finished, whatever is left
+    assert unaffordable(Budget(10), FULL, "dwa-beside", 487_053, tmp_path / "dwa") is None
+    assert unaffordable(Budget(1), DRY, "dwa-beside", 487_053, tmp_path / "other") is None  # no rate: it runs

@@ -40,14 +40,6 @@ def test_ignored_rows_are_excluded_from_loss_and_gradient():
     assert logits.grad[[2, 5, 9]].abs().sum() == 0
 
 
-def test_pad_rows_rounds_up_to_the_multiple():
-    from polyalign.model.losses import pad_rows
-
-    assert pad_rows(torch.ones(65, 3)).shape == (128, 3)
-    assert pad_rows(torch.ones(64, 3)).shape == (64, 3)
-    assert pad_rows(torch.arange(3), 4, value=-100).tolist() == [0, 1, 2, -100]
-
-
 def linear_ce_inputs(dtype=torch.float64, device="cpu"):
     """x (70, 16), a padded output layer W (128, 16), b (128,), for 99 classes; targets with ignored rows."""
     g = torch.Generator().manual_seed(0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import polyalign.objectives.mlm as mlm
+import polyalign.model.heads as heads
 from polyalign.checkpoint import load_model_weights, save_weights
 from polyalign.model import VOCABULARY_KEYS, MaskedLanguageModel
 from polyalign.model.seq2seq import Seq2SeqTransformer
@@ -43,7 +43,7 @@ CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 def test_the_padded_model_has_the_loss_and_gradients_of_the_unpadded_one(monkeypatch, fused, device):
-    monkeypatch.setattr(mlm, "FUSED_ON_CPU", fused)
+    monkeypatch.setattr(heads, "FUSED_ON_CPU", fused)
     unpadded, padded = (m.to(device) for m in unpadded_and_padded())
     assert padded.encoder.embeddings.word.num_embeddings == 128
     ids, labels = (t.to(device) for t in mlm_batch())

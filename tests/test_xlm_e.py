@@ -17,7 +17,7 @@ from polyalign.flops import replaced_token_detection_flops
 from polyalign.io import DataError
 from polyalign.model import Encoder, EncoderConfig, MaskedLanguageModel
 from polyalign.model.position_bias import GatedRelativePositionBias, RelativePositionBias
-from polyalign.objectives import OBJECTIVES
+from polyalign.objectives import OBJECTIVES, setup_objectives
 from polyalign.objectives.rtd import corrupt, replaced_token_labels, sample_replacements
 from polyalign.tokenizer import SpecialTokens
 from polyalign.train import load_run_recipe, pretrain
@@ -184,8 +184,8 @@ def test_gated_bias_keeps_blocked_keys_out_of_reach():
 
 def test_labels_mark_a_position_replaced_only_when_the_sampled_token_differs():
     original = torch.tensor([[0, 7, 8, 9, 2, 1]])
-    masked = torch.tensor([[False, True, True, False, False, False]])
-    corrupted = corrupt(original, masked, torch.tensor([7, 5]))  # position 1 sampled its own token back
+    index, valid = torch.tensor([1, 2, 0]), torch.tensor([True, True, False])  # positions 1 and 2, one padding entry
+    corrupted = corrupt(original, index, valid, torch.tensor([7, 5, 3]))  # position 1 sampled its own token back
     assert corrupted.tolist() == [[0, 7, 5, 9, 2, 1]]
     assert replaced_token_labels(original, corrupted).tolist() == [[0, 0, 1, 0, 0, 0]]
 
@@ -224,7 +224,9 @@ def test_discriminator_reads_the_generator_samples_at_masked_positions_and_the_o
     masked = batch["labels"] != -100
     original = torch.where(masked, batch["labels"], batch["input_ids"])
     expected = original.clone()
-    expected[masked] = samples[0]  # Eqs. (2), (4): x^corrupt, the samples in row-major order of the masked positions
+    # Eqs. (2), (4): x^corrupt, the samples in row-major order of the masked positions (the draws past the masked
+    # count are the padding rows of the head's fixed-size index: unused)
+    expected[masked] = samples[0][: int(masked.sum())]
     assert len(samples) == 1 and len(seen) == 1  # one draw, one discriminator pass
     assert torch.equal(seen[0], expected)
     assert (expected != original).sum() > 5 and not torch.equal(expected, batch["input_ids"])
@@ -307,8 +309,7 @@ def test_mrtd_and_trtd_share_one_generator_and_detection_head():
     model = MaskedLanguageModel(config)
     mrtd = OBJECTIVES["mrtd"](OBJECTIVES["mrtd"].Config(), SP, config)
     trtd = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(), SP, config)
-    mrtd.setup(model)
-    trtd.setup(model)
+    setup_objectives({"mrtd": mrtd, "trtd": trtd}, model)
     assert mrtd.parts is trtd.parts and mrtd.parts.generator.config.num_layers == 1
     rng = np.random.default_rng(0)
     pairs = ParallelBatch(
@@ -321,12 +322,13 @@ def test_mrtd_and_trtd_share_one_generator_and_detection_head():
     assert batch["input_ids"].shape[1] == 6 + 5 + 3  # <s> e </s> f </s>: the pair as one sentence
     out = trtd(model, batch)
     assert torch.isfinite(out.loss) and out.metrics["replaced"] > 0
+    fresh = OBJECTIVES["mrtd"](OBJECTIVES["mrtd"].Config(), SP, config)
     other = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_layers=2), SP, config)
     with pytest.raises(ValueError, match="share one generator"):
-        other.setup(model)
+        setup_objectives({"mrtd": fresh, "trtd": other}, model)
     other = OBJECTIVES["trtd"](OBJECTIVES["trtd"].Config(generator_init="model"), SP, config)
     with pytest.raises(ValueError, match="generator_init: MRTD and TRTD share one generator"):
-        other.setup(model)
+        setup_objectives({"mrtd": fresh, "trtd": other}, model)
 
 
 def test_a_generator_started_from_the_model_predicts_as_the_model_and_then_trains_apart():

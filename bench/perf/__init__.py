@@ -1,1 +1,1 @@
-"""Performance benches: throughput, CPU speed, step parts, memory, reliability, scale (python -m bench.perf.NAME)."""
+"""Performance benches and the GPU check, each a step of the one runner (`python -m bench.run --list`)."""

@@ -10,7 +10,7 @@ that travels with the repository and the wheels under the 64 MiB a GPU call carr
    preparing everything once; a second pass prepares the slice.
 3. The 7 visible gold sets (../shared/data/eval/word_alignment), as they are.
 
-    flock /tmp/polyalign-cpu.lock python bench/perf/aligner_pack.py      # bench/work/aligner-pack, ~5 CPU-minutes
+    flock /tmp/polyalign-cpu.lock python -m bench.run aligner-pack   # bench/work/aligner-pack, ~5 CPU-minutes
     on the GPU machine: carry=["bench/work/aligner-pack", ".whl"]
 """
 
@@ -133,7 +133,7 @@ def build_pack(out: Path, fraction: float | None = None) -> dict:
             shutil.copytree(SHARED / "data/eval/word_alignment" / gold, staging / GOLD_DIR / gold)
         pairs = {name: info["lines"] for name, info in meta["parallel"].items()}
         description = {
-            "command": "python bench/perf/aligner_pack.py " + " ".join(sys.argv[1:]),
+            "command": "python -m bench.run aligner-pack -- " + " ".join(sys.argv[1:]),
             "pieces": json.loads((TRIM / "model" / "trim.json").read_text())["pieces"],
             "fraction": round(fraction, 4),
             "pairs": pairs,
@@ -158,7 +158,3 @@ def main() -> None:
     megabytes = sum(pack["bytes"][k] for k in ("start", "bitext", "gold")) / 1e6
     print(f"{args.out}: {pack['total_pairs']:,} pairs ({pack['fraction']:.0%} of each file), {pack['tokens']:,} tokens,"
           f" {megabytes:.1f} MB of {pack['bytes']['budget'] / 1e6:.1f}")  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

@@ -6,7 +6,7 @@ prepared with small-base's tokenizer (Tatoeba's test sentences excluded, `--dev-
 as the dev split that chooses the Tatoeba layer), plus the evaluation files the measures read: Tatoeba-14 and the
 gold word alignments whose two languages are trained. Refuses to finish over `--max-mb`.
 
-    python bench/perf/gpu_pack.py                      # bench/work/gpu-pack, the 15 XNLI languages, < 40 MB
+    python -m bench.run gpu-pack                       # bench/work/gpu-pack, the 15 XNLI languages, < 40 MB
     run it on the GPU machine with carry=["bench/work/gpu-pack"]
 """
 
@@ -99,7 +99,7 @@ def build_pack(out: Path, languages: tuple[str, ...], fraction: float, dev_pairs
             sum(s["tokens"]) if isinstance(s["tokens"], list) else s["tokens"] for s in meta["parallel"].values()
         )
         description = {
-            "command": "python bench/perf/gpu_pack.py " + " ".join(sys.argv[1:]),
+            "command": "python -m bench.run gpu-pack -- " + " ".join(sys.argv[1:]),
             "languages": list(languages),
             "fraction": fraction,
             "dev_pairs": dev_pairs,
@@ -137,7 +137,3 @@ def main() -> None:
         raise SystemExit(f"--langs {args.langs}: English plus XNLI languages ({', '.join(XNLI_LANGUAGES)})")
     pack = build_pack(args.out, tuple(args.langs.split(",")), args.fraction, args.dev_pairs, args.max_mb)
     print(f"{args.out}: {pack['megabytes']} MB, {pack['training_tokens']:,} training tokens, gold {pack['gold_sets']}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Kill -9 a training run where it matters, then `--resume`: does every trial continue the same loss curve?
 
-Writes bench/results/reliability.json and its page, reliability.md (`python -m bench.page reliability` draws it
+Writes bench/results/reliability.json and its page, reliability.md (`python -m bench.regenerate_check` draws it
 again from the JSON). Each trial starts a tiny pre-training run on the bundled sample (a checkpoint every 2 steps,
 so that writes are frequent) and kills it with SIGKILL at one of three moments, taken in turn so that any seed and
 any run of 3 or more trials covers each:
@@ -17,8 +17,8 @@ of one of its ranks or by SIGTERM to the launcher, in turn; it times how long th
 keeps what they said and the exit codes, runs the command their line gives, and compares the curve with the
 uninterrupted two-process run's (`--append` adds trials to those saved: the bench runs in pieces).
 Heavy (a few CPU-minutes): run it under the shared CPU lock:
-    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.reliability
-    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.perf.reliability --distributed --trials 8 [--append]
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.run reliability -- [--trials N]
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.run reliability -- --distributed --trials 10 [--append]
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def main() -> None:
         "needed_manual_fix": sum(t["resume_exit_code"] != 0 and not t["fresh_start"] for t in trials),
         "reference_seconds": round(duration, 1),
     }
-    command = f"python -m bench.perf.reliability --trials {args.trials} --seed {args.seed}"
+    command = f"python -m bench.run reliability -- --trials {args.trials} --seed {args.seed}"
     run = {"steps": STEPS, "save_every": SAVE_EVERY, "keep_checkpoints": KEEP}
     saved = {"code": commit(), "machine": machine(), "command": command, "run": run, "summary": summary}
     before = RESULTS / "reliability.json"
@@ -431,7 +431,7 @@ def distributed_main(args) -> None:
             sys.exit(f"reference run failed:\n{out}")
     reference = losses(reference_path)
     rng = random.Random(args.seed + len(trials))
-    command = f"python -m bench.perf.reliability --distributed --trials {args.trials} --seed {args.seed}"
+    command = f"python -m bench.run reliability -- --distributed --trials {args.trials} --seed {args.seed}"
     commands.append(command + (" --append" if args.append else "") + f" (commit {commit()})")
     run = {"steps": STEPS, "save_every": SAVE_EVERY, "keep_checkpoints": KEEP, "processes": 2}
     run |= {"process_timeout_s": PROCESS_TIMEOUT_S, "loader_workers": 1}
@@ -511,7 +511,3 @@ def distributed_blocks(saved: dict) -> list:
     rows = tuple(tuple(distributed_row(t)) for t in saved["trials"])
     trials = Block(heading="Trials", header=DISTRIBUTED_COLUMNS, rows=rows, level=3)
     return ["## Two processes under torchrun", "", protocol, "", counts, trials]
-
-
-if __name__ == "__main__":
-    main()

@@ -3,139 +3,27 @@
 Every comparison is the same three things: a training step as polyalign's trainer runs it (loss, backward, clipping,
 fused AdamW; the same optimizer for both stacks, so that the comparison is of the model step), the same batches in
 the same order for every arm, and the arms timed one step at a time, round-robin in rotating order, so that other
-load on the machine falls on all of them alike. The sizes the pages compare at are data (`PRESETS`):
-- `cpu-mlm`: the `mlm` recipe's model on 2 CPU cores (bench/perf/throughput.py, throughput.md);
-- `continued-250k`: multilingual-e5-small (250k vocabulary) continued on en-xx pairs (`measure_continued` below, the
-  e5 study's `speed` step, e5.md);
-- `gpu-xlmr-base`: an XLM-R-base-sized encoder on one GPU (the GPU check's throughput step, gpu_check.md);
-  `gpu-dry` the same at tiny sizes for its dry run on the CPU.
+load on the machine falls on all of them alike. Its user: the GPU check's throughput step (bench/perf/gpu/
+throughput.py: the trainer's own step beside `xlmr_mlm` and `electra_rtd`). The e5 study's continued-training speed
+on 2 CPU cores (`measure_continued`, e5.md) is answered; its code is at commit 1936717.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import itertools
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from functools import partial
-from pathlib import Path
 
-import numpy as np
 import torch
 
-from bench.reporting import median_seconds
-from polyalign.config import TrainerConfig, load_recipe
-from polyalign.data.layout import sentence_layout
-from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
-from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.objectives.mlm import MLM, MLMConfig, masked_batch
+from polyalign.config import TrainerConfig
+from polyalign.model import EncoderConfig
 from polyalign.tokenizer import SpecialTokens
-from polyalign.train import PretrainingModule, parameter_groups, update_parameters
-
-
-@dataclass(frozen=True)
-class SpeedPreset:
-    """The sizes one speed page compares the stacks at."""
-
-    description: str
-    model: dict | None  # EncoderConfig sizes; None: a pretrained checkpoint's own (continued training)
-    batch: int  # rows a batch (sentence pairs for the pair objectives)
-    length: int  # tokens a row (a side, for pairs)
-    warmup: int = 2  # untimed steps first (a compiled arm compiles in them); 2 for the CPU presets
-    steps: int = 5  # timed steps (rounds); 5 for the CPU presets, whose steps take seconds
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    learning_rate: float = 1e-4
-
-
-def recipe_sizes(recipe: str, vocab_size: int) -> dict:
-    """A built-in recipe's model sizes (not its dropout: the preset's), with the vocabulary it is prepared with."""
-    return {"vocab_size": vocab_size} | {k: v for k, v in load_recipe(recipe).model.items() if "dropout" not in k}
-
-
-GPU_XLMR_BASE = SpeedPreset(
-    "an XLM-R-base-sized encoder (12 x 768, 12 heads, FFN 3072, vocabulary 250,002), bf16 autocast, one GPU",
-    model=dict(vocab_size=250_002, hidden_size=768, num_layers=12, num_heads=12, ffn_size=3072, max_positions=512),
-    batch=16,
-    length=512,
-    warmup=5,  # the compiled arm compiles in its first two (the MLM head's masked count turns dynamic)
-    steps=30,
-    attention_dropout=0.1,
-)
-PRESETS = {
-    "cpu-mlm": SpeedPreset(
-        "the `mlm` recipe's model (polyalign/recipes/mlm.yaml), MLM on synthetic full-length rows, 2 CPU cores",
-        model=recipe_sizes("mlm", vocab_size=32000),  # `polyalign prepare`'s default vocabulary
-        batch=64,
-        length=128,
-    ),
-    "continued-250k": SpeedPreset(
-        "multilingual-e5-small (12 x 384, 250k vocabulary) continued on en-xx pairs of ../shared/data/train, 2 cores",
-        model=None,
-        batch=16,
-        length=64,
-        learning_rate=1e-5,
-    ),
-    "gpu-xlmr-base": GPU_XLMR_BASE,
-    "gpu-dry": replace(
-        GPU_XLMR_BASE,
-        description="the GPU preset at tiny sizes, to check the GPU check on a CPU (not a measurement)",
-        model=dict(vocab_size=1000, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=64),
-        batch=4,
-        length=64,
-        warmup=1,
-        steps=1,
-    ),
-}
-
-
-def special_tokens(vocab_size: int) -> SpecialTokens:
-    return SpecialTokens(pad=1, cls=0, sep=2, mask=4, unk=3, vocab_size=vocab_size, first_normal=5)
-
-
-def encoder_config(preset: SpeedPreset) -> EncoderConfig:
-    return EncoderConfig(**preset.model, dropout=preset.dropout, attention_dropout=preset.attention_dropout)
-
-
-def synthetic_batch(batch: int, length: int, seed: int, special: SpecialTokens) -> dict[str, torch.Tensor]:
-    """Full-length `<s> x </s>` rows of random ordinary tokens, masked as the MLM objective masks."""
-    rng = np.random.default_rng(seed)
-    rows = [rng.integers(special.first_normal, special.vocab_size, length - 2) for _ in range(batch)]
-    return masked_batch(sentence_layout(rows, None, special), special, MLMConfig(), rng)
-
-
-def mlm_model_flops(config: EncoderConfig, batch: dict[str, torch.Tensor]) -> float:
-    """Model FLOPs of one MLM training step, the same for every arm: what an arm recomputes (checkpointing) or adds
-    (transformers' MLM head at every position) is not model FLOPs."""
-    B, T = batch["input_ids"].shape
-    masked = int((batch["labels"] != -100).sum())
-    return training_flops(encoder_forward_flops(config, B, T) + mlm_head_forward_flops(config, masked))
-
+from polyalign.train import parameter_groups
 
 # ---------------------------------------------------------------------------------------------------------
 # The stacks: each arm is a module and its loss on a batch
-
-
-def polyalign_mlm(preset: SpeedPreset, device, checkpointing: bool = False, compile_backend: str | None = None):
-    """polyalign's MLM objective on its model, as the trainer runs it; (module, loss of a batch)."""
-    config = encoder_config(preset)
-    torch.manual_seed(0)
-    with torch.device(device):  # built where it trains: initialising 278M parameters on the CPU takes seconds
-        model = MaskedLanguageModel(config)
-        objective = MLM(MLMConfig(), special_tokens(config.vocab_size), config)
-        module = PretrainingModule(model, {"mlm": objective}, {"mlm": 1.0})
-    model.encoder.checkpoint_layers = checkpointing
-    forward = torch.compile(module, backend=compile_backend) if compile_backend else module
-    return module.train(), lambda batch: forward({"mlm": batch})[0]
-
-
-def transformers_mlm(preset: SpeedPreset, device):
-    """XLMRobertaForMaskedLM with the configuration polyalign's export writes for the same model."""
-    config = encoder_config(preset)
-    return xlmr_mlm(config, special_tokens(config.vocab_size), device)
 
 
 def xlmr_mlm(config: EncoderConfig, special: SpecialTokens, device):
@@ -162,7 +50,7 @@ def electra_rtd(config: EncoderConfig, special: SpecialTokens, device, discrimin
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
     from polyalign.model.hf import hf_sizes
-    from polyalign.objectives.rtd import corrupt, generator_config, replaced_token_labels, sample_replacements
+    from polyalign.objectives.rtd import generator_config, replaced_token_labels, sample_replacements
 
     def electra(c: EncoderConfig) -> ElectraConfig:
         return ElectraConfig(**hf_sizes(c), embedding_size=c.hidden_size, max_position_embeddings=c.max_positions,
@@ -181,7 +69,7 @@ def electra_rtd(config: EncoderConfig, special: SpecialTokens, device, discrimin
         out = generator(input_ids=batch["input_ids"], attention_mask=mask, labels=labels)
         masked = labels != -100
         original = torch.where(masked, labels, batch["input_ids"])
-        corrupted = corrupt(original, masked, sample_replacements(out.logits[masked]))
+        corrupted = original.masked_scatter(masked, sample_replacements(out.logits[masked]))
         replaced = replaced_token_labels(original, corrupted)
         detected = discriminator(input_ids=corrupted, attention_mask=mask, labels=replaced)
         return out.loss + discriminator_weight * detected.loss
@@ -269,135 +157,3 @@ def compare_on_same_batches(
 # over the 250k vocabulary at every position); polyalign's `xlm` step (TLM; MLM logits at masked positions only),
 # embeddings trained and held; the `xlm-align` step (DWA: TLM + OT self-labels + the pointer loss, one forward
 # pass); the `self-align` step (its encoder stops at layer 8). Then where polyalign's TLM step goes.
-
-CONTINUED = PRESETS["continued-250k"]
-CONTINUED_LANGUAGES = ("de", "fr", "ro", "zh", "ja", "hi")
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-timed = partial(median_seconds, warmup=CONTINUED.warmup)  # timed(step, batches): median seconds of step(batch)
-
-
-def parallel_batches(tokenizer, count: int, pairs: int = CONTINUED.batch, length: int = CONTINUED.length):
-    """`count` ParallelBatches of `pairs` en-xx pairs of ../shared/data/train/parallel, the languages in turn."""
-    from polyalign.data.streams import ParallelBatch
-
-    batches = []
-    for k in range(count):
-        lang = CONTINUED_LANGUAGES[k % len(CONTINUED_LANGUAGES)]
-        base = SHARED / "data/train/parallel" / f"en-{lang}"
-        with gzip.open(f"{base}.en.gz", "rt") as en, gzip.open(f"{base}.{lang}.gz", "rt") as xx:
-            lines = [(a.strip(), b.strip()) for _, a, b in zip(range((k + 1) * pairs), en, xx, strict=False)][-pairs:]
-        source, target = (
-            [np.array(ids[:length]) for ids in tokenizer.encode_batch(list(side))] for side in zip(*lines, strict=True)
-        )
-        batches.append(ParallelBatch(source, target, np.zeros(pairs, dtype=np.int64), np.ones(pairs, dtype=np.int64)))
-    return batches
-
-
-def hf_bert(config):
-    """transformers' BertForMaskedLM with the sizes of a polyalign encoder config (e5-small is a post-LN BERT)."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    from polyalign.model.hf import hf_sizes
-
-    sizes = dict(max_position_embeddings=config.max_positions, layer_norm_eps=config.layer_norm_eps)
-    return BertForMaskedLM(BertConfig(**hf_sizes(config), **sizes, pad_token_id=config.pad_token_id,
-                                      attn_implementation="sdpa")).train()  # fmt: skip
-
-
-def measure_continued(model_folder: Path) -> dict:
-    """Seconds per step and tokens/s of each arm on the same batches, and the parts of polyalign's TLM step."""
-    import copy
-
-    from polyalign.checkpoint import load_model
-    from polyalign.objectives import build_objective
-
-    torch.manual_seed(0)
-    loaded = load_model(model_folder)
-    model, special, config = loaded.model.train(), loaded.tokenizer.special, loaded.model.config
-    rng, lr = np.random.default_rng(0), CONTINUED.learning_rate
-    raws = parallel_batches(loaded.tokenizer, CONTINUED.warmup + CONTINUED.steps)
-    objectives = {
-        "xlm (TLM)": build_objective("tlm", {"style": "ppa"}, special, config),
-        "xlm-align (DWA)": build_objective("dwa", {"style": "ppa"}, special, config),
-        "self-align": build_objective("self_align", {}, special, config),
-    }
-    batches = [{name: o.make_batch(r, rng) for name, o in objectives.items()} for r in raws]  # {objective: batch}
-    tokens = statistics.mean(int(b["xlm (TLM)"]["attention_mask"].sum()) for b in batches)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    held = copy.deepcopy(model)
-    for name, p in held.named_parameters():
-        p.requires_grad_(name.startswith("encoder.layers."))
-
-    def ours(module, name: str):
-        return lambda: training_step(module, lambda batch: objectives[name](module, batch[name]).loss, lr, autocast)
-
-    hf = hf_bert(config)
-    inputs = ("input_ids", "attention_mask", "position_ids", "labels")
-    hf_loss = lambda batch: hf(**{k: batch["xlm (TLM)"][k] for k in inputs}).loss  # noqa: E731
-    reference = "transformers BertForMaskedLM + AdamW (TLM)"
-    arms = {
-        reference: lambda: training_step(hf, hf_loss, lr, autocast),
-        "polyalign xlm (TLM)": ours(model, "xlm (TLM)"),
-        "polyalign xlm (TLM), embeddings held": ours(held, "xlm (TLM)"),
-        "polyalign xlm-align (DWA), embeddings held": ours(held, "xlm-align (DWA)"),
-        "polyalign self-align, embeddings held": ours(held, "self-align"),
-    }
-    measured = compare_on_same_batches(arms, batches, CONTINUED.warmup, CONTINUED.steps)
-    seconds = {name: statistics.median(m["seconds"]) for name, m in measured.items()}
-    parts = tlm_step_parts(model, objectives["xlm (TLM)"], [b["xlm (TLM)"] for b in batches], autocast)
-    dwa = objectives["xlm-align (DWA)"]
-    dwa_batches = [dwa.make_batch(r, rng) for r in raws]
-    parts["OT self-labels of DWA (no grad)"] = timed(lambda batch: dwa.self_label(held, batch), dwa_batches)
-    rate = lambda s: {"seconds": round(s, 3), "tokens_per_s": round(tokens / s),  # noqa: E731
-                      "speed_vs_transformers": round(seconds[reference] / s, 2)}  # fmt: skip
-    return {
-        "batch": f"{CONTINUED.batch} pairs, up to {CONTINUED.length} tokens a side, {tokens:.0f} real tokens a batch "
-        "(mean)",
-        "steps": {name: rate(s) for name, s in seconds.items()},
-        "tlm_step_parts": {name: round(s, 3) for name, s in parts.items()},
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-    }
-
-
-def tlm_step_parts(model, tlm, batches, autocast) -> dict[str, float]:
-    """Where polyalign's TLM step goes, each part timed on its own on the same batches: the encoder, the MLM output at
-    masked positions against one at every position, AdamW over every parameter against the encoder layers only."""
-    from polyalign.objectives.base import model_inputs
-
-    def encoder(batch):
-        with autocast:
-            hidden = model(**model_inputs(batch)).last_hidden_state
-        hidden.float().sum().backward()
-        model.zero_grad(set_to_none=True)
-
-    def head(masked_only: bool):
-        def run(batch):
-            hidden = torch.randn(*batch["input_ids"].shape, model.config.hidden_size, requires_grad=True)
-            with autocast:
-                logits = model.mlm_logits(hidden[batch["labels"] >= 0] if masked_only else hidden.flatten(0, 1))
-            logits.float().logsumexp(-1).sum().backward()
-            model.zero_grad(set_to_none=True)
-
-        return run
-
-    def optimizer_over(params):
-        # the trainer's own update (polyalign/train/optim.py), without clipping: the optimizer's share of a step
-        optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-
-        def run(batch):
-            for p in params:
-                p.grad = torch.zeros_like(p)
-            update_parameters(optimizer, schedule, params, clip_norm=0.0)
-
-        return run
-
-    layers = [p for n, p in model.named_parameters() if n.startswith("encoder.layers.")]
-    return {
-        "encoder forward + backward": timed(encoder, batches),
-        "MLM output at masked positions (forward + backward)": timed(head(True), batches),
-        "MLM output at every position (forward + backward)": timed(head(False), batches),
-        "AdamW over all parameters (embeddings included)": timed(optimizer_over(list(model.parameters())), batches),
-        "AdamW over the encoder layers only": timed(optimizer_over(layers), batches),
-    }

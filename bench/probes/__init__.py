@@ -1,1 +1,1 @@
-"""Probes: scripts that each answer one question (python -m bench.probes.NAME), and the measures run as modules."""
+"""Probes the measures run (`python -m bench.run NAME -- ARGS`); answered probes left the tree (bench/results)."""

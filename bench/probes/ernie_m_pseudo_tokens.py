@@ -1,6 +1,6 @@
 """BTMLM pseudo-token precision on held-out pairs: each model's stage-1 pseudo-tokens for the dev
 split of `polyalign prepare --dev-pairs`, scored against the true translations (polyalign/evaluate/pseudo_tokens.py).
-Usage: python -m bench.probes.ernie_m_pseudo_tokens --data PREPARED/dev --langs all --out FILE.json \
+Usage: python -m bench.run ernie-m-pseudo-tokens -- --data PREPARED/dev --langs all --out FILE.json \
            --model NAME=RUN_OR_MODEL [--model ...] [--ratio 0.15] [--max-pairs 200]
 """
 
@@ -39,7 +39,3 @@ def main() -> None:
             flush=True,
         )
     write_json(args.out, {"data": str(args.data), "results": results})
-
-
-if __name__ == "__main__":
-    main()

@@ -7,7 +7,7 @@ language pair); the test sets are a held-out slice at the end of that file and, 
 `prepare --exclude` kept out of pre-training). It trains through the fine-tuning loop's step
 (`polyalign.finetune.loop.training_steps`). Greedy decoding; sacreBLEU on detokenised text.
 
-  python -m bench.probes.veco_translation --model bench/work/runs/veco --init veco --steps 300 --out results.json
+  python -m bench.run veco-translation -- --model bench/work/runs/veco --init veco --steps 300 --out results.json
 """
 
 from __future__ import annotations
@@ -222,7 +222,3 @@ def main() -> None:
     result["sacrebleu_signature"] = str(bleu_metric.get_signature())
     result["seconds"] = time.perf_counter() - t0
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()

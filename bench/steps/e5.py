@@ -1,14 +1,12 @@
-"""The e5 study's own steps: the model folder, the sentence evaluators, the speed; and their blocks of the page."""
+"""The e5 study's own steps: the model folder, the sentence evaluators; and their blocks of the page (the speed's
+too, answered: its code is at commit 1936717)."""
 
 from __future__ import annotations
 
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 from bench.reporting import Block
-from bench.studies.e5_common import E5, MODEL_CARD_BUCC, MTEB_TATOEBA, PROTOCOL, SHARED
+from bench.studies.e5_common import E5, MODEL_CARD_BUCC, MTEB_TATOEBA, SHARED
 
 
 def convert(run) -> None:
@@ -57,22 +55,13 @@ def sentences(run) -> None:
         run.save()
 
 
-def speed(run) -> None:
-    """A continued-training step against transformers' (bench/perf/speed.py), and `polyalign align` with the chosen
-    model and the protocol against eflomal on 2,000 en-de pairs."""
-    from bench.perf.cpu_speed import measure_aligner
-    from bench.perf.speed import measure_continued
+def retired(name: str):
+    """A step whose question is answered: its blocks still draw its saved results; its code is at commit 1936717."""
 
-    run.results["speed"] = measure_continued(run.path(E5))
-    run.save()
-    model, options = run.chosen_folder(), ("--method", PROTOCOL.method, "--encoding", PROTOCOL.encoding)
-    with tempfile.TemporaryDirectory() as scratch:
-        result = measure_aligner(model, 2000, 2, Path(scratch), (*options, "--layer", str(PROTOCOL.layer)))
-    # paths as a reader of the repository sees them, not as this machine laid them out
-    result["model"] = str(model.relative_to(run.root))
-    result["command"] = result["command"].replace(sys.executable, "python").replace(f"{run.root}/", "")
-    run.results["align_speed"] = result
-    run.save()
+    def run(_) -> None:
+        raise SystemExit(f"{name}: answered and retired; its code is at commit 1936717 (its results stay in e5.json)")
+
+    return run
 
 
 # ---------------------------------------------------------------------------------------------------------

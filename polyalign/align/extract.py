@@ -52,7 +52,7 @@ def filter_alignments(
     j free], 0, 1), i.e. Eq. (9)'s alpha beside a link, 0 where the row and the column are both aligned, and
     adds mutual argmax links that touch a free row or column. Read literally, Eq. (9) discounts both-aligned
     entries by alpha only, which lets later rounds link aligned words to each other again: on planted
-    alignments that reading cost 9 AER points against the released procedure (bench/results/ot_filtering.md).
+    alignments that reading cost 9 AER points against the released procedure.
     """
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha={alpha}: the discount factor must lie in (0, 1]")

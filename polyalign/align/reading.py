@@ -3,7 +3,7 @@ flags, then the fallbacks.
 
 A model's best alignment layer and extraction are properties of the model, found on a dev split (for
 multilingual-e5-small and the aligner trained from it: layer 7, awesome-align's softmax extraction at 0.1, chosen on
-the gold sets' dev halves in bench/results/e5.md). `resolve_reading` is the one function that turns a folder and the
+the gold sets' dev halves, by the lowest mean AER). `resolve_reading` is the one function that turns a folder and the
 flags given into the reading every consumer uses (`polyalign align`, `evaluate alignment`, `fit-aligner`, the Python
 `Aligner`, the bench): each flag given wins; a field no flag names comes from the folder's file; a field neither
 names falls back to the generic default (SimAlign's argmax two thirds of the way up, layer 8 of 12; awesome-align's

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from polyalign.data.packing import unpadding_indices
+
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal a process gets when its parent dies."""
 
@@ -46,14 +48,52 @@ def padding_free(batch: dict[str, torch.Tensor]) -> bool:
     return mask is not None and mask.dim() == 2 and bool(mask.all())
 
 
-def build_slot_step(slot, makers: dict[str, Callable], active: list[str]) -> tuple[dict, int]:
-    """One slot's batches for one step: draw from each active objective's stream, then let it make tensors."""
+def sides(batch: dict[str, torch.Tensor]) -> list[str]:
+    """The prefixes of the sequences a batch encodes: "" for the bare one, "target_" for contrast's target side..."""
+    return [k[: -len("input_ids")] for k in batch if k.endswith("input_ids")]
+
+
+def consecutive_positions(batch: dict[str, torch.Tensor], prefix: str = "") -> bool:
+    """Whether within every example of one side of a batch (a row; in packed rows each `example_ids` value) the
+    position ids rise by one per column, so that the relative position of two tokens that may attend each other is
+    their column difference: a position bias then gathers its table once for the whole batch. Not so for TLM's
+    `xlm` style, whose positions restart at the second sentence of a pair."""
+    positions = batch.get(prefix + "position_ids")
+    if positions is None or positions.dim() != 2:
+        return False
+    B, T = positions.shape
+    offset = positions - torch.arange(T)  # (B, T): constant within an example when positions follow the columns
+    example_ids = batch.get(prefix + "example_ids")
+    if example_ids is not None:
+        real, group = example_ids >= 0, example_ids
+    else:
+        mask = batch.get(prefix + "attention_mask")
+        real = mask.bool() if mask is not None and mask.dim() == 2 else torch.ones(B, T, dtype=torch.bool)
+        group = torch.arange(B)[:, None].expand(B, T)
+    if not bool(real.any()):
+        return True
+    g, o = group[real], offset[real]  # (N,) each
+    size = int(g.max()) + 1
+    lowest = torch.zeros(size, dtype=o.dtype).scatter_reduce(0, g, o, "amin", include_self=False)
+    highest = torch.zeros(size, dtype=o.dtype).scatter_reduce(0, g, o, "amax", include_self=False)
+    return bool((lowest == highest).all())
+
+
+def build_slot_step(slot, makers: dict[str, Callable], active: list[str], unpad: bool = False) -> tuple[dict, int]:
+    """One slot's batches for one step: draw from each active objective's stream, then let it make tensors;
+    `unpad`: with the indices of their real tokens and examples, so the encoder computes no padding
+    (model/unpadded.py)."""
     batches, tokens = {}, 0
     for name in active:
         batch = makers[name](slot.streams[name].next_batch(), slot.rng)
         tokens += real_tokens(batch)
         if padding_free(batch):
             batch["padding_free"] = True  # objectives' model_inputs drop the mask then
+        for prefix in sides(batch):
+            if consecutive_positions(batch, prefix):
+                batch[prefix + "consecutive_positions"] = True  # a position bias reads column differences then
+            if unpad:
+                batch |= unpadding_indices(batch, prefix)
         batches[name] = batch
     return batches, tokens
 
@@ -61,8 +101,17 @@ def build_slot_step(slot, makers: dict[str, Callable], active: list[str]) -> tup
 class SlotBatches(IterableDataset):
     """Endless steps from `start_step` on; in worker w of N, only the slots a with a % N == w."""
 
-    def __init__(self, slots: list, makers: dict[str, Callable], active: Callable[[int], list[str]], start_step: int):
+    def __init__(
+        self,
+        slots: list,
+        makers: dict[str, Callable],
+        active: Callable[[int], list[str]],
+        start_step: int,
+        unpad: bool = False,
+    ):
         self.slots, self.makers, self.active, self.start_step = slots, makers, active, start_step
+        self.unpad = unpad
+        """Add each batch's unpadding indices (`build_slot_step`): `data.unpad`, resolved for the device."""
 
     def __iter__(self) -> Iterator[tuple[int, dict[int, tuple]]]:
         info = get_worker_info()
@@ -73,7 +122,7 @@ class SlotBatches(IterableDataset):
             active = self.active(step)
             part = {}
             for a in mine:
-                batches, tokens = build_slot_step(self.slots[a], self.makers, active)
+                batches, tokens = build_slot_step(self.slots[a], self.makers, active, self.unpad)
                 part[a] = (batches, tokens, self.slots[a].state_dict())
             yield step, part
             step += 1

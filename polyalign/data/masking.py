@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 IGNORE = -100  # label of a position that is not predicted (PyTorch's cross-entropy ignore_index)
 
@@ -44,3 +45,26 @@ def mask_tokens(
     corrupted[to_mask] = mask_id
     corrupted[to_random] = rng.integers(random_range[0], random_range[1], size=int(to_random.sum()))
     return corrupted, labels
+
+
+TARGET_ROW_MULTIPLE = 64
+"""The masked-position index is padded to a multiple of this many rows: the head's matrix products see aligned
+shapes, and a compiled head, whose row count is symbolic, sees few distinct sizes."""
+
+
+def masked_targets(labels: torch.Tensor, multiple: int = TARGET_ROW_MULTIPLE) -> dict:
+    """The prediction targets of a masked batch as a training step reads them, built on the CPU with the batch:
+    `masked_index` (K,) flat positions into the labels' B·T (row-major, as boolean selection orders them),
+    `masked_labels` (K,), `masked_count` (the real targets, an int). K is the count rounded up to `multiple`; the
+    padding entries point at position 0 with label IGNORE, so they add nothing to a loss. With these the step
+    selects by `index_select`: no shape that depends on the data and no wait for the device (a boolean selection
+    on a GPU waits for the count)."""
+    flat = labels.reshape(-1)
+    index = torch.nonzero(flat != IGNORE).squeeze(1)
+    n = int(index.numel())
+    K = max(multiple, -(-n // multiple) * multiple)
+    padded_index = torch.zeros(K, dtype=torch.long)
+    padded_index[:n] = index
+    padded_labels = torch.full((K,), IGNORE, dtype=torch.long)
+    padded_labels[:n] = flat[index]
+    return {"masked_index": padded_index, "masked_labels": padded_labels, "masked_count": n}

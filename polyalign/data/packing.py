@@ -7,7 +7,8 @@ batch at the first example that fits nowhere; the batch's tokens then count real
 its examples out and masks them one by one, as without packing, and `pack_batch` moves each example's tokens to its
 place. Every packed token carries `example_ids`, the index of its example in the batch (-1 at padding): the encoder
 keeps attention inside an example, and positions, language ids and token types are each example's own, so a packed
-example is encoded as if it were alone.
+example is encoded as if it were alone. `unpadding_indices` finds where the real tokens and examples of a batch lie,
+for an encoder that computes no padding at all (model/unpadded.py).
 """
 
 from __future__ import annotations
@@ -99,3 +100,33 @@ def pack_batch(batch: dict[str, torch.Tensor], packing: Packing, pad_id: int) ->
             raise ValueError(f"pack_batch: {key} has shape {tuple(value.shape)}, neither (B, T) nor (B,)")
     packed["example_ids"] = move(torch.arange(B)[:, None].expand(B, T), -1)
     return packed
+
+
+UNPADDING_INPUTS = ("token_index", "cu_seqlens", "max_seqlen")
+"""The batch entries `unpadding_indices` adds, keyword arguments of the encoder's forward."""
+
+
+def unpadding_indices(batch: dict[str, torch.Tensor], prefix: str = "") -> dict:
+    """token_index, cu_seqlens and max_seqlen (see model/unpadded.py) of one side of a CPU batch, keyed with
+    `prefix`: the examples of packed rows (`example_ids`), else one per row (its `attention_mask`, or the whole row)."""
+    ids = batch[prefix + "input_ids"]
+    B, T = ids.shape
+    example_ids = batch.get(prefix + "example_ids")
+    mask = batch.get(prefix + "attention_mask")
+    if example_ids is not None:
+        real = example_ids >= 0
+        example = example_ids
+    else:
+        if mask is not None and mask.dim() != 2:
+            raise ValueError(f"{prefix}attention_mask of shape {tuple(mask.shape)}: unpadding takes (B, T) masks only")
+        real = mask.bool() if mask is not None else torch.ones(B, T, dtype=torch.bool)
+        example = torch.arange(B)[:, None].expand(B, T)
+    token_index = real.flatten().nonzero().squeeze(1)  # (N,) row-major
+    _, lengths = torch.unique_consecutive(example.flatten()[token_index], return_counts=True)  # (S,)
+    cu_seqlens = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    cu_seqlens[1:] = lengths.cumsum(0)
+    return {
+        prefix + "token_index": token_index,
+        prefix + "cu_seqlens": cu_seqlens,
+        prefix + "max_seqlen": int(lengths.max()) if len(lengths) else 0,
+    }

@@ -24,10 +24,20 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from polyalign.model.compiling import compiled
 
-FLEX_KERNEL_OPTIONS = {"bwd_BLOCK_M1": 32, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 32}
-"""Triton tiles of the backward kernel on CUDA (the forward keeps torch's): with a score_mod whose table takes
-gradients, the default tiles asked an H200 for more shared memory than it has; smaller tiles ask for less. The GPU
-check's kernels step times these and torch's defaults."""
+FLEX_KERNEL_OPTIONS = {
+    "fwd_BLOCK_M": 64,
+    "fwd_BLOCK_N": 32,
+    "fwd_num_stages": 1,
+    "bwd_BLOCK_M1": 32,
+    "bwd_BLOCK_N1": 64,
+    "bwd_BLOCK_M2": 64,
+    "bwd_BLOCK_N2": 32,
+    "bwd_num_stages": 1,
+}
+"""Triton tiles and pipeline stages of the forward and backward kernels on CUDA: with a score_mod that reads a
+per-query table, torch's default forward tiles asked a card for more shared memory than it has even with small
+backward tiles, and shared memory grows with tiles x stages, so both kernels take small tiles in one stage. The GPU
+check's kernels step times these against torch's defaults."""
 
 
 def flex_relative_attention(
@@ -42,7 +52,8 @@ def flex_relative_attention(
 ) -> torch.Tensor:
     """softmax(q kᵀ / √hs + bias, masked) v with bias[b, h, i, j] = per_bucket[b, h, i, bucket(pos_j - pos_i)].
 
-    q, k, v: (B, H, T, hs); per_bucket: (B, H, T, nb) fp32; positions: (B, T) integer positions; buckets: the bucket
+    q, k, v: (B, H, T, hs); per_bucket: (B, H, T, nb) fp32; positions: (B, T) integer positions, or None for the
+    columns (pos_j - pos_i = j - i: see model/position_bias.py); buckets: the bucket
     of each distance -M..M (2M + 1,), farther distances clamped to ±M; mask: boolean, broadcastable to (B, 1, T, T)
     (True = may see), a FlexAttention BlockMask (document masks of packed rows), or None. Returns (B, H, T, hs).
     On CUDA it runs compiled (FlexAttention's fused Triton kernels); elsewhere FlexAttention's reference math.
@@ -64,7 +75,7 @@ def _flex(q, k, v, per_bucket, positions, buckets, dense, block_mask, kernel_opt
     key_padding = dense is not None and dense.shape[1] == 1
 
     def score_mod(score, b, h, i, j):
-        distance = (positions[b, j] - positions[b, i]).clamp(-M, M)
+        distance = (j - i if positions is None else positions[b, j] - positions[b, i]).clamp(-M, M)
         score = score + per_bucket[b, h, i, buckets[distance + M]]
         if dense is None:
             return score

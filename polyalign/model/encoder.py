@@ -24,8 +24,10 @@ import torch.utils.checkpoint
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask
 
+from polyalign.data.packing import UNPADDING_INPUTS
 from polyalign.model.packed_attention import flex_attention_fits, flex_attention_for, packed_attention_mask
 from polyalign.model.position_bias import build_position_bias
+from polyalign.model.unpadded import Unpadded, pad, unpad, varlen_fits
 from polyalign.model.vocabulary import padded_rows
 
 
@@ -238,24 +240,32 @@ class Attention(nn.Module):
         self.output = nn.Linear(C, C)
         self.position_bias = None if cross else build_position_bias(c)
 
-    def forward(self, x, mask, memory=None, position_ids=None):
-        B, T, C = x.shape
-        H = self.num_heads
+    def forward(self, x, mask, memory=None, position_ids=None, unpadded: Unpadded | None = None):
+        """x (B, T, C), or (N, C) real tokens with `unpadded` saying where they lie (model/unpadded.py)."""
+        H, C = self.num_heads, x.shape[-1]
+        if unpadded is not None:
+            q, k, v = self.qkv(x).view(-1, 3, H, C // H).unbind(1)  # 3 x (N, H, hs)
+            y = unpadded.attend(q, k, v, lambda q, k, v: self.attend_rows(q, k, v, mask, position_ids))
+            return self.output(y.flatten(1))  # (N, C)
+        B, T, _ = x.shape
         if self.cross:
             S = memory.shape[1]
             q = self.query(x).view(B, T, H, C // H).transpose(1, 2)  # (B, H, T, hs)
             k, v = self.key_value(memory).view(B, S, 2, H, C // H).permute(2, 0, 3, 1, 4)  # 2 x (B, H, S, hs)
         else:
             q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hs)
-        if self.position_bias is not None and self.position_bias.fused(self.attention_dropout):
-            y = self.position_bias.attend(q, k, v, mask, position_ids)  # (B, H, T, hs), FlexAttention
-        else:
-            if self.position_bias is not None:
-                bias = self.position_bias(q, position_ids)  # (B, H, T, T)
-                # (B, H, T, T): bias where allowed, -inf elsewhere
-                mask = bias if mask is None else torch.where(mask, bias, float("-inf"))
-            y = attend(q, k, v, mask, self.attention_dropout)  # (B, H, T, hs)
+        y = self.attend_rows(q, k, v, mask, position_ids)  # (B, H, T, hs)
         return self.output(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+    def attend_rows(self, q, k, v, mask, position_ids) -> torch.Tensor:
+        """Attention of (B, H, T, hs) q over (B, H, S, hs) k, v under the rows' mask, with the position bias."""
+        if self.position_bias is not None and self.position_bias.fused(self.attention_dropout):
+            return self.position_bias.attend(q, k, v, mask, position_ids)  # (B, H, T, hs), FlexAttention
+        if self.position_bias is not None:
+            bias = self.position_bias(q, position_ids)  # (B or 1, H, T, T)
+            # (B, H, T, T): bias where allowed, -inf elsewhere
+            mask = bias if mask is None else torch.where(mask, bias, float("-inf"))
+        return attend(q, k, v, mask, self.attention_dropout)  # (B, H, T, hs)
 
 
 class FeedForward(nn.Module):
@@ -269,6 +279,8 @@ class FeedForward(nn.Module):
 
 
 class Layer(nn.Module):
+    compile_regions = ("forward",)  # one compiled graph serves every layer (model/compiling.py)
+
     def __init__(self, c: EncoderConfig):
         super().__init__()
         self.pre_norm = c.norm == "pre"
@@ -288,8 +300,10 @@ class Layer(nn.Module):
             return x + self.dropout(fn(norm(x)))
         return norm(x + self.dropout(fn(x)))
 
-    def forward(self, x, mask, position_ids=None, memory=None, memory_mask=None):
-        x = self._sublayer(x, self.attention_norm, lambda h: self.attention(h, mask, position_ids=position_ids))
+    def forward(self, x, mask, position_ids=None, memory=None, memory_mask=None, unpadded=None):
+        """position_ids: what the attention's position bias reads (None: the columns); x (N, C) with `unpadded`."""
+        attention = lambda h: self.attention(h, mask, position_ids=position_ids, unpadded=unpadded)  # noqa: E731
+        x = self._sublayer(x, self.attention_norm, attention)
         if memory is not None:
             if self.cross_attention is None:
                 raise ValueError(
@@ -359,32 +373,53 @@ class Encoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         num_layers: int | None = None,
         example_ids: torch.Tensor | None = None,
+        consecutive_positions: bool = False,
+        token_index: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
     ) -> EncoderOutput:
         """input_ids (B, T). attention_mask: (B, T) True at real tokens, or (B, T, T) True where query i may
         attend key j. example_ids (B, T), instead of attention_mask: packed rows, each token's example (-1 at
         padding), attention kept inside each (see polyalign/data/packing.py). memory: states (B, S, C) that
         every layer's cross-attention sublayer reads keys and values from (VECO §2.2: the partner's last layer
         H^L), with memory_mask (B, S) or (B, T, S). num_layers: run only the first layers (e.g. an aligner reading
-        layer 3 of 6); the states computed are those of the full model."""
+        layer 3 of 6); the states computed are those of the full model. consecutive_positions: the loader found that
+        within every example position_ids rise by one per column, so a position bias may read relative positions
+        as column differences (model/position_bias.py). token_index, cu_seqlens, max_seqlen: the batch's real tokens
+        and its examples (model/unpadded.py): every dense layer then runs on the real tokens alone, and the states
+        come back laid into (B, T, C) rows, zeros at padding."""
         B, T = input_ids.shape
+        # What a position bias reads: None = the columns, one bucket gather per layer for the whole batch.
+        relative_positions = None if position_ids is None or consecutive_positions else position_ids
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        if example_ids is None:
+        unpadded = None
+        if token_index is not None:
+            if memory is not None:
+                raise ValueError("unpadded batches (token_index) have no cross-attention memory; pass padded rows")
+            varlen = varlen_fits(self.config, self.training, input_ids.device)
+            unpadded = Unpadded(token_index, cu_seqlens, max_seqlen, B, T, varlen)
+        if unpadded is not None and unpadded.varlen:
+            mask = None  # each example's attention is its cu_seqlens span
+        elif example_ids is None:
             mask = expand_attention_mask(attention_mask, B, T, T, input_ids.device)
         elif attention_mask is not None:
             raise ValueError("pass attention_mask or example_ids (packed rows), not both")
         else:
-            flex = flex_attention_fits(self.config, self.training, input_ids.device)
+            flex = flex_attention_fits(self.config, self.training, input_ids.device) and unpadded is None
             mask = packed_attention_mask(example_ids, flex)
         if memory is not None:
             if not isinstance(memory, torch.Tensor) or memory.dim() != 3:
                 raise ValueError("memory must be one (B, S, C) tensor, read by every layer's cross-attention")
             memory_mask = expand_attention_mask(memory_mask, B, T, memory.shape[1], input_ids.device)
 
-        x = self.embeddings(input_ids, position_ids, token_type_ids, language_ids)
+        inputs = (input_ids, position_ids, token_type_ids, language_ids)
+        if unpadded is not None:  # (B, T) -> (N,): the real tokens
+            inputs = tuple(None if t is None else unpad(t, token_index) for t in inputs)
+        x = self.embeddings(*inputs)  # (B, T, C), or (N, C) unpadded
         hidden_states = [x] if output_hidden_states else None
         for layer in self.layers[:num_layers]:
-            args = (x, mask, position_ids, memory, memory_mask)
+            args = (x, mask, relative_positions, memory, memory_mask, unpadded)
             if self.checkpoint_layers and self.training and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False)
             else:
@@ -395,10 +430,14 @@ class Encoder(nn.Module):
             x = self.final_norm(x)
             if output_hidden_states:
                 hidden_states[-1] = x
+        if unpadded is not None:  # (N, C) -> (B, T, C), what objectives read
+            x = pad(x, token_index, B, T)
+            hidden_states = [pad(h, token_index, B, T) for h in hidden_states] if output_hidden_states else None
         return EncoderOutput(x, tuple(hidden_states) if output_hidden_states else None)
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids", "example_ids")
+ROW_INPUTS = ("input_ids", "attention_mask", "position_ids", "language_ids", "token_type_ids", "example_ids")
+MODEL_INPUTS = (*ROW_INPUTS, "consecutive_positions", *UNPADDING_INPUTS)
 """The entries of a batch that are keyword arguments of `Encoder.forward`."""
 
 

@@ -1,7 +1,7 @@
 """Weight-space interpolation between a pre-trained model and its fine-tuned copy (WiSE-FT: Wortsman et al.
 2022, "Robust fine-tuning of zero-shot models", Eq. 1: θ_α = (1 − α)·θ_start + α·θ_tuned).
 
-Alignment fine-tuning moves every language, some the wrong way: on bench/results/e5.md self-training from
+Alignment fine-tuning moves every language, some the wrong way: in the project's measurement self-training from
 multilingual-e5-small lowered AER on 5 of 7 gold sets and raised it on en-fr and en-hi; the halfway point kept most of
 the gains and lowered all 7. The weight α is a choice like a checkpoint: make it on dev data."""
 

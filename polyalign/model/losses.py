@@ -7,19 +7,6 @@ import torch
 IGNORE_INDEX = -100
 
 
-def pad_rows(x: torch.Tensor, multiple: int = 64, value: float = 0.0) -> torch.Tensor:
-    """Pad dim 0 up to a multiple of `multiple`.
-
-    Heads that run only at selected positions (MLM: the masked tokens) see a different row count every batch;
-    on CPU each new shape costs new oneDNN primitives and heap fragmentation that the process never gives
-    back (memory grew ~70 MB per step). Rounding the count up keeps the shapes to a handful.
-    """
-    extra = -x.shape[0] % multiple
-    if not extra:
-        return x
-    return torch.cat([x, x.new_full((extra, *x.shape[1:]), value)])
-
-
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy over rows of (N, V) logits, fp32 inside, without fp32 copies of all the logits.
 
@@ -35,9 +22,10 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         N = logits.shape[0]
         valid = target != IGNORE_INDEX
         safe_target = target.clamp(min=0)
-        target_logp = torch.empty(N, dtype=torch.float32, device=logits.device)
+        acc = torch.promote_types(logits.dtype, torch.float32)  # fp32, or fp64 for fp64 logits
+        target_logp = torch.empty(N, dtype=acc, device=logits.device)
         for s in range(0, N, chunk):
-            logp = torch.log_softmax(logits[s : s + chunk], dim=-1, dtype=torch.float32)  # (chunk, V)
+            logp = torch.log_softmax(logits[s : s + chunk], dim=-1, dtype=acc)  # (chunk, V)
             target_logp[s : s + chunk] = logp.gather(1, safe_target[s : s + chunk, None]).squeeze(1)
         count = valid.sum().clamp(min=1)
         ctx.save_for_backward(logits, safe_target, target_logp, valid, count)
@@ -47,7 +35,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_output: torch.Tensor):
         logits, target, target_logp, valid, count = ctx.saved_tensors
         N = logits.shape[0]
-        scale = grad_output.float() / count
+        scale = grad_output.to(target_logp.dtype) / count  # fp32, or fp64 for fp64 logits
         # scale stays a tensor: .item() would make the host wait for the GPU in every backward
         grad = torch.softmax(logits, dim=-1).mul_(scale)  # (N, V): softmax / count everywhere ...
         rows = torch.arange(N, device=logits.device)
@@ -134,6 +122,13 @@ def linear_cross_entropy(x, weight, bias, target, classes: int) -> torch.Tensor:
             return liger(weight.to(dtype), x.to(dtype), target, masked_bias.to(dtype)).float()
     chunk = max(1, LOGIT_CHUNK_BYTES // (4 * weight.shape[0]))
     return _LinearCrossEntropy.apply(x, weight, bias, target, classes, chunk)
+
+
+def fused_loss_name(device: torch.device) -> str:
+    """Which fused linear cross-entropy `linear_cross_entropy` runs on `device`."""
+    if device.type == "cuda" and _liger_loss() is not None:
+        return "liger-kernel fused linear cross-entropy"
+    return "chunked linear cross-entropy"
 
 
 _LIGER: list = []

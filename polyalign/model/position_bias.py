@@ -1,10 +1,14 @@
 """Additive attention biases computed from relative positions (one module per layer).
 
-Interface: `bias(q, position_ids) -> (B, H, T, T)`, the materialised bias for q, the layer's queries (B, H, T, hs),
-and position_ids (B, T); the bias of query i and key j depends on pos_j - pos_i. A bias that ignores q (plain
-relative) still takes it, so a gated variant that reads q (XLM-E §3.3) plugs into the same place.
-`bias.attend(q, k, v, mask, position_ids)` is the same attention without the materialised bias (FlexAttention,
-model/biased_attention.py); `bias.fused(dropout)` says which of the two the layer takes.
+Interface: `bias(q, position_ids) -> (B or 1, H, T, T)`, the materialised bias for q, the layer's queries
+(B, H, T, hs), and position_ids (B, T); the bias of query i and key j depends on pos_j - pos_i. position_ids None
+says that within every example positions rise by one per column (one sentence per row, or packed rows whose examples
+each count from their first column), so pos_j - pos_i = j - i for every pair that may attend: the bucket table is
+then gathered once at (H, T, T) for the whole batch instead of at B·T² indices, whose gradient (an embedding
+backward over B·T² indices) costs more than the attention itself; pairs of two examples differ but are masked.
+A bias that ignores q (plain relative) still takes it, so a gated variant that reads q (XLM-E §3.3) plugs into the
+same place. `bias.attend(q, k, v, mask, position_ids)` is the same attention without the materialised bias
+(FlexAttention, model/biased_attention.py); `bias.fused(dropout)` says which of the two the layer takes.
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ def relative_position_bucket(
 
 
 KERNELS = ("auto", "flex", "materialised")
-"""How a biased layer attends: `auto` is the materialised bias on every device, `flex` FlexAttention (`attend`).
-On a CPU three plain ops are the faster ones. On CUDA FlexAttention would keep the (B, H, T, T) bias out of memory,
-but on an H200 with torch 2.11 its kernel for this score_mod did not compile with any tiles tried: Triton asked for
-409,600 bytes of shared memory where the card has 232,448 (bench/results/gpu/gpu_check.md, step 3), so a recipe
-that trusted it would stop at its first step. `python bench/perf/gpu_check.py --steps kernels` says whether it
-compiles on a given card and torch."""
+"""How a biased layer attends: `materialised` adds the (B, H, T, T) bias to the scores (SDPA's memory-efficient
+kernel on CUDA, which takes an additive bias and returns its gradient), `flex` FlexAttention (`attend`), `auto` the
+materialised bias on every device: on a CPU three plain ops are the faster ones, and on CUDA FlexAttention's kernel
+for this score_mod did not compile with the tiles tried (Triton asked for 409,600 bytes of shared memory where the
+measured card had 232,448) and has not yet been measured with the forward tiles and stages it now sets, so a recipe
+that trusted it could stop at its first step."""
 
 
 class RelativePositionBias(nn.Module):
@@ -57,20 +61,26 @@ class RelativePositionBias(nn.Module):
             "buckets", relative_position_bucket(distances, num_buckets, max_distance), persistent=False
         )
 
-    def forward(self, q: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        relative = position_ids[:, None, :] - position_ids[:, :, None]  # (B, T, T): pos_j - pos_i
+    def forward(self, q: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
+        """The bias (B, H, T, T), or (1, H, T, T) shared by every row when position_ids is None (the columns)."""
+        if position_ids is None:
+            columns = torch.arange(q.shape[-2], device=q.device)
+            relative = (columns[None, :] - columns[:, None])[None]  # (1, T, T): j - i
+        else:
+            relative = position_ids[:, None, :] - position_ids[:, :, None]  # (B, T, T): pos_j - pos_i
         M = self.max_distance
-        buckets = self.buckets[relative.clamp(-M, M) + M]  # (B, T, T)
-        return self.table(buckets).permute(0, 3, 1, 2).to(q.dtype)  # (B, H, T, T)
+        buckets = self.buckets[relative.clamp(-M, M) + M]  # (B or 1, T, T)
+        return self.table(buckets).permute(0, 3, 1, 2).to(q.dtype)  # (B or 1, H, T, T)
 
     def fused(self, dropout: nn.Dropout) -> bool:
         """Whether the layer attends through `attend` (FlexAttention) rather than the materialised bias.
         FlexAttention has no attention dropout: a layer that drops attention weights takes the materialised bias."""
         return self.kernel == "flex" and not (dropout.training and dropout.p > 0)
 
-    def attend(self, q, k, v, mask, position_ids: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    def attend(self, q, k, v, mask, position_ids: torch.Tensor | None, scale: torch.Tensor | None = None):
         """softmax(q kᵀ / √hs + bias, mask) v without the (B, H, T, T) bias, the bias of query i multiplied by
-        scale (B, H, T) when given; mask as `attend` takes it, or a FlexAttention BlockMask. (B, H, T, hs)."""
+        scale (B, H, T) when given; mask as `attend` takes it, or a FlexAttention BlockMask; position_ids None for
+        the columns. (B, H, T, hs)."""
         return flex_relative_attention(q, k, v, self.per_bucket(q, scale), position_ids, self.buckets, mask)
 
     def per_bucket(self, q: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
@@ -96,9 +106,9 @@ class GatedRelativePositionBias(nn.Module):
         self.gates = nn.Linear(head_size, 2, bias=False)  # the columns are u and v
         self.w = nn.Parameter(torch.ones(num_heads))  # 1-D: no weight decay, like other gains
 
-    def forward(self, q: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        d = self.relative(q, position_ids)  # (B, H, T, T)
-        return self.query_scale(q)[..., None].to(d.dtype) * d  # (B, H, T, T)
+    def forward(self, q: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
+        d = self.relative(q, position_ids)  # (B or 1, H, T, T): one gather per layer when position_ids is None
+        return self.query_scale(q)[..., None].to(d.dtype) * d  # (B, H, T, T): row b's gates scale the shared table
 
     def query_scale(self, q: torch.Tensor) -> torch.Tensor:
         update, reset = torch.sigmoid(self.gates(q)).unbind(-1)  # 2 x (B, H, T): one value per query i
@@ -107,7 +117,7 @@ class GatedRelativePositionBias(nn.Module):
     def fused(self, dropout: nn.Dropout) -> bool:
         return self.relative.fused(dropout)
 
-    def attend(self, q, k, v, mask, position_ids: torch.Tensor) -> torch.Tensor:
+    def attend(self, q, k, v, mask, position_ids: torch.Tensor | None) -> torch.Tensor:
         return self.relative.attend(q, k, v, mask, position_ids, scale=self.query_scale(q))
 
 

@@ -11,7 +11,7 @@ from polyalign.objectives.ernie_m_camlm import CAMLM
 from polyalign.objectives.head_warmup import HeadMLM, head_parameters, head_warmup_objective
 from polyalign.objectives.mlm import MLM
 from polyalign.objectives.moco import MoCo
-from polyalign.objectives.rtd import MRTD, TRTD
+from polyalign.objectives.rtd import MRTD, TRTD, share_generator
 from polyalign.objectives.self_align import SelfAlign
 from polyalign.objectives.tlm import TLM
 from polyalign.objectives.veco_ca_mlm import AdjacentCrossAttentionMLM, CrossAttentionMLM
@@ -42,6 +42,7 @@ __all__ = [
     "head_parameters",
     "head_warmup_objective",
     "objective_config",
+    "setup_objectives",
 ]
 
 
@@ -61,3 +62,12 @@ def build_objective(
     objective = cls(config, special, model_config)
     objective.languages = list(languages or [])  # set here, so subclasses need not pass it through __init__
     return objective
+
+
+def setup_objectives(objectives: dict[str, Objective], model) -> None:
+    """Set every objective up on the built model (weights loaded), once: first the parts several of them train
+    together are built and handed out (MRTD and TRTD's one generator and detection head, XLM-E §3.2), then each
+    objective's own `setup`."""
+    share_generator(objectives.values(), model)
+    for objective in objectives.values():
+        objective.setup(model)

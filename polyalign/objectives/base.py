@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from polyalign.data.masking import masked_targets
 from polyalign.data.packing import pack_batch
 from polyalign.model import EncoderConfig, MaskedLanguageModel, model_inputs
 from polyalign.tokenizer import SpecialTokens
@@ -30,7 +31,11 @@ class ObjectiveOutput:
     metrics: dict[str, torch.Tensor | float] = field(default_factory=dict)
     """Logged values (detached), e.g. accuracy; the trainer prefixes them with the objective's name."""
     flops: float = 0.0
-    """Analytic training FLOPs (forward + backward) this call cost, for compute accounting."""
+    """Analytic training FLOPs (forward + backward) this call computed, padding included (hardware FLOPs): what
+    compute budgets (`trainer.max_flops`) count."""
+    model_flops: float | None = None
+    """The same for the model's useful work alone (real tokens, attention inside each example, the MLM head at the
+    real targets), what model FLOPs utilisation divides; None: as `flops`."""
 
 
 class Objective(nn.Module):
@@ -78,9 +83,19 @@ class Objective(nn.Module):
         raise NotImplementedError
 
     def make_training_batch(self, raw, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        """make_batch, its examples then laid into packed rows when the stream packed them (`raw.packing`)."""
+        """make_batch, its examples then laid into packed rows when the stream packed them (`raw.packing`), and
+        a masked batch's prediction targets as flat indices (`masked_targets`), so that the step selects them
+        with shapes that do not depend on the data."""
         batch = self.make_batch(raw, rng)
-        return batch if raw.packing is None else pack_batch(batch, raw.packing, self.special.pad)
+        if batch.get("attention_mask") is not None and batch["attention_mask"].dim() == 2:  # for model FLOPs
+            lengths = batch["attention_mask"].sum(1)
+            batch |= {"real_tokens": int(lengths.sum()), "attention_pairs": int((lengths**2).sum())}
+        if raw.packing is not None:
+            batch = pack_batch(batch, raw.packing, self.special.pad)
+        for key in [k for k in batch if k.endswith("labels") and "masked_" not in k]:  # `labels`, a part's `tlm_labels`
+            prefix = key[: -len("labels")]
+            batch |= {prefix + name: value for name, value in masked_targets(batch[key]).items()}
+        return batch
 
     def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         raise NotImplementedError

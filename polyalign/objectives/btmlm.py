@@ -148,6 +148,6 @@ class BTMLM(Objective):
             flops = encoder_forward_flops(model.config, B, T) + mlm_head_forward_flops(model.config, n_placeholders)
             ids = self.generate(model, batch)
         hidden = model(**{**model_inputs(batch), "input_ids": ids}).last_hidden_state  # stage 2, full attention
-        loss, accuracy, n = masked_lm_loss(model, hidden, batch["labels"])
+        loss, accuracy, n = masked_lm_loss(model, hidden, batch)
         flops += training_flops(encoder_forward_flops(model.config, B, T) + mlm_head_forward_flops(model.config, n))
         return ObjectiveOutput(loss, {"accuracy": accuracy, "perplexity": torch.exp(loss.detach().float())}, flops)

@@ -32,10 +32,14 @@ from polyalign.model import MaskedLanguageModel
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 from polyalign.objectives.mlm import masked_lm_loss
 from polyalign.objectives.tlm import TLMConfig, translation_batch
+from polyalign.schema import flat_field
 
 
 @dataclass
-class DWAConfig(TLMConfig):
+class DWAConfig:
+    tlm: TLMConfig = flat_field(TLMConfig)
+    """The TLM batch both losses read (`mask_prob`, `replace_probs`, `style`, `swap_prob` beside the others in a
+    recipe): XLM-Align trains DWA beside TLM on the same masked pairs, from one forward pass (§4.1)."""
     label_layer: int | None = None
     """Layer whose hidden states self-label the alignments; default `xlm_align_label_layer`: 10 of 12 (Table 11)
     scaled to the model's depth."""
@@ -58,7 +62,6 @@ class DWAConfig(TLMConfig):
     not work very well", so a run without a pretrained start is refused unless this is true."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         self.ot_settings()  # checks filtering and filter_iterations
 
     def ot_settings(self) -> OTSettings:
@@ -119,7 +122,7 @@ class DWA(Objective):
         self.pointer = PointerNetwork(model_config.hidden_size)
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        return translation_batch(raw, self.special, self.config, self.uses_languages, rng)  # TLM's masked pairs
+        return translation_batch(raw, self.special, self.config.tlm, self.uses_languages, rng)  # TLM's masked pairs
 
     def sides(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple, tuple]:
         """The clean ids (B, T) and the positions of each sentence's own tokens: ((B, n) index, mask) for the
@@ -154,7 +157,7 @@ class DWA(Objective):
         # 2) one forward pass of the masked pair for TLM and DWA (§4.1)
         out = model(**model_inputs(batch), output_hidden_states=True)
         if self.config.tlm_weight:
-            tlm_loss, accuracy, n_predicted = masked_lm_loss(model, out.last_hidden_state, labels)
+            tlm_loss, accuracy, n_predicted = masked_lm_loss(model, out.last_hidden_state, batch)
         else:  # DWA alone: the 250k-way output of a large vocabulary is not computed for a weight of 0
             tlm_loss, accuracy, n_predicted = torch.zeros((), device=labels.device), float("nan"), 0
         h = out.hidden_states[self.dwa_layer]

@@ -86,7 +86,7 @@ class CAMLM(Objective):
         mask = camlm_attention_mask(batch["segment"], labels != IGNORE, self.config.see_own_masks)
         hidden = model(**{**model_inputs(batch), "attention_mask": mask}).last_hidden_state
         # One mean over both sides' targets = (L_CAMLM(src) + L_CAMLM(tgt)) / number of targets.
-        loss, accuracy, n = masked_lm_loss(model, hidden, labels)
+        loss, accuracy, n = masked_lm_loss(model, hidden, batch)
         B, T = labels.shape
         flops = training_flops(encoder_forward_flops(model.config, B, T) + mlm_head_forward_flops(model.config, n))
         return ObjectiveOutput(loss, {"accuracy": accuracy}, flops)

@@ -37,7 +37,7 @@ class HeadMLM(Objective):
         for name, lm in self.heads.items():
             with torch.no_grad():  # the encoder is frozen: no graph through it
                 hidden = lm(**model_inputs(batch)).last_hidden_state
-            head_loss, accuracy, n = masked_lm_loss(lm, hidden, batch["labels"])
+            head_loss, accuracy, n = masked_lm_loss(lm, hidden, batch)
             loss = loss + head_loss
             metrics |= {f"{name}/loss": head_loss.detach(), f"{name}/accuracy": accuracy}
             flops += encoder_forward_flops(lm.config, B, T) + training_flops(mlm_head_forward_flops(lm.config, n))

@@ -6,14 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from polyalign.data.layout import Layout, sentence_layout
-from polyalign.data.masking import IGNORE, mask_tokens
+from polyalign.data.masking import mask_tokens, masked_targets
 from polyalign.data.streams import MonoBatch
-from polyalign.flops import encoder_forward_flops, mlm_head_forward_flops, training_flops
+from polyalign.flops import encoder_forward_flops, encoder_model_flops, mlm_head_forward_flops, training_flops
 from polyalign.model import MaskedLanguageModel
-from polyalign.model.losses import cross_entropy, linear_cross_entropy, pad_rows
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
 
 
@@ -25,47 +23,28 @@ class MLMConfig:
     """Of the chosen tokens: replaced by MASK / by a random token / kept."""
 
 
-ACCURACY_SAMPLE = 512
+def masked_targets_of(batch_or_labels) -> dict:
+    """The batch's prediction targets as the step reads them (`masked_index`, `masked_labels`, `masked_count`; see
+    `polyalign.data.masking.masked_targets`): those the loader built with the batch, or, given bare labels or a
+    batch made outside the loader, built here (on a GPU that waits for the device once)."""
+    if isinstance(batch_or_labels, dict) and "masked_index" in batch_or_labels:
+        return batch_or_labels
+    labels = batch_or_labels["labels"] if isinstance(batch_or_labels, dict) else batch_or_labels
+    targets = masked_targets(labels.cpu())
+    return {k: v.to(labels.device) if torch.is_tensor(v) else v for k, v in targets.items()}
 
 
-FUSED_ON_CPU = False
-"""Whether `masked_lm_loss` takes the fused linear + cross-entropy on a CPU too. Off: there the chunked path
-runs at less than half the plain path's speed (bench/results/step_parts.md) and the logits' memory is no
-constraint; on a GPU the fused path saves the (N, V) logits, their fp32 softmax and their gradient."""
-
-
-def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
-    """Cross-entropy of the MLM head, computed only at labelled positions. Returns (loss, accuracy, count);
-    accuracy is measured on the first ACCURACY_SAMPLE targets."""
-    if hidden.device.type == "cpu" and not FUSED_ON_CPU:
-        return masked_lm_logits_and_loss(model, hidden, labels)[1:]
-    targets = labels != IGNORE
-    gold = labels[targets]
-    head, V = model.lm_head, model.config.vocab_size
-    features = head.features(pad_rows(hidden[targets]))  # (N padded, E); rows padded as below
-    weight, bias = head.decoder.weight, head.decoder.bias  # (padded V, E), (padded V,)
-    loss = linear_cross_entropy(features, weight, bias, pad_rows(gold, value=IGNORE), V)
-    n = int(gold.numel())
-    with torch.no_grad():
-        k = min(n, ACCURACY_SAMPLE)
-        accuracy = (F.linear(features[:k], weight[:V], bias[:V]).argmax(-1) == gold[:k]).float().mean()
-    return loss, accuracy, n
-
-
-def masked_lm_logits_and_loss(model: MaskedLanguageModel, hidden: torch.Tensor, labels: torch.Tensor):
-    """masked_lm_loss that also returns the (N, V) logits at the labelled positions, in row-major order
-    (an ELECTRA generator samples replacements from them): (logits, loss, accuracy, count)."""
-    targets = labels != IGNORE
-    gold = labels[targets]
-    # The head runs only where there is a target; rows are padded to a fixed multiple (see pad_rows).
-    logits = model.mlm_logits(pad_rows(hidden[targets]))  # (N padded, V)
-    loss = cross_entropy(logits, pad_rows(gold, value=IGNORE))
-    n = int(gold.numel())
-    with torch.no_grad():  # a full argmax over (N, V) costs as much as a layer; 512 targets estimate it well
-        k = min(n, ACCURACY_SAMPLE)
-        # fp32: a CPU argmax over bf16 is ~4x slower than converting first
-        accuracy = (logits[:k].float().argmax(-1) == gold[:k]).float().mean()
-    return logits[:n], loss, accuracy, n
+def masked_lm_loss(model: MaskedLanguageModel, hidden: torch.Tensor, targets, return_logits: bool = False):
+    """Cross-entropy of the MLM head at the batch's prediction targets (`targets`: the batch, or its labels):
+    (loss, accuracy, count), with the head's logits at the targets first when `return_logits` (an ELECTRA
+    generator samples replacements from them). Accuracy is measured on the first ACCURACY_SAMPLE targets."""
+    t = masked_targets_of(targets)
+    index, labels = t["masked_index"], t["masked_labels"]
+    # the target count changes every batch: a compiled head takes it as a symbolic size from its first graph on
+    torch._dynamo.maybe_mark_dynamic(index, 0)
+    torch._dynamo.maybe_mark_dynamic(labels, 0)
+    out = model.lm_head.masked_loss(hidden, index, labels, return_logits)
+    return (out[2], *out[:2], t["masked_count"]) if return_logits else (*out, t["masked_count"])
 
 
 def masked_batch(layout: Layout, special, config: MLMConfig, rng: np.random.Generator) -> dict[str, torch.Tensor]:
@@ -97,10 +76,19 @@ def monolingual_batch(
 def masked_lm_output(model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
     """MLM's forward on any masked batch (TLM's too): the loss at the labelled positions, accuracy, FLOPs."""
     hidden = model(**model_inputs(batch)).last_hidden_state
-    loss, accuracy, n = masked_lm_loss(model, hidden, batch["labels"])
+    loss, accuracy, n = masked_lm_loss(model, hidden, batch)
     B, T = batch["input_ids"].shape
-    flops = training_flops(encoder_forward_flops(model.config, B, T) + mlm_head_forward_flops(model.config, n))
-    return ObjectiveOutput(loss, {"accuracy": accuracy}, flops)
+    head = mlm_head_forward_flops(model.config, n)
+    flops = training_flops(encoder_forward_flops(model.config, B, T) + head)
+    return ObjectiveOutput(loss, {"accuracy": accuracy}, flops, model_flops_of(model.config, batch, head))
+
+
+def model_flops_of(config, batch: dict, head_forward: float) -> float | None:
+    """Training FLOPs of the encoder's useful work on `batch` (its real tokens and attention inside each example,
+    which the loader counted: `real_tokens`, `attention_pairs`) plus a head's forward; None when not counted."""
+    if "real_tokens" not in batch:
+        return None
+    return training_flops(encoder_model_flops(config, batch["real_tokens"], batch["attention_pairs"]) + head_forward)
 
 
 class MLM(Objective):

@@ -53,12 +53,12 @@ class MoCoConfig(MLMConfig):
     than every positive, so while the key encoder drifts fast a query can tell its positive by freshness rather
     than content (the toy test shows it at momentum 0.9); the batch's own keys are as fresh as the positive and
     close that shortcut. From small-base at lr 1e-3, momentum 0.99 it did not show and this option did not
-    change retrieval (bench/results/ppa.md, `batchneg`)."""
+    change retrieval (arm `batchneg`)."""
     pooling: str = "mean"
     """Sentence vector: `first` = the first token's final state (PPA §2.1, mBERT's trained [CLS]); `mean` =
     mean over real tokens, specials included (PPA footnote 1; the `mean` of `evaluate tatoeba`). Default
     `mean`: in a model pre-trained by MLM/TLM alone (ours, XLM-R) the first token was never trained to sum
-    up the sentence, and on small-base its state separates translations half as well (see ppa.md)."""
+    up the sentence, and on small-base its state separates translations half as well (measured)."""
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:

@@ -7,7 +7,7 @@ replace the masked positions (Eqs. 2, 4); the model being trained, the discrimin
 token whether it was replaced (Eqs. 3, 5). Loss L_G + λ·L_D with λ = 50 (§4.1).
 
 MRTD and TRTD share one generator and one detection head (§3.2 trains one θ_G and one θ_D on all four
-losses): the first of them set up on a model builds these parts, the second finds them. Token embeddings are
+losses): `share_generator` builds these parts once and hands them to both. Token embeddings are
 shared between generator and discriminator (ELECTRA §3.2); the generator's other parameters never see L_D,
 because sampling cuts the graph.
 """
@@ -15,7 +15,7 @@ because sampling cuts the graph.
 from __future__ import annotations
 
 import dataclasses
-import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,21 +25,23 @@ from torch import nn
 
 from polyalign.data.masking import IGNORE
 from polyalign.data.streams import MonoBatch, ParallelBatch
-from polyalign.flops import replaced_token_detection_flops
+from polyalign.flops import replaced_token_detection_flops, replaced_token_detection_model_flops
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 from polyalign.model.heads import ReplacedTokenHead
 from polyalign.objectives.base import Objective, ObjectiveOutput, model_inputs
-from polyalign.objectives.mlm import MLMConfig, masked_lm_logits_and_loss, monolingual_batch
+from polyalign.objectives.mlm import MLMConfig, masked_lm_loss, masked_targets_of, monolingual_batch
 from polyalign.objectives.tlm import TLMConfig, translation_batch
+from polyalign.schema import flat_field
 
 GENERATOR_INITS = ("new", "model")
 
 
 @dataclass
-class RTDConfig(MLMConfig):
-    replace_probs: tuple[float, float, float] = (1.0, 0.0, 0.0)
-    """Generator input: every masked position becomes MASK (XLM-E §2, x^masked). Positions are chosen
-    uniformly (§3.1: span masking hurt), mask_prob 0.15 as in ELECTRA-Base (XLM-E Table 6 lists none)."""
+class RTDConfig:
+    masking: MLMConfig = flat_field(lambda: MLMConfig(replace_probs=(1.0, 0.0, 0.0)))
+    """The generator's MLM batch (its keys, `mask_prob` and `replace_probs`, sit beside the others in a recipe):
+    every masked position becomes MASK (XLM-E §2, x^masked); positions are chosen uniformly (§3.1: span masking
+    hurt), mask_prob 0.15 as in ELECTRA-Base (XLM-E Table 6 lists none)."""
     discriminator_weight: float = 50.0
     """λ in L_G + λ·L_D (XLM-E §4.1)."""
     generator_layers: int = 0
@@ -53,15 +55,15 @@ class RTDConfig(MLMConfig):
     def __post_init__(self) -> None:
         if self.generator_init not in GENERATOR_INITS:
             raise ValueError(f"generator_init={self.generator_init!r}: use one of {GENERATOR_INITS}")
-        if hasattr(super(), "__post_init__"):
-            super().__post_init__()  # TRTD's: TLMConfig checks its style
 
 
 @dataclass
-class TRTDConfig(RTDConfig, TLMConfig):
-    style: str = "ppa"
-    """`ppa`: `<s> e </s> f </s>`, positions running on: "the translation pair as a single sentence" (XLM-E
-    §3.1), which keeps relative positions across the pair meaningful; `xlm`: positions restart at f."""
+class TRTDConfig(RTDConfig):
+    masking: TLMConfig = flat_field(lambda: TLMConfig(replace_probs=(1.0, 0.0, 0.0), style="ppa"))
+    """The generator's TLM batch (`mask_prob`, `replace_probs`, `style`, `swap_prob` beside the others in a
+    recipe), masked as MRTD's. Style `ppa`: `<s> e </s> f </s>`, positions running on: "the translation pair as a
+    single sentence" (XLM-E §3.1), which keeps relative positions across the pair meaningful; `xlm`: positions
+    restart at f."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -75,11 +77,14 @@ def sample_replacements(logits: torch.Tensor) -> torch.Tensor:
         return torch.multinomial(torch.softmax(logits.detach().float(), dim=-1), 1).squeeze(1)  # (N,)
 
 
-def corrupt(original: torch.Tensor, masked: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
-    """x^corrupt (Eqs. 2, 4): the samples at the masked positions (row-major order), the original elsewhere."""
-    corrupted = original.clone()
-    corrupted[masked] = samples
-    return corrupted
+def corrupt(original: torch.Tensor, index: torch.Tensor, valid: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+    """x^corrupt (Eqs. 2, 4): the samples (K,) at the flat masked positions `index` (K,) where `valid`, the
+    original elsewhere. Padding entries write into one spare slot past the end, which is dropped."""
+    flat = original.reshape(-1)
+    N = flat.numel()
+    slots = torch.where(valid, index, N)  # (K,)
+    out = torch.cat([flat, flat.new_zeros(1)]).index_copy(0, slots, samples.to(flat.dtype))
+    return out[:N].view_as(original)
 
 
 def replaced_token_labels(original: torch.Tensor, corrupted: torch.Tensor) -> torch.Tensor:
@@ -88,12 +93,20 @@ def replaced_token_labels(original: torch.Tensor, corrupted: torch.Tensor) -> to
     return (corrupted != original).float()
 
 
+def masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` where `where` holds (a multiply and a sum: no selection whose size depends on the data)."""
+    where = where.to(values.dtype)
+    return (values * where).sum() / where.sum().clamp(min=1)
+
+
 def detection_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor):
     """Eqs. (3), (5): binary cross-entropy at every real token, averaged. Returns (loss, accuracy)."""
     real = attention_mask.bool()
-    loss = F.binary_cross_entropy_with_logits(logits[real].float(), labels[real])
+    acc = torch.promote_types(logits.dtype, torch.float32)
+    losses = F.binary_cross_entropy_with_logits(logits.to(acc), labels.to(acc), reduction="none")
+    loss = masked_mean(losses, real)
     with torch.no_grad():
-        accuracy = ((logits[real] > 0).float() == labels[real]).float().mean()
+        accuracy = masked_mean(((logits > 0).to(acc) == labels).to(acc), real)
     return loss, accuracy
 
 
@@ -133,28 +146,29 @@ class GeneratorAndHead(nn.Module):
         self.detection_head = ReplacedTokenHead(model.config)
 
 
-_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # discriminator model -> its GeneratorAndHead
-
-
-def shared_parts(
-    model: MaskedLanguageModel, generator_layers: int = 0, generator_init: str = "new"
-) -> GeneratorAndHead:
-    """The model's GeneratorAndHead, built by the first objective that asks."""
-    parts = _SHARED.get(model)
-    if parts is None:
-        parts = _SHARED[model] = GeneratorAndHead(model, generator_layers, generator_init)
-    expected = generator_config(model.config, generator_layers).num_layers
-    if parts.generator.config.num_layers != expected:
-        raise ValueError(
-            f"generator_layers: MRTD and TRTD share one generator, but one asks for {expected} layers and the "
-            f"other built {parts.generator.config.num_layers}; give both the same generator_layers"
-        )
-    if parts.generator_init != generator_init:
-        raise ValueError(
-            f"generator_init: MRTD and TRTD share one generator, but one asks for {generator_init!r} and the other "
-            f"built it {parts.generator_init!r}; give both the same generator_init"
-        )
-    return parts
+def share_generator(objectives: Iterable[Objective], model: MaskedLanguageModel) -> None:
+    """Build the one GeneratorAndHead the replaced-token-detection objectives among `objectives` train (XLM-E §3.2:
+    one θ_G, one θ_D) and hand it to each; they must agree on the generator they ask for."""
+    detectors = [o for o in objectives if isinstance(o, ReplacedTokenDetection)]
+    if not detectors:
+        return
+    first, *others = detectors
+    asked = (first.config.generator_layers, first.config.generator_init)
+    for other in others:
+        layers, init = other.config.generator_layers, other.config.generator_init
+        if generator_config(model.config, layers).num_layers != generator_config(model.config, asked[0]).num_layers:
+            raise ValueError(
+                f"generator_layers: MRTD and TRTD share one generator, but one asks for {layers} layers and the other "
+                f"for {asked[0]}; give both the same generator_layers"
+            )
+        if init != asked[1]:
+            raise ValueError(
+                f"generator_init: MRTD and TRTD share one generator, but one asks for {init!r} and the other for "
+                f"{asked[1]!r}; give both the same generator_init"
+            )
+    parts = GeneratorAndHead(model, *asked)
+    for detector in detectors:
+        detector.parts = parts
 
 
 @dataclass
@@ -186,7 +200,8 @@ class ReplacedTokenDetection(Objective):
         self.parts: GeneratorAndHead | None = None
 
     def setup(self, model: MaskedLanguageModel) -> None:
-        self.parts = shared_parts(model, self.config.generator_layers, self.config.generator_init)
+        if self.parts is None:  # alone in its recipe: nothing to share (share_generator hands out a shared one)
+            self.parts = GeneratorAndHead(model, self.config.generator_layers, self.config.generator_init)
 
     def mlm_heads(self, model: MaskedLanguageModel) -> dict[str, MaskedLanguageModel]:
         # A generator copied from the model (`generator_init: model`) copies its head too; a `new` one is meant to
@@ -197,13 +212,15 @@ class ReplacedTokenDetection(Objective):
         if self.parts is None:
             raise RuntimeError(f"{type(self).__name__}: call setup(model) before training")
         generator, inputs, labels = self.parts.generator, model_inputs(batch), batch["labels"]
+        targets = masked_targets_of(batch)
         # 1) generator: MLM on the masked text or pair (Eq. 1 / the TRTD generator loss)
         hidden = generator(**inputs).last_hidden_state
-        logits, generator_loss, generator_accuracy, n = masked_lm_logits_and_loss(generator, hidden, labels)
+        logits, generator_loss, generator_accuracy, n = masked_lm_loss(generator, hidden, targets, return_logits=True)
         # 2) corrupt the masked positions with the generator's samples (Eqs. 2, 4)
         masked = labels != IGNORE
         original = torch.where(masked, labels, batch["input_ids"])
-        corrupted = corrupt(original, masked, sample_replacements(logits))
+        valid = targets["masked_labels"] != IGNORE
+        corrupted = corrupt(original, targets["masked_index"], valid, sample_replacements(logits))
         replaced = replaced_token_labels(original, corrupted)
         # 3) discriminator: the model being trained, on the corrupted input (Eqs. 3, 5)
         disc_hidden = model(**{**inputs, "input_ids": corrupted}).last_hidden_state  # (B, T, C)
@@ -221,11 +238,17 @@ class ReplacedTokenDetection(Objective):
             "generator_accuracy": d.generator_accuracy,
             "discriminator_loss": d.discriminator_loss,
             "discriminator_accuracy": d.discriminator_accuracy,
-            "replaced": d.replaced[real].mean(),
+            "replaced": masked_mean(d.replaced, real),
         }
         B, T = batch["input_ids"].shape
-        flops = replaced_token_detection_flops(self.parts.generator.config, model.config, B, T, d.masked_count)
-        return ObjectiveOutput(loss, metrics, flops)
+        generator = self.parts.generator.config
+        flops = replaced_token_detection_flops(generator, model.config, B, T, d.masked_count)
+        model_flops = None
+        if "real_tokens" in batch:  # counted by the loader (Objective.make_training_batch)
+            model_flops = replaced_token_detection_model_flops(
+                generator, model.config, batch["real_tokens"], batch["attention_pairs"], d.masked_count
+            )
+        return ObjectiveOutput(loss, metrics, flops, model_flops)
 
 
 class MRTD(ReplacedTokenDetection):
@@ -235,7 +258,7 @@ class MRTD(ReplacedTokenDetection):
     Config = RTDConfig
 
     def make_batch(self, raw: MonoBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        return monolingual_batch(raw, self.special, self.config, self.uses_languages, rng)
+        return monolingual_batch(raw, self.special, self.config.masking, self.uses_languages, rng)
 
 
 class TRTD(ReplacedTokenDetection):
@@ -245,4 +268,4 @@ class TRTD(ReplacedTokenDetection):
     Config = TRTDConfig
 
     def make_batch(self, raw: ParallelBatch, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        return translation_batch(raw, self.special, self.config, self.uses_languages, rng)
+        return translation_batch(raw, self.special, self.config.masking, self.uses_languages, rng)

@@ -52,8 +52,8 @@ class CrossAttentionMLM(Objective):
         streams = two_streams(model, model_inputs(batch), stop_gradient=self.config.stop_gradient)
         # Eq. (1): terms 1 and 3 from H (own context), terms 2 and 4 from S (paired context); x and y are rows
         # of one batch, so each call covers the x term and the y term together.
-        own_loss, own_accuracy, n = masked_lm_loss(model, streams.own, batch["labels"])
-        paired_loss, paired_accuracy, _ = masked_lm_loss(model, streams.paired, batch["labels"])
+        own_loss, own_accuracy, n = masked_lm_loss(model, streams.own, batch)
+        paired_loss, paired_accuracy, _ = masked_lm_loss(model, streams.paired, batch)
         B2, T = batch["input_ids"].shape
         flops = training_flops(
             encoder_forward_flops(model.config, B2, T)

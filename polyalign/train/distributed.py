@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from polyalign.config import ObjectiveSpec, TrainerConfig
-from polyalign.model.compiling import compiled
+from polyalign.model.compiling import compile_regions
 from polyalign.objectives import OBJECTIVES
 from polyalign.train.fsdp import shard
 from polyalign.train.metrics import Window
@@ -59,10 +59,17 @@ def unused_parameters_possible(objectives: list[ObjectiveSpec]) -> bool:
 
 
 def wrap_for_processes(
-    module: nn.Module, trainer: TrainerConfig, objectives: list[ObjectiveSpec], world: int, device: torch.device
+    module: nn.Module,
+    trainer: TrainerConfig,
+    objectives: list[ObjectiveSpec],
+    world: int,
+    device: torch.device,
+    packed: bool = False,
 ) -> nn.Module:
     """What runs forward: the module; with several processes its DDP wrapper, or (FSDP) the module itself,
-    sharded in place, which must happen before an optimizer takes its parameters; compiled as `compiles` says."""
+    sharded in place, which must happen before an optimizer takes its parameters. When `compiles` says so, the
+    module's regions (each encoder layer, the MLM head's loss) are compiled in place (model/compiling.py):
+    specialised to packed rows' fixed size, or with symbolic sizes for unpacked rows, whose shapes change."""
     trained = module
     if world > 1 and trainer.distributed == "fsdp":
         shard(module, module.model.encoder.layers, device, trainer.precision)
@@ -70,7 +77,7 @@ def wrap_for_processes(
         unused = unused_parameters_possible(objectives)
         trained = nn.parallel.DistributedDataParallel(module, find_unused_parameters=unused)
     if compiles(trainer.compile, device):
-        trained = compiled(trained)
+        compile_regions(module, dynamic=None if packed else True)
     return trained
 
 
@@ -85,10 +92,7 @@ def average_gradients(parameters, world: int) -> None:
 
 
 def compiles(setting: bool | str, device: torch.device) -> bool:
-    """Whether `trainer.compile` compiles on `device`: `auto` means on CUDA only. The step is compiled with
-    automatic dynamic shapes: the MLM head's masked-row count (and its multiple of 64, see `pad_rows`) changes
-    from batch to batch, so a size seen changing recompiles once with that size symbolic; the losses' chunk
-    loops run outside the graph (`torch.compiler.disable`), so later counts compile nothing."""
+    """Whether `trainer.compile` compiles on `device`: `auto` means on CUDA only."""
     return device.type == "cuda" if setting == "auto" else bool(setting)
 
 
@@ -100,12 +104,13 @@ def bookkeeping_group(world: int):
 
 
 def reduce_window(window: Window, world: int, elapsed: float = 0.0) -> torch.Tensor:
-    """[tokens, flops, seconds, loss sum, metric sums in sorted name order], summed over processes, on the
-    device. The seconds are summed too, so every process adds the same (mean) time to its counters."""
+    """[tokens, flops, seconds, loss sum, metric sums in sorted name order, model flops], summed over processes, on
+    the device. The seconds are summed too, so every process adds the same (mean) time to its counters."""
     host = torch.tensor([window.tokens, window.flops, elapsed], dtype=torch.float64)
     host = host.to(window.device, non_blocking=True)
     sums = [window.loss, *(window.metrics[k] for k in sorted(window.metrics))]
-    packed = torch.cat([host, torch.stack([v.to(torch.float64) for v in sums])])
+    model = torch.tensor([window.model_flops], dtype=torch.float64).to(window.device, non_blocking=True)
+    packed = torch.cat([host, torch.stack([v.to(torch.float64) for v in sums]), model])
     if world > 1:
         dist.all_reduce(packed)
     return packed

@@ -1,6 +1,6 @@
 """A warm MLM head before the objectives start. A start without a trained MLM head (multilingual-e5-small ships
 none) gets the heads its objectives read trained alone on MLM, the encoder frozen, for `trainer.head_warmup_steps`
-steps; otherwise a random head's gradients rewrite the encoder in the first steps (bench/results/real-start.md,
+steps; otherwise a random head's gradients rewrite the encoder in the first steps (measured, arm
 `real-mlm-tlm-warm-head`: MLM + TLM from e5-small keeps Tatoeba-14 at 91.0 with a warm head, 67.0 / 53.9 cold).
 
 The warm-up is the loop's first phase (loop.py): the same step over its own data streams, optimizer, schedule and

@@ -16,10 +16,11 @@ import yaml
 from torch import nn
 
 from polyalign.checkpoint import STATE_JSON, resume_checkpoint
-from polyalign.config import Recipe
+from polyalign.config import Recipe, unpads_rows
 from polyalign.data.loader import SlotBatches, StepBatches, StepLoader
 from polyalign.device import to_device
 from polyalign.io import atomic_write_text, read_json
+from polyalign.model.compiling import compiled_regions
 from polyalign.train.distributed import agree_on_stop, average_gradients, reduce_window
 from polyalign.train.guard import Interrupted, RunGuard, hold_run_folder
 from polyalign.train.head_warmup import HEAD_WARMUP_FILE, describe, warmup_record
@@ -27,7 +28,6 @@ from polyalign.train.metrics import MetricsLog, Window
 from polyalign.train.optim import (
     drop_held_gradients,
     fit_warmup,
-    optimized_parameters,
     training_only,
     update_parameters,
 )
@@ -42,7 +42,8 @@ def active_objectives(specs: list, step: int) -> list[str]:
 
 def start_loader(run: Run) -> StepLoader:
     makers = {name: objective.make_training_batch for name, objective in run.module.objectives.items()}
-    dataset = SlotBatches(run.slots, makers, partial(active_objectives, run.recipe.objectives), run.step)
+    unpad = unpads_rows(run.recipe, run.device.type, run.module.model.config.position_bias)
+    dataset = SlotBatches(run.slots, makers, partial(active_objectives, run.recipe.objectives), run.step, unpad)
     return StepLoader(dataset, run.cfg.loader_workers, pin=run.device.type == "cuda")
 
 
@@ -53,18 +54,17 @@ def train_step(run: Run, item: StepBatches) -> None:
     assert item.step == run.step, (item.step, run.step)
     A = len(item.slots)
     autocast = torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.precision == "bf16")
-    unwrapped = run.trained._orig_mod if hasattr(run.trained, "_orig_mod") else run.trained
-    ddp = isinstance(unwrapped, nn.parallel.DistributedDataParallel)
+    ddp = isinstance(run.trained, nn.parallel.DistributedDataParallel)
     names: set[str] = set()
     for a, batches in enumerate(item.slots):
         batches = {n: to_device(b, run.device) for n, b in batches.items()}
         if run.sharded:
             run.module.set_requires_gradient_sync(a == A - 1)
-        with unwrapped.no_sync() if ddp and a < A - 1 else contextlib.nullcontext():
+        with run.trained.no_sync() if ddp and a < A - 1 else contextlib.nullcontext():
             with autocast:
-                loss, metrics, flops = run.trained(batches)
+                loss, metrics, (flops, model_flops) = run.trained(batches)
             (loss / A).backward()
-        run.window.add_micro_batch(loss.detach().float(), metrics, flops, 1 / A)
+        run.window.add_micro_batch(loss.detach().float(), metrics, flops, 1 / A, model_flops)
         names.update(metrics)
     if run.world > 1 and not run.sharded and not ddp:
         average_gradients(run.module.parameters(), run.world)
@@ -85,7 +85,9 @@ def fold_counters(run: Run) -> list[float]:
     run.counters["tokens"] += int(values[0])
     run.counters["flops"] += values[1]
     run.counters["seconds"] += values[2]
-    window.tokens, window.flops, window.started = 0, 0.0, time.perf_counter()
+    if run.counted:  # the run's own model FLOPs (absent from older checkpoints); a warm-up counts the three above
+        run.counters["model_flops"] = run.counters.get("model_flops", 0.0) + values[-1]
+    window.tokens, window.flops, window.model_flops, window.started = 0, 0.0, 0.0, time.perf_counter()
     return values
 
 
@@ -101,13 +103,15 @@ def log_window(run: Run, log: MetricsLog | None) -> dict | None:
     record = {
         "step": run.step,
         "loss": values[3] / run.world / window.steps,
-        **{k: v / run.world / window.counts[k] for k, v in zip(names, values[4:], strict=True)},
+        **{k: v / run.world / window.counts[k] for k, v in zip(names, values[4:-1], strict=True)},
         "lr": run.scheduler.get_last_lr()[0],
         "tokens_per_s": values[0] / max(values[2], 1e-9),
         **run.counters,
     }
     if run.compile_seconds:
         record["compile_seconds"], run.compile_seconds = run.compile_seconds, 0.0
+    if run.loss_path:  # the first line of this process: which MLM loss ran
+        record["loss_path"], run.loss_path = run.loss_path, ""
     if run.grad_norm is not None:  # under FSDP a replicated DTensor
         norm = run.grad_norm.full_tensor() if hasattr(run.grad_norm, "full_tensor") else run.grad_norm
         record["grad_norm"] = float(norm)
@@ -235,7 +239,7 @@ def warm_heads(run: Run, guard: RunGuard, resume: bool) -> None:
         shape = partial(warmup_record, run.warmup.cfg)
         log = MetricsLog(run.run_dir, run.warmup.step if resume else None, HEAD_WARMUP_FILE, False, shape)
     try:
-        with training_only(run.module, optimized_parameters(run.warmup.optimizer)):
+        with training_only(run.module, run.warmup.trains):
             train_phase(run, run.warmup, guard, log)
     finally:
         if log is not None:
@@ -258,7 +262,7 @@ def train_phase(run: Run, phase: Run, guard: RunGuard, log: MetricsLog | None, b
             item = next(loader)
             began = time.perf_counter()
             train_step(phase, item)
-            if phase.step == first_step + 1 and hasattr(phase.trained, "_orig_mod"):  # torch.compile ran in it
+            if phase.step == first_step + 1 and compiled_regions(phase.module):  # torch.compile ran in it
                 phase.compile_seconds = time.perf_counter() - began
             if phase.step % phase.cfg.log_every == 0 or phase.step == phase.cfg.max_steps:
                 record = log_window(phase, log)

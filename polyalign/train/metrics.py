@@ -79,17 +79,21 @@ class Window:
     steps: int = 0
     tokens: int = 0
     flops: float = 0.0
+    model_flops: float = 0.0
     loss: torch.Tensor | None = None
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     """Steps each metric was logged in (an objective with start_step or every is not active in all)."""
     started: float = field(default_factory=time.perf_counter)
 
-    def add_micro_batch(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], flops: float, share: float):
+    def add_micro_batch(
+        self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], flops: float, share: float, model_flops: float = 0.0
+    ):
         self.loss = loss * share if self.loss is None else self.loss + loss * share
         for k, v in metrics.items():
             self.metrics[k] = v * share if k not in self.metrics else self.metrics[k] + v * share
         self.flops += flops
+        self.model_flops += model_flops
 
     def end_step(self, tokens: int, names: list[str]) -> None:
         self.steps += 1

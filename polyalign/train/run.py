@@ -1,11 +1,13 @@
 """One process's part of a training run: what it holds (`Run`), how it is built from a recipe, with the head
-warm-up phase a start without a trained MLM head trains first (saving.py saves and restores it)."""
+warm-up a start without a trained MLM head trains first: a `Phase` the loop is given (saving.py saves and restores
+it). Every objective either runs is in the module from the build on; none joins or leaves it later."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -17,9 +19,10 @@ from polyalign.data.prepared import PreparedData
 from polyalign.data.streams import build_stream
 from polyalign.io import DataError
 from polyalign.model import MaskedLanguageModel
-from polyalign.objectives import OBJECTIVES, HeadMLM, build_objective, head_parameters
+from polyalign.model.heads import loss_path
+from polyalign.objectives import OBJECTIVES, HeadMLM, build_objective, head_parameters, setup_objectives
 from polyalign.tokenizer import Tokenizer
-from polyalign.train.distributed import bookkeeping_group, init_distributed, wrap_for_processes
+from polyalign.train.distributed import bookkeeping_group, compiles, init_distributed, wrap_for_processes
 from polyalign.train.fsdp import check_fsdp
 from polyalign.train.head_warmup import PHASE, STREAM_SALT, HeadWarmup, plan_head_warmup, warmup_trainer
 from polyalign.train.metrics import Window
@@ -42,7 +45,8 @@ class PretrainingModule(nn.Module):
         self.weights = weights
 
     def forward(self, batches: dict[str, dict[str, torch.Tensor]]):
-        total, metrics, flops = 0.0, {}, 0.0
+        """(weighted loss sum, metrics, (hardware FLOPs, model FLOPs)); see ObjectiveOutput."""
+        total, metrics, flops, model_flops = 0.0, {}, 0.0, 0.0
         for name, batch in batches.items():
             out = self.objectives[name](self.model, batch)
             total = total + self.weights[name] * out.loss
@@ -51,7 +55,8 @@ class PretrainingModule(nn.Module):
                 value = v.detach().float() if torch.is_tensor(v) else torch.tensor(float(v), device=out.loss.device)
                 metrics[f"{name}/{k}"] = value
             flops += out.flops
-        return total, metrics, flops
+            model_flops += out.flops if out.model_flops is None else out.model_flops
+        return total, metrics, (flops, model_flops)
 
 
 @dataclass
@@ -70,9 +75,30 @@ class Slot:
         self.rng.bit_generator.state = state["rng"]
 
 
+@dataclass(kw_only=True)
+class Progress:
+    """What the loop counts as it trains a run or a phase (the rest of either is what was built for it)."""
+
+    step: int = 0
+    counters: dict = field(default_factory=lambda: {"tokens": 0, "flops": 0.0, "seconds": 0.0})
+    slot_states: list[dict] = field(default_factory=list)
+    """Every slot's data state after the last trained step: what a checkpoint saves (the loader runs ahead)."""
+    grad_norm: torch.Tensor | None = None
+    window: Window | None = None
+    """The steps since the last log line (losses, metrics, tokens, FLOPs, time), read every log_every steps."""
+    flops_per_step: float = 0.0
+    """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
+    compile_seconds: float = 0.0
+    """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
+    reports it as `compile_seconds`; the first window's tokens/s includes it."""
+    loss_path: str = ""
+    """The MLM loss's path on this device (`polyalign.model.heads.loss_path`), until the first log line records it."""
+
+
 @dataclass
-class Run:
-    """One process's part of a training run: built by `build_run`, advanced by `train_step`."""
+class Run(Progress):
+    """One process's part of a training run: what `build_run` built, and its progress (`Progress`), advanced by
+    `train_step`."""
 
     recipe: Recipe
     run_dir: Path
@@ -90,26 +116,13 @@ class Run:
     slots: list[Slot]
     bookkeeping: object = None
     """Process group for CPU-side collectives (checkpoint data): gloo beside NCCL; None = the default group."""
-    step: int = 0
-    counters: dict = field(default_factory=lambda: {"tokens": 0, "flops": 0.0, "seconds": 0.0})
-    slot_states: list[dict] = field(default_factory=list)
-    """Every slot's data state after the last trained step: what a checkpoint saves (the loader runs ahead)."""
-    grad_norm: torch.Tensor | None = None
-    window: Window | None = None
-    flops_per_step: float = 0.0
-    """Mean training FLOPs per step (all processes) in the last logged window: predicts where max_flops is met."""
     head_warmup: HeadWarmup | None = None
     """What the head-only steps before step 0 did (`trainer.head_warmup_steps`), when `init_from` had no trained
     MLM head: kept in checkpoints, outside every budget."""
-    warmup: Run | None = None
-    """The head warm-up while it has steps to train: a phase of the loop, itself a Run over this run's module
-    (its own objective, settings, optimizer, schedule and slots; see `build_warmup`)."""
-    counted: bool = True
-    """Whether its steps are the run's own (counted toward its budget, logged in metrics.jsonl, saved every
-    `save_every`); False for the head warm-up, whose checkpoints are its owner's."""
-    compile_seconds: float = 0.0
-    """Wall time of this call's first step when compiled (the compilation, mostly), until the next log line
-    reports it as `compile_seconds`; the first window's tokens/s includes it."""
+    warmup: Phase | None = None
+    """The head warm-up while it has steps to train: the phase the loop trains first (`warmup_phase`)."""
+    counted: ClassVar[bool] = True
+    """The run's steps are its own: counted toward its budget, logged in metrics.jsonl, saved every `save_every`."""
 
     @property
     def cfg(self) -> TrainerConfig:
@@ -126,7 +139,7 @@ def build_run(
 ) -> tuple[Run, PreparedData]:
     """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet. `warm_up`
     (default: on a `fresh` start, not a resume): build the head warm-up a start without a trained MLM head needs
-    (head_warmup.py) as `run.warmup`."""
+    (head_warmup.py) as `run.warmup`, a Phase."""
     cfg = recipe.trainer
     rank, world, device = init_distributed(device_name, cfg.process_timeout_s)
     if cfg.threads:
@@ -149,59 +162,89 @@ def build_run(
     objectives = {
         o.name: build_objective(o.name, o.config, tokenizer.special, model.config, languages) for o in recipe.objectives
     }
-    for objective in objectives.values():
-        objective.setup(model)
+    setup_objectives(objectives, model)
     model.encoder.checkpoint_layers = cfg.activation_checkpointing
-    module = PretrainingModule(model, objectives, {o.name: o.weight for o in recipe.objectives}).to(device)
     warm, note = plan_head_warmup(recipe.init_from, cfg, model, objectives)
     warm_up = (fresh if warm_up is None else warm_up) and warm is not None
+    weights = {o.name: o.weight for o in recipe.objectives}
+    # The warm-up's objective joins the module here, for good: it owns no parameters, so checkpoints are unchanged.
+    phases = {PHASE: warm} if warm_up else {}
+    module = PretrainingModule(model, objectives | phases, weights | dict.fromkeys(phases, 1.0)).to(device)
     if rank == 0:
         readers = [name for name, o in objectives.items() if o.stream != "parallel"]
         announce_parallel_as_mono(prepared, data_languages, readers + (["the head warm-up"] if warm_up else []))
         if note and fresh:
             print(note)
     freeze_held_for_good(module, cfg)  # before DDP/FSDP and the optimizer see the parameters
-    trained = wrap_for_processes(module, cfg, recipe.objectives, world, device)
+    packed = packs_rows(recipe, device.type)
+    trained = wrap_for_processes(module, cfg, recipe.objectives, world, device, packed)
     optimizer, scheduler = build_optimizer(module, cfg)
     streams = {
         o.name: (objectives[o.name].stream, recipe.data.for_objective(o), i) for i, o in enumerate(recipe.objectives)
     }
     where = (prepared, data_languages, languages, rank)
-    slots = build_slots(streams, RUN_SALT, cfg, packs_rows(recipe, device.type), *where)
+    slots = build_slots(streams, RUN_SALT, cfg, packed, *where)
     run = Run(recipe, run_dir, rank, world, device, tokenizer, languages, module, trained, optimizer, scheduler, slots)
     run.bookkeeping = bookkeeping_group(world)
+    run.loss_path = loss_path(device, compiles(cfg.compile, device))
     run.slot_states = [s.state_dict() for s in slots]
     run.window = Window(device)
     if warm_up:
         warmup_slots = build_slots({PHASE: ("mono", recipe.data, STREAM_SALT)}, STREAM_SALT, cfg, False, *where)
-        run.warmup = build_warmup(run, warm, warmup_slots)
+        run.warmup = warmup_phase(run, warm, warmup_slots)
     return run, prepared
 
 
-def build_warmup(run: Run, warm: HeadMLM, slots: list[Slot]) -> Run:
-    """The head warm-up as a phase: a Run over `run`'s module with `warm` (the objective that trains the heads
-    alone) as its one objective, an optimizer and schedule over the heads' own parameters (`warmup_trainer`'s
-    settings; the loop trains them alone, `training_only`) and its own slots. Its forward is the module's own
-    (under FSDP the sharded root, which must run every forward); with DDP it averages its gradients itself."""
+@dataclass
+class Phase(Progress):
+    """A stretch of steps the loop is given before the run's own, as plain data: which objectives run
+    (`recipe.objectives`, objectives of the run's module), which parameters train (`trains`), its settings (steps,
+    lr and schedule: `cfg`), whether its steps count toward the run's budget (`counted`); its optimizer, schedule
+    and data slots over the run's module; and what it has counted so far (`Progress`)."""
+
+    recipe: Recipe
+    """The run's recipe with the phase's objectives and trainer settings (`cfg`)."""
+    trains: list[nn.Parameter]
+    """The parameters that take a gradient in its steps; the loop holds every other."""
+    counted: bool
+    module: PretrainingModule
+    trained: nn.Module
+    """What runs forward: the module itself (under FSDP the sharded root, which must run every forward)."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    slots: list[Slot]
+    device: torch.device
+    rank: int
+    world: int
+    sharded: bool
+
+    @property
+    def cfg(self) -> TrainerConfig:
+        return self.recipe.trainer
+
+
+def warmup_phase(run: Run, warm: HeadMLM, slots: list[Slot]) -> Phase:
+    """The head warm-up: `warm` (the module's objective that trains the heads alone, there since the build) on its
+    own slots, an optimizer and schedule over the heads' own parameters (`warmup_trainer`'s settings), steps counted
+    toward no budget. With DDP its step averages its gradients itself (the module runs unwrapped)."""
     cfg = warmup_trainer(run.cfg)
-    run.module.objectives[PHASE] = warm  # it owns no parameters: checkpoints are unchanged
-    run.module.weights[PHASE] = 1.0
-    with training_only(run.module, head_parameters(warm.heads)):
+    trains = head_parameters(warm.heads)
+    with training_only(run.module, trains):
         optimizer, scheduler = build_optimizer(run.module, cfg)
     recipe = dataclasses.replace(run.recipe, trainer=cfg, objectives=[ObjectiveSpec(PHASE)])
-    counters = {"tokens": 0, "flops": 0.0, "seconds": 0.0}
-    return dataclasses.replace(
-        run, recipe=recipe, trained=run.module, optimizer=optimizer, scheduler=scheduler, slots=slots, step=0,
-        counters=counters, slot_states=[s.state_dict() for s in slots], window=Window(run.device), counted=False,
+    return Phase(
+        recipe, trains, False, run.module, run.module, optimizer, scheduler, slots, run.device, run.rank, run.world,
+        run.sharded, slot_states=[s.state_dict() for s in slots], window=Window(run.device),
     )  # fmt: skip
 
 
 def end_warmup(run: Run) -> HeadWarmup:
-    """The warm-up phase has trained its steps: its objective leaves the module, its summary stays."""
-    warm, phase = run.module.objectives.pop(PHASE), run.warmup
-    del run.module.weights[PHASE]
+    """The warm-up phase has trained its steps: its summary stays with the run (its objective, owning no
+    parameters, stays in the module untrained)."""
+    phase = run.warmup
+    heads = list(run.module.objectives[PHASE].heads)
     c = phase.counters
-    run.head_warmup = HeadWarmup(list(warm.heads), phase.cfg.max_steps, c["tokens"], c["flops"], c["seconds"])
+    run.head_warmup = HeadWarmup(heads, phase.cfg.max_steps, c["tokens"], c["flops"], c["seconds"])
     run.warmup = None
     return run.head_warmup
 

@@ -20,7 +20,7 @@ from polyalign.train.distributed import barrier, gather_objects
 from polyalign.train.fsdp import gather_state, load_optimizer_state, load_state
 from polyalign.train.head_warmup import PHASE, HeadWarmup
 from polyalign.train.resume import pad_moments_to_parameters
-from polyalign.train.run import Run
+from polyalign.train.run import Phase, Run
 
 WARMUP_PREFIX = f"{PHASE}."
 """Where the warm-up's optimizer tensors lie in a checkpoint's state tensors, beside the run's `optimizer.`."""
@@ -87,7 +87,7 @@ def restore_run(run: Run, checkpoint: Path) -> None:
     restore_rng({k[len(f"rank{source}.") :]: v for k, v in tensors.items() if k.startswith(f"rank{source}.")})
 
 
-def restore_position(run: Run, step: int, slot_states: list[dict]) -> None:
+def restore_position(run: Run | Phase, step: int, slot_states: list[dict]) -> None:
     """The step, the schedule at it and every slot's data state (`slot_states` of all processes' slots)."""
     run.step = step
     run.scheduler.last_epoch = run.step
@@ -104,7 +104,7 @@ def restore_position(run: Run, step: int, slot_states: list[dict]) -> None:
     run.slot_states = [s.state_dict() for s in run.slots]
 
 
-def restore_warmup(phase: Run, saved: dict, tensors: dict[str, torch.Tensor]) -> None:
+def restore_warmup(phase: Phase, saved: dict, tensors: dict[str, torch.Tensor]) -> None:
     """The warm-up phase where a checkpoint inside it left it: its optimizer, counters, step, schedule and slots
     (the weights it trains are the run's, restored with them)."""
     mine = {k[len(WARMUP_PREFIX) :]: v for k, v in tensors.items() if k.startswith(WARMUP_PREFIX)}

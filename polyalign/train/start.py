@@ -9,7 +9,7 @@ from polyalign.checkpoint import load_model
 from polyalign.config import Recipe, check_positions
 from polyalign.io import DataError
 from polyalign.model import EncoderConfig, MaskedLanguageModel
-from polyalign.objectives import OBJECTIVES
+from polyalign.objectives import objective_config
 from polyalign.tokenizer import Tokenizer
 
 ARCHITECTURE = (
@@ -89,8 +89,8 @@ def check_warm_start(recipe: Recipe) -> None:
             "first (VECO §4), but there is none: pass --init-from MODEL, or --set 'trainer.train_only=[]'"
         )
     for i, spec in enumerate(recipe.objectives):
-        cls = OBJECTIVES[spec.name]
-        if cls.needs_pretrained_start and not getattr(cls.Config(**spec.config), "allow_cold_start", False):
+        cls, config = objective_config(spec.name, spec.config, f"objectives.{i}")
+        if cls.needs_pretrained_start and not getattr(config, "allow_cold_start", False):
             raise DataError(
                 f"objectives.{i} ({spec.name}) needs a pretrained start ({cls.needs_pretrained_start}): "
                 f"pass --init-from MODEL, or set objectives.{i}.config.allow_cold_start=true"

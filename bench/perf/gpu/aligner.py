@@ -8,28 +8,32 @@ interpolations towards the start; AER on the 7 gold sets, dev and test halves as
 THE RULE, written before any run (bench/studies/e5.py's, with passes over the pack for steps):
 1. Layer: the start's layer (4 to 10) with the lowest mean argmax AER over the gold sets' dev halves; both arms
    self-train there and every candidate is scored there.
-2. Passes: each arm's schedule spans PASSES passes over the packed bitext, a checkpoint every 1/CHECKPOINTS of a
-   pass (a minutes guard per arm stops it earlier on a slow card: the passes it made are recorded). Each arm's best
-   checkpoint by mean dev-half argmax AER is interpolated towards the start at 0.25, 0.5 and 0.75 (WiSE-FT).
-   The offered aligner: among self-training's checkpoints and interpolations below the start on every dev half
-   (argmax, the rule's layer), the lowest mean dev-half AER (none below everywhere: the lowest mean); the number
-   of passes is that checkpoint's. DWA-beside is chosen the same way among its own candidates, reported beside.
+2. Passes: self-training's schedule spans PASSES (one) passes over the packed bitext, its warm-up and linear decay
+   over exactly the steps it runs (no minutes guard cuts it: a call cut at its budget is finished by the next, from
+   its last checkpoint), a checkpoint every 1/CHECKPOINTS of a pass. Each arm's best checkpoint by mean dev-half
+   argmax AER is interpolated towards the start at 0.25, 0.5 and 0.75 (WiSE-FT). The offered aligner: among
+   self-training's checkpoints and interpolations below the start on every dev half (argmax, the rule's layer),
+   the lowest mean dev-half AER (none below everywhere: the lowest mean); the number of passes is that
+   checkpoint's. DWA-beside sees the same number of pairs (the same schedule) and runs only when that fits the
+   budget left at the card's measured rate; else it is recorded as not run. It is chosen the same way among its
+   own candidates, reported beside.
 3. Extraction: on each chosen model at the rule's layer, the method (argmax, itermax, ot, softmax at 1e-3, softmax
    at 0.1) with the lowest mean dev-half AER. Test halves and whole sets are reported, never used to choose.
+The learning rate is the CPU pilot's (5e-5, 2e-5 or 1e-5 at this recipe, chosen by a rule written before it ran;
+bench/results/aligner_pilot.md; the pilot's code at commit ee8e556).
 
-THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600,
-`--steps aligner --work /tmp/gaw`): unpacking, importing and the start's sweep ~30 (measured on an H200), each arm's
-training up to 4 minutes (1 pass of the pack at 128 pairs a step, 4,695 steps, unless its guard stops it), each arm's
-scores and interpolations and `align` within `Plan.reserve_s`; a call cut at its budget is finished by the same
-command at once. With `--budget aligner=S` the two arms share what is left of S after the sweep and the reserve,
-equally (an H200 made 1,640 self-training steps and 580 DWA-beside steps in 0.91 minutes each, eager). Equal
-minutes, not equal pairs: DWA's steps cost more (a TLM forward pass and the pointer network), so it sees fewer pairs;
-both are recorded.
+THE PLAN for a loan of its own (device seconds, 900 in all): the machine's start ~40; call 1 (timeout_s 600, `python
+-m bench.run gpu-check aligner --work /tmp/gaw`, the step's 565 s): unpacking, importing and the start's sweep ~30
+(measured on an H200); self-training, one pass of the pack at 128 pairs a step (487,053 pairs: 3,806 steps), ~130 at
+the H200's measured 1,800 steps a minute (eager); its 5 checkpoints' scores, 3 interpolations and the chosen model's
+5 extractions within `Plan.reserve_s` (170); `align` ~10. DWA-beside at the same 3,806 steps needs ~360 at its
+measured 640 a minute and 170 for its scores: more than the ~220 left, so on such a loan it is recorded as not run
+(the step says the seconds it needed and had). A call cut at its budget is finished by the same command at once.
 
 It resumes inside a loan: the start, the bitext, each run (`pretrain --resume`), each model's scores stay in the
 step's --work folder, so a call cut at its budget is finished by the next call with the same --work. Results:
 the step's parts (gpu_check.json) and aligner/result.json beside the logs. The dry run does all of it on the CPU
-with a random 2 x 32 model on the bundled sample (tests/test_gpu_check.py).
+with a random 2 x 32 model on the bundled sample (tests/test_gpu_aligner.py), both arms run.
 """
 
 from __future__ import annotations
@@ -58,45 +62,46 @@ class Plan:
     pairs_per_step: int
     tokens_per_step: int
     lr: float
-    """awesome-align's 2e-5 at 16 pairs, scaled by the square root of the batch's growth."""
+    """The CPU pilot's choice among 5e-5, 2e-5 and 1e-5 by its rule written first (its code at commit ee8e556,
+    bench/results/aligner_pilot.md)."""
     passes: float
     checkpoints_per_pass: int
-    minutes: dict
-    """A guard per arm: one loan holds both trainings, their scores and `align`."""
     align_pairs: int
     rule_layers: tuple[int, ...]
     overrides: tuple[str, ...] = ()
     step_cap: int = 0
-    """At most this many steps (0: as many as the passes take); the dry run's few."""
+    """At most this many steps (0: as many as the passes take); the dry run's and the pilot's few."""
     reserve_s: float = 0.0
-    """Seconds of the step's budget kept for what follows the trainings (each arm's scores and interpolations,
-    `align`): the arms share the rest equally, so a loan shared with other steps shortens both alike."""
+    """Seconds of the step's budget kept for what follows a training (its scores and interpolations, `align`)."""
     steps_per_minute: dict | None = None
-    """Each arm's training steps a minute on the card last measured: the schedule spans what the minutes guard lets
-    it make there (never more than the passes), so the learning rate decays inside the guard instead of being cut
-    while high (an H200 cut a 4,695-step schedule at 1,640 steps, its checkpoints worse than the start)."""
+    """Each arm's training steps a minute on the card last measured: whether an arm's schedule fits the budget left
+    is read from it (None: every arm runs)."""
+    warmup_share: float = 0.02
+    """Warm-up steps as a share of the schedule (the recipe's 100 over a pass of ~4,700 steps at 128 pairs), so that
+    a shorter schedule (the pilot's) warms up and decays over exactly the steps it runs."""
 
-    def schedule(self, arm: str, pairs: int, minutes: float) -> tuple[int, int, int]:
-        """(steps a pass, the schedule's steps, steps between checkpoints) of an arm over `pairs` pairs."""
+    def schedule(self, pairs: int) -> tuple[int, int, int, int]:
+        """(steps a pass, the schedule's steps, steps between checkpoints, warm-up steps) over `pairs` pairs: the
+        schedule spans the passes (or the cap) and every run makes all of it, a call cut at its budget resumed by
+        the next, so the learning rate always decays to zero inside the run."""
         steps_per_pass = math.ceil(pairs / self.pairs_per_step)
         steps = max(2, round(self.passes * steps_per_pass))
         steps = min(steps, self.step_cap) if self.step_cap else steps
-        if self.steps_per_minute:
-            steps = min(steps, max(2, round(minutes * self.steps_per_minute[arm])))
-        return steps_per_pass, steps, max(1, min(steps_per_pass, steps) // self.checkpoints_per_pass)
+        every = max(1, min(steps_per_pass, steps) // self.checkpoints_per_pass)
+        return steps_per_pass, steps, every, max(1, round(self.warmup_share * steps))
 
-    def arm_minutes(self, arm: str, seconds_left: float) -> float:
-        """An arm's minutes guard: the plan's, or its equal share of the budget left, whichever is less."""
-        share = (seconds_left - self.reserve_s) / len(ARMS) / 60
-        return round(max(0.5, min(self.minutes[arm], share)), 2)
+    def seconds_needed(self, arm: str, steps: int) -> float:
+        """An arm's training seconds at the card's measured rate, and what follows it (0 without a rate)."""
+        return 60 * steps / self.steps_per_minute[arm] + self.reserve_s if self.steps_per_minute else 0.0
 
 
-# Eager: an arm trains for a minute or two, and compiling a training step took about one (the MLM arm's warm-up
-# at XLM-R-base size, bench/results/gpu).
-FULL = Plan(128, 16384, 5e-5, 1.0, 4, {"self-align": 4.0, "dwa-beside": 4.0}, 20_000, tuple(range(4, 11)),
-            ("trainer.compile=false",), reserve_s=170,
-            steps_per_minute={"self-align": 1800, "dwa-beside": 640})  # H200 eager: 1,640, 580 in 0.91 min  # fmt: skip
-DRY = Plan(8, 1024, 5e-5, 1.0, 2, {"self-align": 0.5, "dwa-beside": 0.5}, 200, (1, 2),
+# Eager: an arm trains for a few minutes, and compiling a training step took about one (the MLM arm's warm-up at
+# XLM-R-base size, bench/results/gpu). One pass of the pack at 128 pairs: 3,806 steps, at the H200's measured rates
+# (1,640 self-training and 580 DWA-beside steps in 0.91 minutes each, bench/results/gpu/loan4.md) ~2.1 minutes of
+# self-training, ~6 of DWA.
+FULL = Plan(128, 16384, 5e-5, 1.0, 4, 20_000, tuple(range(4, 11)), ("trainer.compile=false",), reserve_s=170,
+            steps_per_minute={"self-align": 1800, "dwa-beside": 640})  # fmt: skip
+DRY = Plan(8, 1024, 5e-5, 1.0, 2, 200, (1, 2),
            ("trainer.loader_workers=0", "trainer.head_warmup_steps=2", "data.mono.max_tokens=1024"), 6)  # fmt: skip
 
 
@@ -127,7 +132,7 @@ def unpack(step: Step) -> Inputs | None:
         pairs = sum(p["lines"] for p in meta["parallel"].values())
         return Inputs(start, prepared, gold, tuple(sorted(p.name for p in gold.iterdir())), pairs, {"dry_run": True})
     if not (DEFAULT_PACK / PACK_JSON).is_file():
-        step.part("pack", status="skipped: no pack (python bench/perf/aligner_pack.py; carry bench/work/aligner-pack)")
+        step.part("pack", status="skipped: no pack (python -m bench.run aligner-pack; carry bench/work/aligner-pack)")
         return None
     described = json.loads((DEFAULT_PACK / PACK_JSON).read_text())
     if not (base / "prepared" / "meta.json").is_file():
@@ -195,15 +200,14 @@ def dev_aer(saved: dict, method: str, layer: int) -> dict[str, float]:
 # Training
 
 
-def train(step: Step, inputs: Inputs, arm: str, layer: int, minutes: float) -> tuple[Path, dict]:
-    """One arm's run over the packed bitext (resumed when its run folder has checkpoints); its record."""
+def train(step: Step, inputs: Inputs, arm: str, layer: int, plan: Plan, run_dir: Path) -> tuple[Path, dict]:
+    """One arm's run over the packed bitext, all of its schedule (resumed when its run folder has checkpoints: a call
+    cut at its budget is finished by the next); its record."""
     from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 
-    plan = FULL if not step.dry_run else DRY
-    run_dir = step.work / "aligner" / "runs" / arm
-    steps_per_pass, max_steps, save_every = plan.schedule(arm, inputs.pairs, minutes)
+    steps_per_pass, max_steps, save_every, warmup = plan.schedule(inputs.pairs)
     sets = [f"trainer.max_steps={max_steps}", f"trainer.save_every={save_every}", "trainer.keep_checkpoints=0",
-            "trainer.stop_at=0", f"trainer.max_minutes={minutes:g}", f"trainer.lr={plan.lr:g}",
+            "trainer.stop_at=0", "trainer.max_minutes=0", f"trainer.warmup_steps={warmup}", f"trainer.lr={plan.lr:g}",
             f"data.parallel.max_examples={plan.pairs_per_step}", f"data.parallel.max_tokens={plan.tokens_per_step}",
             f"objectives.0.config.layer={layer}", *plan.overrides]  # fmt: skip
     done = run_dir / "done"
@@ -215,16 +219,16 @@ def train(step: Step, inputs: Inputs, arm: str, layer: int, minutes: float) -> t
         command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
         command += ["--resume"] if (run_dir / "checkpoints").is_dir() else []
         step.part(f"train {arm}", status=UNFINISHED)
-        status, seconds = run_command(step, f"train-{arm}", command)
+        status, seconds = run_command(step, f"train-{run_dir.name}", command)
         if status != "ok":
             step.part(f"train {arm}", status=status, seconds=seconds)
             raise RuntimeError(f"train {arm}: {status}")
         done.write_text(json.dumps({"seconds": seconds}))
     steps = [checkpoint_step(c) for c in checkpoint_dirs(run_dir)]
-    record = {"steps": max(steps), "max_steps": max_steps, "steps_per_pass": steps_per_pass,
-              "passes": round(max(steps) / steps_per_pass, 3), "pairs_seen": max(steps) * plan.pairs_per_step,
-              "seconds": json.loads(done.read_text())["seconds"], "finished_before": finished_before,
-              "minutes_guard": minutes}  # fmt: skip
+    record = {"steps": max(steps), "max_steps": max_steps, "warmup_steps": warmup, "lr": plan.lr,
+              "steps_per_pass": steps_per_pass, "passes": round(max(steps) / steps_per_pass, 3),
+              "pairs_seen": max(steps) * plan.pairs_per_step, "seconds": json.loads(done.read_text())["seconds"],
+              "finished_before": finished_before}  # fmt: skip
     step.part(f"train {arm}", status="ok", **record)
     return run_dir, record
 
@@ -279,10 +283,14 @@ def step_aligner(step: Step) -> None:
     result = {"rule_layer": layer, "gold_sets": list(inputs.gold_sets), "pack": inputs.described, "arms": {}}
     start = scores(step, inputs, "start", inputs.start, METHODS, (layer,))
     result["start"] = start
-    minutes = {arm: plan.arm_minutes(arm, step.left()) for arm in ARMS}  # equal minutes, fixed before either
-    step.part("minutes per arm", status="ok", **minutes)
     for arm in ARMS:
-        run_dir, trained = train(step, inputs, arm, layer, minutes[arm])
+        run_dir = step.work / "aligner" / "runs" / arm
+        if arm != OFFERED_ARM and (reason := unaffordable(step, plan, arm, inputs.pairs, run_dir)):
+            step.part(f"train {arm}", status=f"skipped: not run, {reason}")
+            result["arms"][arm] = {"not_run": reason}
+            save(step, result)
+            continue
+        run_dir, trained = train(step, inputs, arm, layer, plan, run_dir)
         found = candidates(step, inputs, arm, run_dir, layer)
         chosen = choose(inputs, found, start, layer)
         chosen_scores = scores(step, inputs, chosen, found[chosen][0], METHODS, (layer,))
@@ -298,6 +306,20 @@ def step_aligner(step: Step) -> None:
     offered = result["arms"][OFFERED_ARM]
     result["align"] = align_speed(step, Path(offered["model"]), offered["method"], layer, plan.align_pairs)
     save(step, result)
+
+
+def unaffordable(step: Step, plan: Plan, arm: str, pairs: int, run_dir: Path) -> str | None:
+    """Why an arm beside the offered one is not run in this call (None: it runs): it sees as many pairs as the
+    offered arm (the same schedule), so it runs only when that schedule and its scores fit the budget left at the
+    card's measured rate, or when an earlier call started it."""
+    if (run_dir / "checkpoints").is_dir():
+        return None
+    steps = plan.schedule(pairs)[1]
+    needed, left = plan.seconds_needed(arm, steps), step.left()
+    if needed <= left:
+        return None
+    rate = plan.steps_per_minute[arm]
+    return f"{steps:,} steps at {rate:,} a minute and their scores need {needed:.0f} s, {left:.0f} s left"
 
 
 def aer_rows(chosen: dict, start: dict, method: str, layer: int, gold_sets) -> dict:
@@ -327,5 +349,5 @@ def align_speed(step: Step, model: Path, method: str, layer: int, pairs: int) ->
 def save(step: Step, result: dict) -> None:
     out = step.logs.parent / "aligner"
     out.mkdir(parents=True, exist_ok=True)
-    result["command"] = "python bench/perf/gpu_check.py --steps aligner" + (" --dry-run" if step.dry_run else "")
+    result["command"] = "python -m bench.run gpu-check aligner" + (" --dry-run" if step.dry_run else "")
     (out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -1,14 +1,13 @@
-"""Step 2 of the GPU check: torchrun pre-training through a checkpoint and --resume, a DDP probe, pytest -m gpu."""
+"""The GPU check's tests: torchrun pre-training through a checkpoint and --resume (one process), `pytest -m gpu`."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from pathlib import Path
 
-from bench.perf.gpu.step import ENTRY, NO_CUDA, Step, run_command, sample_prepared, torchrun
+from bench.perf.gpu.step import NO_CUDA, Step, run_command, sample_prepared, torchrun
 
 
 def step_gpu_tests(step: Step) -> None:
@@ -18,13 +17,12 @@ def step_gpu_tests(step: Step) -> None:
         step.part("all", status=NO_CUDA)
         return
     pretrain_part(step)
-    ddp_probe_part(step)
     pytest_part(step)  # last: it takes what is left of the budget, the others have measured by then
 
 
 def pytest_part(step: Step) -> None:
-    """tests/test_gpu.py skips itself without CUDA: on the CPU (--dry-run) this checks the command runs."""
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-p", "no:cacheprovider"]
+    """Every test marked `gpu` (each skips itself without CUDA: on the CPU, --dry-run, this checks the command)."""
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-p", "no:cacheprovider"]
     command += ["--durations=0"]  # where the budget goes, in the log
     status, seconds = run_command(step, "pytest", command)
     log = step.log("pytest")
@@ -36,9 +34,8 @@ def pytest_part(step: Step) -> None:
 
 
 def pretrain_part(step: Step) -> None:
-    """xlm (MLM + TLM) under torchrun, stopped at a checkpoint halfway, then resumed to the end. With one process
-    polyalign joins no process group (train.init_distributed: WORLD_SIZE > 1), so the probe checks NCCL."""
-    n = step.sizes.pretrain_steps
+    """xlm (MLM + TLM) under torchrun, stopped at a checkpoint halfway, then resumed to the end."""
+    n = 4 if step.dry_run else 20
     run = step.work / "pretrain-run"
     sets = [f"trainer.max_steps={n}", f"trainer.save_every={n // 2}", "trainer.log_every=1", "trainer.warmup_steps=1"]
     sets += ["trainer.distributed=ddp", "trainer.loader_workers=2"]
@@ -88,30 +85,5 @@ def run_numbers(run: Path) -> dict:
     if not (run / "metrics.jsonl").is_file():
         return {}
     records = metrics(run)
-    return {"steps": records[-1]["step"], "last_loss": records[-1]["loss"], "tokens_per_s": records[-1]["tokens_per_s"]}
-
-
-def ddp_probe_part(step: Step) -> None:
-    """torchrun, one process: the default backend (NCCL on CUDA, gloo without), DDP over a Linear, an all_reduce."""
-    out = step.work / "ddp-probe.json"
-    script = [str(ENTRY), "--ddp-probe", str(out)] + (["--dry-run"] if step.dry_run else [])
-    status, seconds = run_command(step, "ddp-probe", torchrun(*script))
-    found = json.loads(out.read_text()) if status == "ok" and out.is_file() else {}
-    step.part("torchrun DDP probe", status=status, seconds=seconds, **found)
-
-
-def ddp_probe(out: Path, dry_run: bool) -> None:
-    """What a torchrun worker runs for the probe: backend chosen as polyalign chooses it."""
-    import torch
-    import torch.distributed as dist
-
-    cuda = torch.cuda.is_available() and not dry_run
-    backend = "nccl" if cuda else "gloo"
-    dist.init_process_group(backend)
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16).to(device))
-    model(torch.randn(4, 16, device=device)).sum().backward()
-    total = torch.ones(1, device=device)
-    dist.all_reduce(total)
-    out.write_text(json.dumps({"backend": dist.get_backend(), "world": dist.get_world_size(), "sum": total.item()}))
-    dist.destroy_process_group()
+    last = {"steps": records[-1]["step"], "last_loss": records[-1]["loss"], "tokens_per_s": records[-1]["tokens_per_s"]}
+    return last | {"loss_path": records[0].get("loss_path", "not recorded")}

@@ -1,11 +1,12 @@
-"""Step 4 of the GPU check, training throughput, as users train: every objective through the trainer's own step
-(polyalign/train: `build_run`, `start_loader`, `train_step`, as `polyalign pretrain` runs them) at XLM-R-base size
-(12 x 768, 12 heads, FFN 3072, 512 positions, the pack's vocabulary) on the carried data pack's real text, in
-packed rows (`data.pack=true`) where every objective of the recipe reads them. Per recipe: tokens/s (real tokens),
-MFU from the objectives' own FLOP count against the card's dense bf16 peak and against the measured 8192^3 bf16
-matmul, peak memory. Beside transformers where a peer exists (MLM: XLMRobertaForMaskedLM; RTD: ELECTRA's generator and
-ElectraForPreTraining) on the same batches in turn
-(bench/perf/speed.py's `compare_on_same_batches`); XLM-E with and without its gated relative bias."""
+"""Training throughput as users train: recipes through the trainer's own step (polyalign/train: `build_run`,
+`start_loader`, `train_step`, as `polyalign pretrain` runs them) at XLM-R-base size (12 x 768, 12 heads, FFN 3072)
+with 512-token rows (`data.*.max_length=510`) on the carried data pack's real text, packed (`data.pack=true`) where
+every objective of the recipe reads packed rows. MLM, TLM and XLM-E first (`FIRST`), the other arms with time left.
+Per arm: tokens/s (real tokens), MFU from model FLOPs (the trainer's `model_flops`: real tokens, the MLM head at the
+real masked count) and from its padded count (`flops`, hardware FLOPs), against the card's dense bf16 peak and the
+measured 8192^3 bf16 matmul; peak memory; row length, batch, loss path, torch and transformers versions. Beside
+transformers where a peer exists (MLM: XLMRobertaForMaskedLM; RTD: ELECTRA's generator and ElectraForPreTraining)
+on the same batches in turn (bench/perf/speed.py's `compare_on_same_batches`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ GPU_SIZES = (
     "model.num_heads=12",
     "model.ffn_size=3072",
     "model.max_positions=512",
+    "data.mono.max_length=510",
+    "data.parallel.max_length=510",
     "data.mono.max_tokens=16384",
     "data.parallel.max_tokens=16384",
     "trainer.loader_workers=4",
@@ -40,12 +43,20 @@ PEERS = {  # peer: (the transformers stack, the objective whose batches it train
     "electra": ("transformers ELECTRA (ElectraForMaskedLM + ElectraForPreTraining)", "mrtd", "electra_rtd"),
 }
 NO_GATED_BIAS = ("model.position_bias=none", "model.absolute_positions=true")
+ROWS_512 = ("data.mono.max_length=510", "model.max_positions=512")  # 512-token rows, <s> and </s> included
+UNPAD, PADDED = "data.unpad=true", "data.pack=false"
 # arm: (recipe, overrides, transformers peer); together they train every registered objective. The most asked-about
 # come first: a loan shared with other steps measures the first few.
 ARMS = {
     "mlm, in turn with transformers": ("mlm", (), "xlmr"),
     "xlm-e (MRTD + TRTD), gated relative bias": ("xlm-e", (), None),
     "xlm-e without its gated bias (absolute positions)": ("xlm-e", NO_GATED_BIAS, None),
+    # Unpadding (model/unpadded.py) beside packed and padded rows at 512-token rows; tokens/s count real tokens.
+    "mlm at 512-token rows, unpadded": ("mlm", (*ROWS_512, UNPAD), None),
+    "mlm at 512-token rows, packed": ("mlm", ROWS_512, None),
+    "mlm at 512-token rows, padded": ("mlm", (*ROWS_512, PADDED), None),
+    "xlm-e at 512-token rows, gated bias gathered once per layer": ("xlm-e", ROWS_512, None),
+    "xlm-e at 512-token rows without its gated bias, unpadded": ("xlm-e", (*ROWS_512, *NO_GATED_BIAS, UNPAD), None),
     "xlm (MLM + TLM)": ("xlm", (), None),
     "xlm-e-mono (MRTD) without its gated bias, in turn with transformers": ("xlm-e-mono", NO_GATED_BIAS, "electra"),
     "ernie-m (MLM + TLM + CAMLM + BTMLM)": ("ernie-m", (), None),
@@ -56,25 +67,33 @@ ARMS = {
     "self-align": ("self-align", (*COLD, "objectives.0.config.allow_cold_start=true"), None),
     "mlm": ("mlm", (), None),
 }
+FIRST = ("mlm, in turn with transformers", "xlm (MLM + TLM)", "xlm-e (MRTD + TRTD), gated relative bias")
+"""What the check must measure first (MLM, TLM and XLM-E at 512-token rows); the other arms with time left."""
 WARMUP, STEPS = 3, 10  # the dry run: 1 and 1
 PACK = "data.pack=true"
+
+
+def data_for(step: Step) -> Path | None:
+    """The carried data pack's prepared folder on the GPU; the bundled sample, prepared once, in the dry run."""
+    from bench.perf.gpu_pack import DEFAULT_PACK
+
+    if step.dry_run:
+        return sample_prepared(step)
+    if (DEFAULT_PACK / "pack.json").is_file():
+        return DEFAULT_PACK / "prepared"
+    step.part("all", status="skipped: no data pack (python -m bench.run gpu-pack; carry bench/work/gpu-pack)")
+    return None
 
 
 def step_throughput(step: Step) -> None:
     import torch
 
-    from bench.perf.gpu_pack import DEFAULT_PACK
     from polyalign.config import objectives_reading_unpacked_rows
 
     if not torch.cuda.is_available() and not step.dry_run:
         step.part("all", status=NO_CUDA)
         return
-    if step.dry_run:  # the bundled sample, prepared once for the check (the gpu tests' step prepares it too)
-        prepared = sample_prepared(step)
-    elif (DEFAULT_PACK / "pack.json").is_file():
-        prepared = DEFAULT_PACK / "prepared"
-    else:
-        step.part("all", status="skipped: no data pack (python bench/perf/gpu_pack.py; carry bench/work/gpu-pack)")
+    if (prepared := data_for(step)) is None:
         return
     device = torch.device(device_name(step))
     peaks = peak_rates(step, device)
@@ -83,18 +102,19 @@ def step_throughput(step: Step) -> None:
         f"recipes at {'tiny' if step.dry_run else 'XLM-R-base'} size ({', '.join(sizes(step))}) on {prepared}, "
         "packed rows (data.pack=true) where every objective of the recipe reads them, padded rows elsewhere; "
         f"{warmup} warm-up steps, then up to {timed} timed, each waiting for the device, on batches the loader made "
-        f"first; MFU = the objectives' own FLOP count per second / {peaks}"
+        f"first; MFU = FLOPs per second / {peaks}"
     )
-    for arm, (recipe_name, overrides, peer) in ARMS.items():
+    for arm in sorted(ARMS, key=lambda a: (a not in FIRST, FIRST.index(a) if a in FIRST else 0)):
+        recipe_name, overrides, peer = ARMS[arm]
         if step.left() < 20 and not step.dry_run:
             step.part(arm, status="skipped: step budget spent")
             continue
         step.part(arm, status=UNFINISHED, recipe=recipe_name)
         try:
             recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides])
-            if not objectives_reading_unpacked_rows(recipe):
+            if not objectives_reading_unpacked_rows(recipe) and PADDED not in overrides:
                 recipe = arm_recipe(recipe_name, prepared, [*sizes(step), *overrides, PACK])
-            step.part(arm, packed=recipe.data.pack is True)
+            step.part(arm, packed=recipe.data.pack is True, **versions())
             record, peers = measure_recipe(recipe, step, peer)
             step.part(arm, **record)
             for title, peer_record in peers.items():  # a row of its own in the step's table
@@ -102,6 +122,13 @@ def step_throughput(step: Step) -> None:
         except Exception as e:  # noqa: BLE001  (an out-of-memory arm must not take the others with it)
             step.part(arm, status=f"failed: {type(e).__name__}: {one_line(str(e))}")
         release(device)
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def sizes(step: Step) -> tuple[str, ...]:
@@ -153,10 +180,11 @@ def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
         items = [next(loader) for _ in range(warmup + steps)]  # the same batches for every arm of the round
     finally:
         loader.close()
-    flops_before = []
+    flops_before, model_flops_before = [], []
 
     def ours(item) -> float:
         flops_before.append(run.window.flops)
+        model_flops_before.append(getattr(run.window, "model_flops", 0.0))
         summed = run.window.loss  # the window adds up the steps' losses on the device
         train_step(run, dataclasses.replace(item, step=run.step))
         return float(run.window.loss - (0.0 if summed is None else summed))  # waits for the device
@@ -173,6 +201,14 @@ def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
     flops = run.window.flops - flops_before[warmup]
     tokens = sum(item.tokens for item in items[warmup : warmup + len(measured["polyalign"]["seconds"])])
     record = rates(measured["polyalign"], tokens, flops, step.result["peaks"])
+    if hasattr(run.window, "model_flops"):  # the model's useful work: real tokens, the head at the masked count
+        model = rates(
+            measured["polyalign"], tokens, run.window.model_flops - model_flops_before[warmup], step.result["peaks"]
+        )
+        record |= {f"model_flops_{k}": model[k] for k in ("tflops_per_s", "mfu_percent")}
+    batches = [b for item in items[warmup:] for b in item.slots[0].values() if isinstance(b, dict)]
+    shapes = [tuple(b["input_ids"].shape) for b in batches if "input_ids" in b]
+    record |= {"rows_x_tokens": " / ".join(sorted({f"{b} x {t}" for b, t in shapes})), "loss_path": loss_path(run)}
     # Beside transformers, both stacks' weights and optimizer states are on the card at once.
     record["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else "n/a (CPU)"
     record["seconds_in_all"] = time.perf_counter() - t0
@@ -180,6 +216,13 @@ def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
     for theirs in peers.values():
         record["speedup_over_transformers"] = theirs["s_per_step"] / record["s_per_step"]
     return record, peers
+
+
+def loss_path(run) -> str:
+    """The loss path the trainer records on its first log line (where it records one)."""
+    from polyalign.train.loop import log_window
+
+    return (log_window(run, None) or {}).get("loss_path", "not recorded")
 
 
 def rates(measured: dict, tokens: int, flops: float, peaks: dict) -> dict:
@@ -192,7 +235,7 @@ def rates(measured: dict, tokens: int, flops: float, peaks: dict) -> dict:
         "steps": done,
         "s_per_step": seconds / done,
         "tokens_per_s": tokens / seconds,
-        "model_tflops_per_s": tflops,
+        "tflops_per_s": tflops,
         "mfu_percent": 100 * tflops / sheet if sheet else "unknown",
         "mfu_percent_of_measured_matmul": 100 * tflops / matmul,
         "warmup_seconds": measured["warmup_seconds"],
