@@ -141,8 +141,13 @@ def describe_os_error(err: OSError) -> str:
 
 
 def _speaker_prefix() -> str | None:
-    from polyalign.train.distributed import speaker_prefix
+    """The prefix of this process's last line (None: it says nothing). Under torchrun, once one process has ended
+    the launcher sends SIGTERM to the others: a process already ending ignores it, so that its line and its own
+    exit code stand."""
+    from polyalign.train.distributed import speaker_prefix, this_process
 
+    if this_process()[1] > 1 and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return speaker_prefix()
 
 
