@@ -133,6 +133,10 @@ class TrainerConfig:
     """Parameter-name substrings: when set, only matching parameters are trained (until `train_only_until`)."""
     train_only_until: int = 0
     """Step at which `train_only` stops applying (VECO §4 trains only cross-attention at first); 0 = always."""
+    process_timeout_s: float = 120.0
+    """With several processes: how long one waits in a collective for the others before it gives up and stops
+    (the process group's timeout). A peer that dies is usually noticed at once (its connection closes); this
+    bounds the wait for one that hangs or whose machine is lost."""
     loader_workers: int = 2
     """Processes that build batches ahead of the step (at most one per accumulation slot); 0 builds them in the
     training process. The batches are the same for any number."""
@@ -175,6 +179,7 @@ class TrainerConfig:
         at_least = {"max_steps": 1, "grad_accumulation": 1, "log_every": 1, "save_every": 1, "warmup_steps": 0}
         at_least |= dict.fromkeys(("keep_checkpoints", "stop_at", "threads", "train_only_until", "loader_workers"), 0)
         at_least |= dict.fromkeys(("weight_decay", "clip_norm", "max_minutes", "max_flops", "head_warmup_steps"), 0)
+        at_least["process_timeout_s"] = 1
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise ValueError(f"{name}={getattr(self, name)}: must be at least {low}")

@@ -12,8 +12,13 @@ It then resumes with `--resume` (with a fresh start only if no checkpoint was co
 run's per-step losses with those of an uninterrupted reference run, exactly. A trial counts as resumed from a
 checkpoint only when the resumed process says which one it loaded ("resuming from ... at step N"); a kill counts
 as mid-write only when the half-written folder is still there after the process died.
+`--distributed` runs the same tiny run in two processes under torchrun instead, stopped at a random step by kill -9
+of one of its ranks or by SIGTERM to the launcher, in turn; it times how long the processes left took to stop,
+keeps what they said and the exit codes, runs the command their line gives, and compares the curve with the
+uninterrupted two-process run's (`--append` adds trials to those saved: the bench runs in pieces).
 Heavy (a few CPU-minutes): run it under the shared CPU lock:
     flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.run reliability -- [--trials N]
+    flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.run reliability -- --distributed --trials 10 [--append]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -29,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.reporting import Block, commit, machine, page_text, records, write_json
+from bench.reporting import Block, commit, machine, page_text, read_json, records, write_json
 from polyalign.checkpoint import checkpoint_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +55,68 @@ trainer: {{max_steps: {STEPS}, lr: 1.0e-3, warmup_steps: 4, log_every: 1, save_e
 """
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Runs under torchrun: its processes, what its summary says, what the ranks said (tests/test_rank_failures.py
+# uses these too)
+
+LAUNCH = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+"""torchrun, two processes on this machine (--standalone picks a free rendezvous port)."""
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc: Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # ended meanwhile
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def rank_processes(launcher: int) -> dict[int, int]:
+    """{rank: pid} of the processes torchrun (pid `launcher`) started, read from the RANK it gave each."""
+    ranks = {}
+    for pid in children(launcher):
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        rank = next((e[5:] for e in environ if e.startswith(b"RANK=")), None)
+        if rank is not None:
+            ranks[int(rank)] = pid
+    return ranks
+
+
+SUMMARY_ENTRY = re.compile(r"rank\s*: (\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)")
+
+
+def exit_codes(output: str) -> dict[int, int]:
+    """{rank: exit code} of the failed processes, from torchrun's summary (negative: killed by that signal)."""
+    return {int(rank): int(code) for rank, code in SUMMARY_ENTRY.findall(output)}
+
+
+def polyalign_tracebacks(output: str) -> list[str]:
+    """Lines of Python tracebacks printed by the ranks (torch prefixes them `[rankN]:`) or through polyalign's code;
+    torchrun's own (its ChildFailedError or SignalException) runs through torch's files alone."""
+    return [
+        line
+        for line in output.splitlines()
+        if re.match(r"\[rank\d+\]:", line) or (line.strip().startswith('File "') and "/polyalign/" in line)
+    ]
+
+
+def said_lines(output: str) -> list[str]:
+    """What polyalign's processes said: the lines that are neither torch's logging nor its launcher summary."""
+    return [line for line in output.splitlines() if re.match(r"(rank \d+: )?(error: |SIGTERM |SIGINT |done: )", line)]
+
+
+def resume_command(said: str) -> list[str]:
+    """The command a line says continues the run (`torchrun ... polyalign.cli pretrain --resume ...`), as argv."""
+    command = shlex.split(re.search(r"`(torchrun [^`]*)`", said)[1])
+    return [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+
+
 def polyalign(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "polyalign.cli", *args]
@@ -64,6 +132,17 @@ def train(work: Path, run: Path, resume: bool = False) -> tuple[int, str]:
 
 def losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records(run / "metrics.jsonl")}
+
+
+def prepare_work(work: Path) -> None:
+    """The recipe and the bundled sample, prepared, in `work` (kept between the pieces of a bench)."""
+    (work / "recipe.yaml").write_text(RECIPE)
+    if (work / "prepared").is_dir():
+        return
+    sample = ["--mono", str(SAMPLE / "mono"), "--parallel", str(SAMPLE / "parallel"), "--vocab-size", "4000"]
+    prep = polyalign("prepare", *sample, "--out", str(work / "prepared"), "--no-progress")
+    if prep.wait() != 0:
+        sys.exit(f"prepare failed: {prep.stdout.read()}")
 
 
 CASES = ("after-first-checkpoint", "during-write", "late")
@@ -142,25 +221,20 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "reliability")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="the two-process trials (torchrun) instead; their results join the one-process ones in the JSON",
+    )
+    parser.add_argument("--append", action="store_true", help="with --distributed: add to the trials saved before")
     args = parser.parse_args()
+    if args.distributed:
+        distributed_main(args)
+        return
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    (work / "recipe.yaml").write_text(RECIPE)
-    prep = polyalign(
-        "prepare",
-        "--mono",
-        str(SAMPLE / "mono"),
-        "--parallel",
-        str(SAMPLE / "parallel"),
-        "--vocab-size",
-        "4000",
-        "--out",
-        str(work / "prepared"),
-        "--no-progress",
-    )
-    if prep.wait() != 0:
-        sys.exit(f"prepare failed: {prep.stdout.read()}")
+    prepare_work(work)
     start = time.perf_counter()
     code, out = train(work, work / "reference")
     duration = time.perf_counter() - start
@@ -197,8 +271,14 @@ def main() -> None:
     command = f"python -m bench.run reliability -- --trials {args.trials} --seed {args.seed}"
     run = {"steps": STEPS, "save_every": SAVE_EVERY, "keep_checkpoints": KEEP}
     saved = {"code": commit(), "machine": machine(), "command": command, "run": run, "summary": summary}
-    write_json(RESULTS / "reliability.json", saved | {"trials": trials})
-    write_page(saved | {"trials": trials}, RESULTS / "reliability.md")
+    before = RESULTS / "reliability.json"
+    kept = (
+        {"distributed": read_json(before)["distributed"]}
+        if before.is_file() and "distributed" in read_json(before)
+        else {}
+    )
+    write_json(RESULTS / "reliability.json", saved | {"trials": trials} | kept)
+    write_page(saved | {"trials": trials} | kept, RESULTS / "reliability.md")
     print(f"wrote {RESULTS / 'reliability.md'}: {summary}")
 
 
@@ -244,5 +324,190 @@ def write_page(saved: dict, page: Path) -> Path:
     )
     counts = Block(heading="Counts", header=("", "trials"), rows=tuple(summary.items()))
     trials = Block(heading="Trials", header=TRIAL_COLUMNS, rows=tuple(tuple(trial_row(t)) for t in saved["trials"]))
-    page.write_text(page_text(["# Kill -9 and resume", "", protocol, "", counts, trials]), encoding="utf-8")
+    parts = ["# Kill -9 and resume", "", protocol, "", counts, trials]
+    if "distributed" in saved:
+        parts += ["", *distributed_blocks(saved["distributed"])]
+    page.write_text(page_text(parts), encoding="utf-8")
     return page
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Two processes under torchrun
+
+PROCESS_TIMEOUT_S = 30
+"""trainer.process_timeout_s of the two-process runs: the longest a survivor may wait in a collective."""
+DISTRIBUTED_KINDS = ("kill -9 of a rank", "SIGTERM to the launcher")
+
+
+def torchrun_train(work: Path, run: Path) -> subprocess.Popen:
+    args = ["pretrain", str(work / "recipe.yaml"), "--data", str(work / "prepared"), "--run-dir", str(run)]
+    sets = ["--set", f"trainer.process_timeout_s={PROCESS_TIMEOUT_S}", "--set", "trainer.loader_workers=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [*LAUNCH, "-m", "polyalign.cli", *args, *sets, "--no-progress"]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def exited(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie its parent has not yet collected)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def distributed_trial(work: Path, index: int, reference: dict[int, float], rng: random.Random) -> dict:
+    """Kill one rank (chosen at random) with -9, or send SIGTERM to torchrun, at a random step; time until every
+    process left running has ended; then run the command the survivors' line gives and compare the curve."""
+    run = work / f"ddp-{index:02d}"
+    shutil.rmtree(run, ignore_errors=True)
+    kind = DISTRIBUTED_KINDS[index % len(DISTRIBUTED_KINDS)]
+    at = rng.randint(3, STEPS - 3)
+    proc = torchrun_train(work, run)
+    while proc.poll() is None and logged_steps(run) < at:
+        time.sleep(0.005)
+    ranks, logged_at = rank_processes(proc.pid), logged_steps(run)
+    victim = rng.randint(0, 1) if kind.startswith("kill") else None
+    started = time.perf_counter()
+    if victim is not None:
+        os.kill(ranks[victim], signal.SIGKILL)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    survivors = [pid for rank, pid in ranks.items() if rank != victim]
+    while not all(exited(pid) for pid in survivors):
+        time.sleep(0.002)
+    stop_seconds = time.perf_counter() - started
+    out, _ = proc.communicate()
+    said = said_lines(out)
+    checkpoints = [p.name for p in checkpoint_dirs(run)]
+    go_on = next((line for line in said if "continue with `torchrun" in line), None)
+    resumed = subprocess.run(
+        resume_command(go_on) if go_on else [sys.executable, "-c", "raise SystemExit(3)"],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+    )
+    loaded = RESUMED.search(resumed.stdout)
+    got = losses(run) if resumed.returncode == 0 else {}
+    return {
+        "trial": index,
+        "kind": kind,
+        "killed_rank": victim,
+        "steps_logged_at_the_fault": logged_at,
+        "survivors_stopped_seconds": round(stop_seconds, 3),
+        "launcher_exit_code": proc.returncode,
+        "rank_exit_codes": {str(k): v for k, v in exit_codes(out).items()},
+        "said": said,
+        "traceback_lines": len(polyalign_tracebacks(out)),
+        "checkpoints_after": checkpoints,
+        "kept_named": re.search(r"kept: checkpoint (step-\d+)", go_on)[1] if go_on and "kept:" in go_on else None,
+        "resumed_from_step": int(loaded[2]) if loaded else None,
+        "resume_exit_code": resumed.returncode,
+        "resume_lines": said_lines(resumed.stdout + resumed.stderr),
+        "curve_equal": resumed.returncode == 0 and got == reference,
+        "max_abs_loss_difference": max((abs(got[s] - reference[s]) for s in reference if s in got), default=None),
+    }
+
+
+def distributed_main(args) -> None:
+    """The two-process trials, in pieces: `--append` adds `--trials` more to those saved (the seed moves on with
+    them, so that pieces draw other steps)."""
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    prepare_work(work)
+    saved_path = RESULTS / "reliability.json"
+    saved = read_json(saved_path)
+    before = saved.get("distributed", {}) if args.append else {}
+    trials, commands = list(before.get("trials", [])), list(before.get("commands", []))
+    reference_path = work / "ddp-reference"
+    seconds = before.get("summary", {}).get("reference_seconds")
+    if not (reference_path / "metrics.jsonl").is_file() or seconds is None:
+        shutil.rmtree(reference_path, ignore_errors=True)
+        started = time.perf_counter()
+        out, _ = torchrun_train(work, reference_path).communicate()
+        seconds = round(time.perf_counter() - started, 1)
+        if len(said_lines(out)) != 1:
+            sys.exit(f"reference run failed:\n{out}")
+    reference = losses(reference_path)
+    rng = random.Random(args.seed + len(trials))
+    command = f"python -m bench.run reliability -- --distributed --trials {args.trials} --seed {args.seed}"
+    commands.append(command + (" --append" if args.append else "") + f" (commit {commit()})")
+    run = {"steps": STEPS, "save_every": SAVE_EVERY, "keep_checkpoints": KEEP, "processes": 2}
+    run |= {"process_timeout_s": PROCESS_TIMEOUT_S, "loader_workers": 1}
+    for _ in range(args.trials):  # saved after each trial: a piece cut short keeps what it did
+        trials.append(distributed_trial(work, len(trials), reference, rng))
+        print(f"trial {len(trials) - 1}: {trials[-1]}", flush=True)
+        summary = distributed_summary(trials) | {"reference_seconds": seconds}
+        section = {"code": commit(), "machine": machine(), "commands": commands, "run": run, "summary": summary}
+        saved["distributed"] = section | {"trials": trials}
+        write_json(saved_path, saved)
+        write_page(saved, RESULTS / "reliability.md")
+    print(f"wrote {RESULTS / 'reliability.md'}: {saved['distributed']['summary']}")
+
+
+def distributed_summary(trials: list[dict]) -> dict:
+    summary: dict = {"trials": len(trials)}
+    for kind in DISTRIBUTED_KINDS:
+        these = [t for t in trials if t["kind"] == kind]
+        stops = sorted(t["survivors_stopped_seconds"] for t in these)
+        summary |= {
+            f"{kind}: trials": len(these),
+            f"{kind}: resumed with the command the survivors gave": sum(t["resume_exit_code"] == 0 for t in these),
+            f"{kind}: curve equal to the uninterrupted run": sum(t["curve_equal"] for t in these),
+            f"{kind}: one line per survivor, no polyalign traceback": sum(
+                t["traceback_lines"] == 0 and len(t["said"]) == 1 for t in these
+            ),
+            f"{kind}: survivors stopped within (s), median / max": (
+                f"{stops[len(stops) // 2]:.2f} / {stops[-1]:.2f}" if stops else "-"
+            ),
+        }
+    return summary
+
+
+DISTRIBUTED_COLUMNS = (
+    "trial",
+    "fault",
+    "steps logged at the fault",
+    "survivors stopped in (s)",
+    "exit codes (launcher; ranks)",
+    "what the processes said",
+    "checkpoints after",
+    "resumed from step",
+    "same loss curve",
+)
+
+
+def distributed_row(t: dict) -> list:
+    fault = t["kind"] if t["killed_rank"] is None else f"kill -9 of rank {t['killed_rank']}"
+    ranks = ", ".join(f"rank {k}: {v}" for k, v in sorted(t["rank_exit_codes"].items())) or "-"
+    return [
+        t["trial"],
+        fault,
+        t["steps_logged_at_the_fault"],
+        f"{t['survivors_stopped_seconds']:.2f}",
+        f"{t['launcher_exit_code']}; {ranks}",
+        " / ".join(line.split("; kept:")[0].split("; continue")[0] for line in t["said"]),
+        ", ".join(t["checkpoints_after"]) or "none",
+        t["resumed_from_step"] if t["resumed_from_step"] is not None else f"failed ({t['resume_exit_code']})",
+        "yes" if t["curve_equal"] else "NO",
+    ]
+
+
+def distributed_blocks(saved: dict) -> list:
+    run, summary = saved["run"], saved["summary"]
+    commands = "; ".join(f"`{c}`" for c in saved["commands"])
+    protocol = (
+        f"Generated in pieces by {commands} ({saved['machine']}). The same tiny run in two processes "
+        f"(`torchrun --standalone --nproc_per_node 2`, gloo, trainer.process_timeout_s={run['process_timeout_s']}, "
+        f"one loader worker each; the uninterrupted run takes {summary['reference_seconds']:.1f} s, start-up "
+        "included) is stopped at a random step by one of two faults in turn: kill -9 of one rank (chosen at random), "
+        "or SIGTERM to the launcher (torchrun forwards it to both ranks). 'Survivors stopped in' is the time from "
+        "the fault until every process not killed had ended (at most the configured timeout is the promise). Then "
+        "the command the survivors' line gives is run, and the finished run's per-step losses are compared exactly "
+        "with the uninterrupted two-process run's."
+    )
+    counts = Block(heading="Counts", header=("", "trials"), rows=tuple(summary.items()), level=3)
+    rows = tuple(tuple(distributed_row(t)) for t in saved["trials"])
+    trials = Block(heading="Trials", header=DISTRIBUTED_COLUMNS, rows=rows, level=3)
+    return ["## Two processes under torchrun", "", protocol, "", counts, trials]

@@ -112,7 +112,7 @@ def main(args: list[str] | None = None) -> None:
     except SafetensorError as err:
         _fail(f"a safetensors file could not be written or read ({str(err).splitlines()[0]})")
     finally:
-        if in_main_thread:
+        if in_main_thread and signal.getsignal(signal.SIGTERM) is _terminate:  # one set since stays (train/guard.py)
             signal.signal(signal.SIGTERM, previous)
     sys.exit(code if isinstance(code, int) else 0)
 
@@ -140,13 +140,29 @@ def describe_os_error(err: OSError) -> str:
     return f"{path}{err.strerror or err}" + (f"; {fix}" if fix else "")
 
 
+def _speaker_prefix() -> str | None:
+    """The prefix of this process's last line (None: it says nothing). Under torchrun, once one process has ended
+    the launcher sends SIGTERM to the others: a process already ending ignores it, so that its line and its own
+    exit code stand."""
+    from polyalign.train.distributed import speaker_prefix, this_process
+
+    if this_process()[1] > 1 and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return speaker_prefix()
+
+
 def _say(message: str) -> None:
-    console.print(message, highlight=False, soft_wrap=True, markup=False, emoji=False)
+    prefix = _speaker_prefix()  # under torchrun, rank 0 speaks for the run; another rank says its own failure
+    if message and prefix is not None:
+        console.print(prefix + message, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def _fail(message: str) -> None:
     # the user's words are printed as written: `[...]` is no markup and `:x:` no emoji
-    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True, markup=True, emoji=False)
+    prefix = _speaker_prefix()
+    if prefix is not None:
+        said = f"{escape(prefix)}[red]error:[/red] {escape(message)}"
+        console.print(said, highlight=False, soft_wrap=True, markup=True, emoji=False)
     sys.exit(2)
 
 

@@ -36,6 +36,7 @@ def pretrain(
     from polyalign.config import load_recipe
     from polyalign.train import load_run_recipe
     from polyalign.train import pretrain as run_pretrain
+    from polyalign.train.distributed import this_process
 
     overrides = list(set_ or [])
     if data is not None:
@@ -49,6 +50,8 @@ def pretrain(
     else:
         spec = load_recipe(recipe, overrides, preset)
     summary = run_pretrain(spec, run_dir, resume=resume, progress=progress)
+    if this_process()[0] != 0:  # rank 0 speaks for the run
+        return
     console.print(
         f"done: {summary['new_steps']} steps in {summary['command_seconds'] / 60:.1f} min (the run: {summary['step']} "
         f"steps, {summary['tokens']:,} tokens, {summary['seconds'] / 60:.1f} training min) -> {run_dir}"

@@ -14,6 +14,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -27,6 +28,7 @@ from polyalign.finetune.base import EncoderAdapter, Feature, Task, TaskData, Tas
 from polyalign.io import DataError
 from polyalign.progress import tqdm
 from polyalign.schema import RecipeError, check_value
+from polyalign.train.distributed import this_process
 from polyalign.train.optim import linear_schedule
 
 
@@ -277,22 +279,28 @@ def finetune_seed(
     history = []
     batches = training_batches(feature_groups(prepared.train), config.batch_size, rng)
     bar = tqdm(total=total, desc=f"{task.name} seed {seed}", disable=not progress, leave=False, mininterval=2.0)
-    for step, loss in training_steps(model, loss_of, batches, config, total, loaded.model.config.num_layers):
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
-        if step % select_every == 0 or step == total:
-            scores = score_sets(model, task, prepared.select, config, special)
-            value = float(np.mean([s[task.metric] for s in scores.values()]))
-            history.append({"step": step, "loss": round(loss.item(), 4), "select": round(value, 2)})
-            if value > best["score"]:
-                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                best = {"score": value, "step": step, "state": state}
-    bar.close()
-    train_seconds = time.perf_counter() - t0
+    where = {"step": 0, "setting": "batch_size"}  # what a full GPU names: the training batch, or scoring's
+    with memory_named(task, seed, where, config):
+        for step, loss in training_steps(model, loss_of, batches, config, total, loaded.model.config.num_layers):
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            where["step"] = step
+            if step % select_every == 0 or step == total:
+                where["setting"] = "eval_batch_tokens"
+                scores = score_sets(model, task, prepared.select, config, special)
+                value = float(np.mean([s[task.metric] for s in scores.values()]))
+                history.append({"step": step, "loss": round(loss.item(), 4), "select": round(value, 2)})
+                if value > best["score"]:
+                    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    best = {"score": value, "step": step, "state": state}
+                where["setting"] = "batch_size"
+        bar.close()
+        where["setting"] = "eval_batch_tokens"
+        train_seconds = time.perf_counter() - t0
 
-    # 2) restore the selected state and score every test set
-    model.load_state_dict(best["state"])
-    test = score_sets(model, task, prepared.test, config, special)
+        # 2) restore the selected state and score every test set
+        model.load_state_dict(best["state"])
+        test = score_sets(model, task, prepared.test, config, special)
     return {
         "seed": seed,
         "steps": total,
@@ -303,6 +311,32 @@ def finetune_seed(
         "train_seconds": round(train_seconds, 1),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+@contextmanager
+def memory_named(task: Task, seed: int, where: dict, config: FinetuneConfig) -> Iterator[None]:
+    """A full GPU as one line naming the setting to halve: `where` says the last step trained and which batch
+    was being computed (training's `batch_size`, or scoring's `eval_batch_tokens`). A seed is kept only once
+    scored, so the command runs again."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError:
+        key = where["setting"]
+        value = getattr(config, key)
+        raise DataError(
+            f"{task.name} seed {seed}, after step {where['step']}: the GPU ran out of memory with finetune.{key}="
+            f"{value}; nothing of this task is kept: run the command again with --set finetune.{key}={value // 2 or 1}"
+        ) from None
+
+
+def check_one_process() -> None:
+    """Fine-tuning trains in one process: under torchrun every process would train and write the same results."""
+    rank, world = this_process()
+    if world > 1:
+        raise DataError(
+            f"fine-tuning trains in one process, and this is process {rank} of {world} (torchrun): run "
+            "`polyalign finetune` (or `xtreme`) without torchrun, with --device to choose the GPU"
+        )
 
 
 def run_finetune(
@@ -318,6 +352,7 @@ def run_finetune(
     """Fine-tune `seeds` times and summarise: per-language mean and standard deviation, average, transfer gap."""
     from polyalign.finetune.results import class_baselines, summarise
 
+    check_one_process()
     t0 = time.perf_counter()
     prepared = prepare_features(task, data, loaded, config)
     runs = [finetune_seed(task, loaded, prepared, config, seed, progress) for seed in range(seeds)]

@@ -140,8 +140,8 @@ def build_run(
     """Data, tokenizer, model, objectives, wrappers and optimizer of one process; nothing trained yet. `warm_up`
     (default: on a `fresh` start, not a resume): build the head warm-up a start without a trained MLM head needs
     (head_warmup.py) as `run.warmup`, a Phase."""
-    rank, world, device = init_distributed(device_name)
     cfg = recipe.trainer
+    rank, world, device = init_distributed(device_name, cfg.process_timeout_s)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if recipe.data.prepared is None:
