@@ -10,7 +10,6 @@ import gzip
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +28,10 @@ class Stopped(Exception):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class Terminated(BaseException):
+    """SIGTERM outside a training run: raised in the main thread so that cleanup (`finally`, atomic writes) runs."""
 
 
 def where(path: str | Path, line: int | None = None) -> str:
@@ -274,7 +277,7 @@ def recover_atomic_leftovers(parent: Path, name: str = "*") -> list[str]:
             os.replace(p, final)
             done.append(f"restored {final.name} from an interrupted replacement")
         else:
-            shutil.rmtree(p, ignore_errors=True)
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
             done.append(f"removed the half-written {p.name}")
     return done
 
@@ -332,17 +335,6 @@ class FolderLock:
         self.path.unlink(missing_ok=True)  # while still held: nobody can lock the file we remove
         os.close(self.fd)
         self.fd = None
-
-
-def claim_output(out: Path, command: str) -> FolderLock:
-    """Lock the folder `out` that `command` builds (a lock file beside it), then remove what an earlier run of it
-    left when it was killed: its half-built `.NAME.tmp-*` folder, scratch files included."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    busy = f"{out}: another `{command}` (pid {{pid}}) is writing it; wait for it or choose another --out"
-    lock = FolderLock(out.parent / f".{out.name}.lock", busy)
-    for note in recover_atomic_leftovers(out.parent, out.name):
-        print(f"note: {note}", file=sys.stderr)
-    return lock
 
 
 def write_json(path: str | Path, obj) -> None:
