@@ -116,7 +116,10 @@ def save_model_folder(
 
 def is_polyalign_folder(folder: Path) -> bool:
     cfg = folder / CONFIG_FILE
-    return cfg.is_file() and "polyalign" in read_json(cfg)
+    if not cfg.is_file():
+        return False
+    meta = read_json(cfg)
+    return isinstance(meta, dict) and "polyalign" in meta
 
 
 def resolve_model_folder(path: str | Path) -> Path:
@@ -157,16 +160,48 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch
     weights = folder / MODEL_FILE
     if not weights.is_file():
         raise DataError(f"{weights}: weights file missing from the model folder")
+    config, languages, step = read_model_config(folder / CONFIG_FILE, meta)
+    check_weight_shapes(config, weights)  # before any memory is taken: a size in config.json may be huge
     with without_random_init():  # the strict load below overwrites every parameter
-        model = MaskedLanguageModel(EncoderConfig.from_dict(meta["encoder"]))
+        model = MaskedLanguageModel(config)
     load_model_weights(model, weights, strict=True)
-    return LoadedModel(
-        model.to(device).eval(),
-        load_tokenizer(folder / TOKENIZER_DIR),
-        meta.get("languages", []),
-        folder,
-        meta["polyalign"].get("step"),
-    )
+    return LoadedModel(model.to(device).eval(), load_tokenizer(folder / TOKENIZER_DIR), languages, folder, step)
+
+
+def read_model_config(path: Path, meta: dict) -> tuple[EncoderConfig, list[str], int | None]:
+    """(encoder config, languages, step) of a model folder's config.json, checked: a wrong type is one line."""
+    encoder, about = meta.get("encoder"), meta.get("polyalign")
+    languages, step = meta.get("languages", []), about.get("step") if isinstance(about, dict) else None
+    if not isinstance(encoder, dict) or not isinstance(about, dict):
+        raise DataError(f"{path}: expected `encoder` and `polyalign` objects; the folder is not a whole model folder")
+    if not isinstance(languages, list) or not all(isinstance(lang, str) for lang in languages):
+        raise DataError(f"{path}: languages {languages!r}: expected a list of language codes")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise DataError(f"{path}: polyalign.step {step!r}: expected a step number or null")
+    try:
+        return EncoderConfig.from_dict(encoder), languages, step
+    except (TypeError, ValueError) as err:
+        raise DataError(f"{path}: encoder: {err}") from None
+
+
+def check_weight_shapes(config: EncoderConfig, weights: Path) -> None:
+    """The model `config` describes, built on the meta device (no memory), against the weights file's shapes."""
+    try:
+        with torch.device("meta"):
+            shapes = {name: tuple(p.shape) for name, p in MaskedLanguageModel(config).state_dict().items()}
+    except (TypeError, ValueError, RuntimeError, OverflowError) as err:
+        raise DataError(f"{weights.parent / CONFIG_FILE}: encoder: {str(err).splitlines()[0]}") from None
+    try:
+        with safe_open(weights, framework="pt") as f:
+            stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+    except Exception as err:  # safetensors raises several types for a damaged header
+        raise DataError(f"{weights}: cannot load weights ({str(err).splitlines()[0]})") from None
+    for name, shape in stored.items():
+        if name in shapes and shapes[name] != shape:
+            raise DataError(
+                f"{weights.parent / CONFIG_FILE}: the encoder config makes {name} {list(shapes[name])}, the weights "
+                f"file holds {list(shape)}; the config and the weights are not of one model"
+            )
 
 
 _INIT_FUNCTIONS = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_", "zeros_", "ones_")

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,7 +44,32 @@ def open_binary(path: str | Path) -> IO[bytes]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    return GzipText(path) if path.suffix == ".gz" else open(path, "rb")
+
+
+class GzipText(gzip.GzipFile):
+    """A `.gz` file read by lines, whose damage (a cut or corrupted stream) is a DataError naming it."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, "rb")
+        self.path = path
+
+    def _damaged(self, err: Exception) -> DataError:
+        if isinstance(err, EOFError):
+            return DataError(f"{self.path}: an input file ends early ({err}); check that it was copied whole")
+        return DataError(f"{self.path}: not readable gzip data ({err}); check that it was copied whole")
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return super().read(size)
+        except (EOFError, OSError, zlib.error) as err:
+            raise self._damaged(err) from None
+
+    def readline(self, size: int = -1) -> bytes:
+        try:
+            return super().readline(size)
+        except (EOFError, OSError, zlib.error) as err:
+            raise self._damaged(err) from None
 
 
 @dataclass

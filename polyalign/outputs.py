@@ -51,12 +51,10 @@ def check_output(out: Path, inputs: Inputs, option: str = "--out", replaces: boo
 
 
 def _make_parents(folder: Path) -> list[Path]:
-    """Create `folder` and its missing parents; the ones created, deepest first."""
+    """Create `folder` and its missing parents (an OSError, a file in the way, is the CLI's one line); the ones
+    created, deepest first."""
     missing = [p for p in [folder, *folder.parents] if not p.exists()]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DataError(f"{folder}: cannot create the folder ({err.strerror}); choose another path") from None
+    folder.mkdir(parents=True, exist_ok=True)
     return missing
 
 
