@@ -24,7 +24,7 @@ from pathlib import Path
 
 from polyalign.align.aligner import PROTOCOL_VERSION, Aligner
 from polyalign.align.bitext import Bitext, check_bitext, read_bitext
-from polyalign.align.reading import ReadingFlags, model_depth, pass_on, resolve_reading, write_reading
+from polyalign.align.reading import ReadingFlags, check_flags, model_depth, pass_on, resolve_reading, write_reading
 from polyalign.align.write import align_bitext, report_cut_pairs
 from polyalign.checkpoint import checkpoint_step, latest_checkpoint, load_model, resolve_model_folder
 from polyalign.config import load_recipe
@@ -276,6 +276,8 @@ def read_fit_request(out: Path) -> tuple[Path, Bitext, int, FitSettings]:
     request = read_json(path)
     try:
         flags = ReadingFlags(**request["flags"])
+        if flags.layer is not None and type(flags.layer) is not int:
+            raise TypeError(f"flags.layer {flags.layer!r}")
         settings = FitSettings(
             steps=int(request["steps"]), src_lang=str(request["src_lang"]), tgt_lang=str(request["tgt_lang"]),
             flags=flags, lr=float(request["lr"]), weight=float(request["weight"]),
@@ -284,6 +286,16 @@ def read_fit_request(out: Path) -> tuple[Path, Bitext, int, FitSettings]:
         target = None if request["target"] is None else Path(request["target"])
         bitext = Bitext(Path(request["source"]), target, bool(request["tokenize"]))
         start, pairs = Path(request["start"]), int(request["pairs"])
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as err:
         raise DataError(f"{path}: damaged ({type(err).__name__}: {err}); start a new fit") from None
+    if (
+        settings.steps < 1
+        or pairs < 1
+        or settings.batch_tokens < 1
+        or not settings.lr > 0
+        or not 0 <= settings.weight <= 1
+    ):
+        raise DataError(f"{path}: damaged (steps, pairs, batch_tokens, lr or weight out of range); start a new fit")
+    check_languages(settings.src_lang, settings.tgt_lang)
+    check_flags(settings.flags)
     return start, bitext, pairs, settings

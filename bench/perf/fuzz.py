@@ -306,10 +306,10 @@ def _cli(args: list[str]) -> None:
         else:
             code = 0
     said = err.getvalue().strip()
-    if code not in (0, 2) or (code == 2 and ("Traceback" in said or not said.startswith("error: "))):
+    if code not in (0, 2) or (code == 2 and ("Traceback" in said or said.count("error: ") != 1)):
         raise AssertionError(f"exit code {code}: {said[-400:]}")
-    if code == 2:
-        raise DataError(" ".join(said.split()))  # rich wraps long lines; the error is one line
+    if code == 2:  # notes may come before the error, which is the last line (rich wraps long lines)
+        raise DataError(" ".join(said[said.index("error: ") :].split()))
 
 
 def _align(folder: Path) -> None:
