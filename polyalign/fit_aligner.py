@@ -150,10 +150,12 @@ def resume_fit(out: Path, device: str = "cpu", progress: bool = True) -> dict:
     settings = replace(settings, device=device, progress=progress)
     with hold_output(out, COMMAND):
         if (out / REPORT_FILE).is_file():
-            console.print(f"note: {out} holds a complete fit ({REPORT_FILE}); nothing to resume", highlight=False)
+            console.print(
+                f"note: {out} holds a complete fit ({REPORT_FILE}); nothing to resume", highlight=False, soft_wrap=True
+            )
             return read_json(out / REPORT_FILE)
         for note in recover_atomic_leftovers(out):  # a stage killed while it renamed its folder into place
-            console.print(f"note: {note}", highlight=False)
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
         folder = resolve_model_folder(start)
         reading = resolve_reading(folder, model_depth(folder), settings.flags)
         if (found := check_bitext(bitext)) != pairs:

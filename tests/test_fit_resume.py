@@ -21,7 +21,8 @@ def run(args: list[str], capsys) -> tuple[int, str]:
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         main([str(a) for a in args])
-    return exit_.value.code, " ".join(capsys.readouterr().err.split())
+    lines = capsys.readouterr().err.strip().splitlines()
+    return exit_.value.code, lines[-1] if lines else ""  # the last line: the error, or what a signal left
 
 
 def fit(model: Path, out: Path, capsys) -> tuple[int, str]:
