@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
 from polyalign.cli import main
 from polyalign.io import Terminated
 from tests.conftest import SAMPLE
@@ -62,6 +63,8 @@ def test_a_fit_stopped_in_training_resumes_to_the_links_of_an_unbroken_fit(tiny_
     assert report["steps"] == 4 and report["pairs"] == len((GOLD / "src.txt").read_text().splitlines())
     metrics = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(m.get("step", 0) for m in metrics) == 4
+    # trained on from the interrupt's checkpoint, not again from the start
+    assert [checkpoint_step(c) for c in checkpoint_dirs(out / "run")] == [2, 4]
 
 
 @pytest.mark.integration
