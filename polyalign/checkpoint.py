@@ -14,6 +14,7 @@ Loading never unpickles anything: safetensors holds raw tensors, JSON holds the 
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import sys
@@ -185,23 +186,32 @@ def read_model_config(path: Path, meta: dict) -> tuple[EncoderConfig, list[str],
 
 
 def check_weight_shapes(config: EncoderConfig, weights: Path) -> None:
-    """The model `config` describes, built on the meta device (no memory), against the weights file's shapes."""
+    """The model `config` describes, built on the meta device (no memory), against the weights file's shapes and
+    size: a config whose sizes differ from the weights' (a huge number among them) is one line, before allocating."""
+    config_file = weights.parent / CONFIG_FILE
     try:
         with torch.device("meta"):
-            shapes = {name: tuple(p.shape) for name, p in MaskedLanguageModel(config).state_dict().items()}
-    except (TypeError, ValueError, RuntimeError, OverflowError) as err:
-        raise DataError(f"{weights.parent / CONFIG_FILE}: encoder: {str(err).splitlines()[0]}") from None
+            model = MaskedLanguageModel(config)
+    except (TypeError, ValueError, IndexError, AssertionError, RuntimeError, OverflowError) as err:
+        raise DataError(f"{config_file}: encoder: {str(err).splitlines()[0]}") from None
     try:
         with safe_open(weights, framework="pt") as f:
             stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
     except Exception as err:  # safetensors raises several types for a damaged header
         raise DataError(f"{weights}: cannot load weights ({str(err).splitlines()[0]})") from None
+    shapes = {name: tuple(p.shape) for name, p in model.state_dict().items()}
     for name, shape in stored.items():
         if name in shapes and shapes[name] != shape:
             raise DataError(
-                f"{weights.parent / CONFIG_FILE}: the encoder config makes {name} {list(shapes[name])}, the weights "
-                f"file holds {list(shape)}; the config and the weights are not of one model"
+                f"{config_file}: the encoder config makes {name} {list(shapes[name])}, the weights file holds "
+                f"{list(shape)}; the config and the weights are not of one model"
             )
+    wanted, held = sum(p.numel() for p in model.parameters()), sum(math.prod(s) for s in stored.values())
+    if wanted > held:
+        raise DataError(
+            f"{config_file}: the encoder config makes a model of {wanted:,} parameters, the weights file holds "
+            f"{held:,}; the config and the weights are not of one model"
+        )
 
 
 _INIT_FUNCTIONS = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_", "zeros_", "ones_")

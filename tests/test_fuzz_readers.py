@@ -81,6 +81,22 @@ def _encoder_not_an_object(folder):
     return lambda: model_depth(folder / "model"), "names no number of layers"
 
 
+def _huge_new_table(folder):  # a table the weights file does not hold (language embeddings) made huge
+    _config(folder, lambda m: m["encoder"].update(num_languages=2**32))
+    return lambda: load_model(folder / "model"), "parameters, the weights file holds"
+
+
+def _padding_id_fraction(folder):
+    _config(folder, lambda m: m["encoder"].update(pad_token_id=1.5))
+    return lambda: load_model(folder / "model"), "config.json: encoder:"
+
+
+def _request_threshold_list(folder):
+    path = folder / "fit" / "fit-request.json"
+    path.write_text(path.read_text().replace('"softmax_threshold": null', '"softmax_threshold": [1]'))
+    return lambda: read_fit_request(folder / "fit"), "--softmax-threshold [1]: use a probability"
+
+
 def _tokenizer_garbage(folder):
     (folder / "model" / "tokenizer" / "sentencepiece.model").write_bytes(b"\x00not a model")
     return lambda: load_tokenizer(folder / "model" / "tokenizer"), "sentencepiece.model: not a SentencePiece model"
@@ -107,9 +123,12 @@ def _reading_layer_true(folder):
     return lambda: resolve_reading(folder / "model", 2), "alignment.json: layer True"
 
 
-FOUND = {f.__name__[1:]: f for f in (_gzip_cut, _gzip_corrupt, _huge_vocabulary, _hidden_size_text,
-                                     _encoder_not_an_object, _tokenizer_garbage, _tokenizer_meta_list,
-                                     _tokenizer_file_number, _request_infinite_steps, _reading_layer_true)}  # fmt: skip
+FOUND = {
+    f.__name__[1:]: f
+    for f in (_gzip_cut, _gzip_corrupt, _huge_vocabulary, _hidden_size_text, _encoder_not_an_object, _huge_new_table,
+              _padding_id_fraction, _tokenizer_garbage, _tokenizer_meta_list, _tokenizer_file_number,
+              _request_infinite_steps, _request_threshold_list, _reading_layer_true)
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(FOUND))

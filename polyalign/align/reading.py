@@ -80,7 +80,7 @@ def check_flags(flags: ReadingFlags) -> None:
     if flags.encoding is not None and flags.encoding not in ENCODINGS:
         raise DataError(f"--encoding {flags.encoding}: use one of {', '.join(ENCODINGS)}")
     threshold = flags.softmax_threshold
-    if threshold is not None and not 0 <= threshold < 1:
+    if threshold is not None and (type(threshold) not in (int, float) or not 0 <= threshold < 1):
         raise DataError(f"--softmax-threshold {threshold}: use a probability in [0, 1), e.g. 0.001")
 
 
