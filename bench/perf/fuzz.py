@@ -478,6 +478,12 @@ FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) 
     "shapes with the weights file's header before allocating",
     "model-config: config.json or its encoder not an object (a list, a number, true) was an AttributeError in "
     "align/reading.py model_depth and checkpoint.is_polyalign_folder -> type checks, one line",
+    "model-config (second run, 850 inputs): a table the weights file lacks made huge (`num_languages: 2**32`) "
+    "passed the shape check and reached the allocator; a fractional or out-of-range `pad_token_id` was an IndexError "
+    "or AssertionError from torch -> the meta-device model's parameter count is checked against the file's, and "
+    "every construction error is one line naming config.json",
+    "fit-request (second run): `flags.softmax_threshold: [1]` was a TypeError in align/reading.py check_flags -> "
+    "the threshold's type is checked (also for alignment.json and the Python Aligner)",
     "tokenizer: a damaged sentencepiece.model was sentencepiece's RuntimeError (`could not parse ModelProto`) -> "
     "one line naming the file; a model of special pieces only looped past the end -> one line",
     "tokenizer: polyalign_tokenizer.json not an object, `file` not a name, an unknown `kind` were AttributeError or "
