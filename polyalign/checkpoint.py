@@ -206,11 +206,12 @@ def check_weight_shapes(config: EncoderConfig, weights: Path) -> None:
                 f"{config_file}: the encoder config makes {name} {list(shapes[name])}, the weights file holds "
                 f"{list(shape)}; the config and the weights are not of one model"
             )
-    wanted, held = sum(p.numel() for p in model.parameters()), sum(math.prod(s) for s in stored.values())
-    if wanted > held:
+    # Tables the file lacks (a size that adds one): more than the whole file holds is not the file's model.
+    unstored = sum(p.numel() for name, p in model.named_parameters() if name not in stored)
+    if unstored > (held := sum(math.prod(s) for s in stored.values())):
         raise DataError(
-            f"{config_file}: the encoder config makes a model of {wanted:,} parameters, the weights file holds "
-            f"{held:,}; the config and the weights are not of one model"
+            f"{config_file}: the encoder config makes {unstored:,} parameters the weights file lacks (it holds "
+            f"{held:,}); the config and the weights are not of one model"
         )
 
 
