@@ -163,8 +163,11 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch
         raise DataError(f"{weights}: weights file missing from the model folder")
     config, languages, step = read_model_config(folder / CONFIG_FILE, meta)
     check_weight_shapes(config, weights)  # before any memory is taken: a size in config.json may be huge
-    with without_random_init():  # the strict load below overwrites every parameter
-        model = MaskedLanguageModel(config)
+    try:
+        with without_random_init():  # the strict load below overwrites every parameter
+            model = MaskedLanguageModel(config)
+    except RuntimeError as err:  # a size the checks above let through, larger than this machine's memory
+        raise DataError(f"{folder / CONFIG_FILE}: encoder: {str(err).splitlines()[0]}") from None
     load_model_weights(model, weights, strict=True)
     return LoadedModel(model.to(device).eval(), load_tokenizer(folder / TOKENIZER_DIR), languages, folder, step)
 

@@ -482,6 +482,8 @@ FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) 
     "passed the shape check and reached the allocator; a fractional or out-of-range `pad_token_id` was an IndexError "
     "or AssertionError from torch -> the meta-device model's parameter count is checked against the file's, and "
     "every construction error is one line naming config.json",
+    "model-config (third run): one more size reached the allocator (a 2**32-row table whose name the weights file "
+    "holds under another); the real construction's allocation failure is one line naming config.json",
     "fit-request (second run): `flags.softmax_threshold: [1]` was a TypeError in align/reading.py check_flags -> "
     "the threshold's type is checked (also for alignment.json and the Python Aligner)",
     "tokenizer: a damaged sentencepiece.model was sentencepiece's RuntimeError (`could not parse ModelProto`) -> "
