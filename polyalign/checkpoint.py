@@ -14,6 +14,7 @@ Loading never unpickles anything: safetensors holds raw tensors, JSON holds the 
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import sys
@@ -116,7 +117,10 @@ def save_model_folder(
 
 def is_polyalign_folder(folder: Path) -> bool:
     cfg = folder / CONFIG_FILE
-    return cfg.is_file() and "polyalign" in read_json(cfg)
+    if not cfg.is_file():
+        return False
+    meta = read_json(cfg)
+    return isinstance(meta, dict) and "polyalign" in meta
 
 
 def resolve_model_folder(path: str | Path) -> Path:
@@ -157,16 +161,61 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str | torch
     weights = folder / MODEL_FILE
     if not weights.is_file():
         raise DataError(f"{weights}: weights file missing from the model folder")
-    with without_random_init():  # the strict load below overwrites every parameter
-        model = MaskedLanguageModel(EncoderConfig.from_dict(meta["encoder"]))
+    config, languages, step = read_model_config(folder / CONFIG_FILE, meta)
+    check_weight_shapes(config, weights)  # before any memory is taken: a size in config.json may be huge
+    try:
+        with without_random_init():  # the strict load below overwrites every parameter
+            model = MaskedLanguageModel(config)
+    except RuntimeError as err:  # a size the checks above let through, larger than this machine's memory
+        raise DataError(f"{folder / CONFIG_FILE}: encoder: {str(err).splitlines()[0]}") from None
     load_model_weights(model, weights, strict=True)
-    return LoadedModel(
-        model.to(device).eval(),
-        load_tokenizer(folder / TOKENIZER_DIR),
-        meta.get("languages", []),
-        folder,
-        meta["polyalign"].get("step"),
-    )
+    return LoadedModel(model.to(device).eval(), load_tokenizer(folder / TOKENIZER_DIR), languages, folder, step)
+
+
+def read_model_config(path: Path, meta: dict) -> tuple[EncoderConfig, list[str], int | None]:
+    """(encoder config, languages, step) of a model folder's config.json, checked: a wrong type is one line."""
+    encoder, about = meta.get("encoder"), meta.get("polyalign")
+    languages, step = meta.get("languages", []), about.get("step") if isinstance(about, dict) else None
+    if not isinstance(encoder, dict) or not isinstance(about, dict):
+        raise DataError(f"{path}: expected `encoder` and `polyalign` objects; the folder is not a whole model folder")
+    if not isinstance(languages, list) or not all(isinstance(lang, str) for lang in languages):
+        raise DataError(f"{path}: languages {languages!r}: expected a list of language codes")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise DataError(f"{path}: polyalign.step {step!r}: expected a step number or null")
+    try:
+        return EncoderConfig.from_dict(encoder), languages, step
+    except (TypeError, ValueError) as err:
+        raise DataError(f"{path}: encoder: {err}") from None
+
+
+def check_weight_shapes(config: EncoderConfig, weights: Path) -> None:
+    """The model `config` describes, built on the meta device (no memory), against the weights file's shapes and
+    size: a config whose sizes differ from the weights' (a huge number among them) is one line, before allocating."""
+    config_file = weights.parent / CONFIG_FILE
+    try:
+        with torch.device("meta"):
+            model = MaskedLanguageModel(config)
+    except (TypeError, ValueError, IndexError, AssertionError, RuntimeError, OverflowError) as err:
+        raise DataError(f"{config_file}: encoder: {str(err).splitlines()[0]}") from None
+    try:
+        with safe_open(weights, framework="pt") as f:
+            stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+    except Exception as err:  # safetensors raises several types for a damaged header
+        raise DataError(f"{weights}: cannot load weights ({str(err).splitlines()[0]})") from None
+    shapes = {name: tuple(p.shape) for name, p in model.state_dict().items()}
+    for name, shape in stored.items():
+        if name in shapes and shapes[name] != shape:
+            raise DataError(
+                f"{config_file}: the encoder config makes {name} {list(shapes[name])}, the weights file holds "
+                f"{list(shape)}; the config and the weights are not of one model"
+            )
+    # Tables the file lacks (a size that adds one): more than the whole file holds is not the file's model.
+    unstored = sum(p.numel() for name, p in model.named_parameters() if name not in stored)
+    if unstored > (held := sum(math.prod(s) for s in stored.values())):
+        raise DataError(
+            f"{config_file}: the encoder config makes {unstored:,} parameters the weights file lacks (it holds "
+            f"{held:,}); the config and the weights are not of one model"
+        )
 
 
 _INIT_FUNCTIONS = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_", "zeros_", "ones_")

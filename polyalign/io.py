@@ -10,8 +10,8 @@ import gzip
 import json
 import os
 import shutil
-import sys
 import tempfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +31,10 @@ class Stopped(Exception):
         self.exit_code = exit_code
 
 
+class Terminated(BaseException):
+    """SIGTERM outside a training run: raised in the main thread so that cleanup (`finally`, atomic writes) runs."""
+
+
 def where(path: str | Path, line: int | None = None) -> str:
     return f"{path}:{line}" if line is not None else str(path)
 
@@ -40,7 +44,32 @@ def open_binary(path: str | Path) -> IO[bytes]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    return GzipText(path) if path.suffix == ".gz" else open(path, "rb")
+
+
+class GzipText(gzip.GzipFile):
+    """A `.gz` file read by lines, whose damage (a cut or corrupted stream) is a DataError naming it."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, "rb")
+        self.path = path
+
+    def _damaged(self, err: Exception) -> DataError:
+        if isinstance(err, EOFError):
+            return DataError(f"{self.path}: an input file ends early ({err}); check that it was copied whole")
+        return DataError(f"{self.path}: not readable gzip data ({err}); check that it was copied whole")
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return super().read(size)
+        except (EOFError, OSError, zlib.error) as err:
+            raise self._damaged(err) from None
+
+    def readline(self, size: int = -1) -> bytes:
+        try:
+            return super().readline(size)
+        except (EOFError, OSError, zlib.error) as err:
+            raise self._damaged(err) from None
 
 
 @dataclass
@@ -274,7 +303,7 @@ def recover_atomic_leftovers(parent: Path, name: str = "*") -> list[str]:
             os.replace(p, final)
             done.append(f"restored {final.name} from an interrupted replacement")
         else:
-            shutil.rmtree(p, ignore_errors=True)
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
             done.append(f"removed the half-written {p.name}")
     return done
 
@@ -332,17 +361,6 @@ class FolderLock:
         self.path.unlink(missing_ok=True)  # while still held: nobody can lock the file we remove
         os.close(self.fd)
         self.fd = None
-
-
-def claim_output(out: Path, command: str) -> FolderLock:
-    """Lock the folder `out` that `command` builds (a lock file beside it), then remove what an earlier run of it
-    left when it was killed: its half-built `.NAME.tmp-*` folder, scratch files included."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    busy = f"{out}: another `{command}` (pid {{pid}}) is writing it; wait for it or choose another --out"
-    lock = FolderLock(out.parent / f".{out.name}.lock", busy)
-    for note in recover_atomic_leftovers(out.parent, out.name):
-        print(f"note: {note}", file=sys.stderr)
-    return lock
 
 
 def write_json(path: str | Path, obj) -> None:

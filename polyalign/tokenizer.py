@@ -61,7 +61,12 @@ class SentencePieceTokenizer:
         self.model_file = Path(model_file)
         if not self.model_file.is_file():
             raise DataError(f"{self.model_file}: tokenizer model not found")
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.model_file))
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.model_file))
+        except (RuntimeError, OSError) as err:
+            raise DataError(f"{self.model_file}: not a SentencePiece model ({str(err).splitlines()[0]})") from None
+        if self.sp.get_piece_size() == 0 or not 0 <= self.sp.pad_id() < self.sp.get_piece_size():
+            raise DataError(f"{self.model_file}: a SentencePiece model without pieces or a padding piece")
         self.special = SpecialTokens(
             pad=self.sp.pad_id(),
             cls=self.sp.bos_id(),
@@ -74,9 +79,11 @@ class SentencePieceTokenizer:
 
     def _first_normal(self) -> int:
         """Ids before the first ordinary piece are special: ours put <mask> at 4, XLM-R's vocabulary puts it last."""
-        i = 0
-        while self.sp.is_control(i) or self.sp.is_unknown(i) or self.sp.id_to_piece(i) == "<mask>":
+        i, size = 0, self.sp.get_piece_size()
+        while i < size and (self.sp.is_control(i) or self.sp.is_unknown(i) or self.sp.id_to_piece(i) == "<mask>"):
             i += 1
+        if i == size:
+            raise DataError(f"{self.model_file}: a SentencePiece model of special pieces only")
         return i
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -129,8 +136,8 @@ class HuggingFaceTokenizer:
         self.folder = Path(folder)
         try:
             self.tok = AutoTokenizer.from_pretrained(str(self.folder), local_files_only=True)
-        except (OSError, ValueError) as err:
-            raise DataError(f"{self.folder}: no usable Hugging Face tokenizer ({err})") from None
+        except Exception as err:  # transformers and tokenizers raise many types for a damaged folder
+            raise DataError(f"{self.folder}: no usable Hugging Face tokenizer ({' '.join(str(err).split())})") from None
         t = self.tok
         self.special = SpecialTokens(
             pad=t.pad_token_id,
@@ -175,8 +182,13 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
     meta_file = folder / TOKENIZER_META
     if meta_file.is_file():
         meta = read_json(meta_file)
-        if meta.get("kind") == "sentencepiece":
+        kind = meta.get("kind") if isinstance(meta, dict) else None
+        if kind == "sentencepiece":
+            if not isinstance(meta.get("file"), str) or not meta["file"] or "/" in meta["file"]:
+                raise DataError(f"{meta_file}: file {meta.get('file')!r}: expected the model file's name in the folder")
             return SentencePieceTokenizer(folder / meta["file"])
+        if kind != "huggingface":
+            raise DataError(f"{meta_file}: kind {kind!r}: expected sentencepiece or huggingface")
         return HuggingFaceTokenizer(folder)
     if any((folder / f).is_file() for f in ("tokenizer.json", "sentencepiece.bpe.model", "vocab.txt")):
         return HuggingFaceTokenizer(folder)

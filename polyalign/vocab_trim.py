@@ -146,10 +146,16 @@ def trim_folder(
         raise DataError(f"{model_path}: the tokenizer has {size} pieces, the model only {rows} rows")
     if e5 is not None and (len(e5.pieces) != size or not _same_rows(e5, loaded.model)):
         raise DataError(f"{model_path}: its vocabulary or embeddings are not those of {compact_source(e5_source)}")
-    protected = np.zeros(size, dtype=bool)
-    protected[special_piece_ids(model_bytes)] = True
-    protected |= count_pieces(full, list(keep_for), size) > 0
-    keep = choose_pieces(count_pieces(full, list(corpus), size), protected, max_pieces)
+    special = np.zeros(size, dtype=bool)
+    special[special_piece_ids(model_bytes)] = True
+    protected = special | (count_pieces(full, list(keep_for), size) > 0)
+    used = count_pieces(full, list(corpus), size)
+    if not ((used > 0) | protected)[~special].any():  # only special pieces would be left: no tokenizer
+        shown = ", ".join(str(p) for p in corpus)
+        raise DataError(f"--corpus {shown}: no text (no piece besides the special ones); give the text to keep")
+    keep = choose_pieces(used, protected, max_pieces)
+    if special[keep].all():
+        raise DataError(f"--max-pieces {max_pieces}: keeps only the {len(keep)} special pieces; raise it")
 
     trimmed_bytes = trim_sentencepiece(model_bytes, keep.tolist())
     trimmed = spm.SentencePieceProcessor(model_proto=trimmed_bytes)

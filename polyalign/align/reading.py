@@ -14,13 +14,12 @@ softmax threshold 1e-3; each sentence encoded alone, or the concatenated pair fo
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from polyalign.align.extract import METHODS, SOFTMAX_THRESHOLD
 from polyalign.checkpoint import CONFIG_FILE, resolve_model_folder
-from polyalign.io import DataError, read_json
+from polyalign.io import DataError, atomic_write_text, read_json, read_text
 from polyalign.layers import check_layer, simalign_word_layer
 
 FILE = "alignment.json"
@@ -81,7 +80,7 @@ def check_flags(flags: ReadingFlags) -> None:
     if flags.encoding is not None and flags.encoding not in ENCODINGS:
         raise DataError(f"--encoding {flags.encoding}: use one of {', '.join(ENCODINGS)}")
     threshold = flags.softmax_threshold
-    if threshold is not None and not 0 <= threshold < 1:
+    if threshold is not None and (type(threshold) not in (int, float) or not 0 <= threshold < 1):
         raise DataError(f"--softmax-threshold {threshold}: use a probability in [0, 1), e.g. 0.001")
 
 
@@ -106,11 +105,12 @@ def model_depth(folder: str | Path) -> int:
     """The number of layers of a model folder (polyalign or Hugging Face), read from its config without loading it,
     so that a bad --layer is refused before any work."""
     config = read_json(resolve_model_folder(folder) / CONFIG_FILE)
-    encoder = config.get("encoder", config)
+    encoder = config.get("encoder", config) if isinstance(config, dict) else None
     for key in ("num_layers", "num_hidden_layers"):
-        if isinstance(encoder.get(key), int):
-            return encoder[key]
-    raise DataError(f"{folder}: its {CONFIG_FILE} names no number of layers")
+        value = encoder.get(key) if isinstance(encoder, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    raise DataError(f"{folder}: its {CONFIG_FILE} names no number of layers (a positive whole number)")
 
 
 def read_reading(folder: str | Path) -> Reading:
@@ -131,9 +131,9 @@ def read_reading(folder: str | Path) -> Reading:
     reading = Reading(**data)
     if reading.method not in METHODS:
         raise DataError(f"{path}: method {reading.method!r}; use one of {', '.join(METHODS)}")
-    if reading.layer is not None and (not isinstance(reading.layer, int) or reading.layer < 0):
+    if reading.layer is not None and (type(reading.layer) is not int or reading.layer < 0):
         raise DataError(f"{path}: layer {reading.layer!r}; use a layer number (0 = the embeddings) or null")
-    if not isinstance(reading.softmax_threshold, int | float) or not 0 <= reading.softmax_threshold < 1:
+    if type(reading.softmax_threshold) not in (int, float) or not 0 <= reading.softmax_threshold < 1:
         raise DataError(f"{path}: softmax_threshold {reading.softmax_threshold!r}; use a probability in [0, 1)")
     if reading.encoding is not None and reading.encoding not in ENCODINGS:
         raise DataError(f"{path}: encoding {reading.encoding!r}; use one of {', '.join(ENCODINGS)} or null")
@@ -142,10 +142,10 @@ def read_reading(folder: str | Path) -> Reading:
 
 def write_reading(folder: str | Path, reading: Reading) -> None:
     data = {k: v for k, v in asdict(reading).items() if not (k == "encoding" and v is None)}
-    (Path(folder) / FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(Path(folder) / FILE, json.dumps(data, indent=1) + "\n")
 
 
 def pass_on(start: str | Path, out: str | Path) -> None:
     """Copy the start folder's reading (if it has one) into a folder made from it."""
     if (Path(start) / FILE).is_file():
-        shutil.copyfile(Path(start) / FILE, Path(out) / FILE)
+        atomic_write_text(Path(out) / FILE, read_text(Path(start) / FILE))

@@ -30,7 +30,7 @@ from safetensors import SafetensorError
 from typer._click import exceptions as click_errors  # typer (pinned) vendors its own click
 
 from polyalign.cli import align, evaluate, finetune, models, prepare, pretrain, quickstart
-from polyalign.io import DataError, Stopped
+from polyalign.io import DataError, Stopped, Terminated
 from polyalign.tables import console
 
 # Plain (click) help rather than rich's tables: at 80 columns rich cut option names and help texts short
@@ -67,10 +67,6 @@ def _guarded(command):
 for group in (prepare, pretrain, evaluate, align, finetune, models, quickstart):
     for info in group.app.registered_commands:
         info.callback = _guarded(info.callback)
-
-
-class Terminated(BaseException):
-    """SIGTERM outside a training run: raised in the main thread so that cleanup (`finally`, atomic writes) runs."""
 
 
 def _terminate(signum, frame) -> None:

@@ -13,6 +13,7 @@ import typer
 
 import polyalign.cli.options as options
 from polyalign.io import DataError, atomic_text_file
+from polyalign.outputs import hold_output
 from polyalign.tables import console
 
 app = typer.Typer()
@@ -66,13 +67,16 @@ def align(
     bitext = bitext_from_options(src, tgt, pairs, tokenize)
     outputs = {"--out": out, "--output-prob": output_prob, "--output-words": output_words}
     check_new_files(outputs, bitext.paths())
-    total = check_bitext(bitext)  # every input line, before the model loads and before anything is written
-    reading = options.model_reading(model, flags)  # a bad alignment.json or layer stops here, before loading
-    loaded = options.load_on_device(model, device, trust_pickle)
-    aligner = Aligner(loaded, batch_tokens=batch_tokens, precision=precision.value, **vars(flags))
-    languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    console.print(f"align: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
     with ExitStack() as stack:
+        for option, path in outputs.items():  # each output held while it is written, and never an input
+            inputs = {"--model": model, "--src": src, "--tgt": tgt, "--pairs": pairs}
+            stack.enter_context(hold_output(path, "polyalign align", inputs, option))
+        total = check_bitext(bitext)  # every input line, before the model loads and before anything is written
+        reading = options.model_reading(model, flags)  # a bad alignment.json or layer stops here, before loading
+        loaded = options.load_on_device(model, device, trust_pickle)
+        aligner = Aligner(loaded, batch_tokens=batch_tokens, precision=precision.value, **vars(flags))
+        languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
+        console.print(f"align: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
         links = stack.enter_context(atomic_text_file(out)) if out else sys.stdout
         cut = align_bitext(aligner, bitext, total, links, languages, output_prob, output_words, chunk, progress)
     report_cut_pairs(cut, bitext.source, loaded.model.config.max_positions)
@@ -93,8 +97,18 @@ def check_new_files(outputs: dict[str, Path | None], inputs: list[Path]) -> None
 
 @app.command("fit-aligner")
 def fit_aligner(
-    model: options.ModelFolder,
-    out: Annotated[Path, typer.Option(help="Folder to create: links.txt, aligner/ (the model), run/, fit.json.")],
+    ctx: typer.Context,
+    model: Annotated[Path | None, typer.Option("--model", help="The start: a model or run folder.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder to create: links.txt, aligner/ (the model), run/, fit.json.")
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="Finish the fit in this folder (an --out that a signal or a kill stopped) with the settings it "
+            "started with: training from its last checkpoint, then the interpolation and the links."
+        ),
+    ] = None,
     src: options.SourceFile = None,
     tgt: options.TargetFile = None,
     pairs: options.PairsFile = None,
@@ -124,11 +138,21 @@ def fit_aligner(
     (awesome-align's objective, recipe self-align), pull it back towards the start (--weight), and align with the
     reading the start's folder recommends (its alignment.json, else argmax two thirds up) or the one the flags
     name; the aligner's folder records that reading. Input as `align`'s: words separated by spaces, or raw text
-    with --tokenize."""
+    with --tokenize. `--resume OUT` finishes an interrupted fit."""
     from polyalign.align.bitext import bitext_from_options
-    from polyalign.fit_aligner import FitSettings
+    from polyalign.fit_aligner import FitSettings, resume_fit
     from polyalign.fit_aligner import fit_aligner as fit
 
+    if resume is not None:
+        given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
+        if extra := [name for name in given if name not in ("--resume", "--device", "--progress", "--no-progress")]:
+            raise DataError(
+                f"--resume {resume} goes on with the settings the fit started with: drop {', '.join(extra)}"
+            )
+        resume_fit(resume, options.torch_device(device), progress)
+        return
+    if model is None or out is None:
+        raise DataError("fit-aligner needs --model and --out (or --resume OUT to finish an interrupted fit)")
     if steps is not None and steps < 1:
         raise DataError(f"--steps {steps}: give at least 1 (or leave it out for one pass over the bitext)")
     if not lr > 0:

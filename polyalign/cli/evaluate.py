@@ -37,6 +37,7 @@ from polyalign.cli.options import (
     wants_sweep,
 )
 from polyalign.io import write_json
+from polyalign.outputs import hold_output
 from polyalign.tables import console, print_tatoeba
 
 app = typer.Typer(
@@ -84,14 +85,15 @@ def evaluate_tatoeba_command(
     from polyalign.evaluate.tatoeba import evaluate_tatoeba, resolve_languages
 
     languages = resolve_languages(langs, data)  # before the model loads: a data error costs no loading time
-    loaded = load_on_device(model, device, trust_pickle)
-    sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
-    result = evaluate_tatoeba(
-        loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
-    )
-    label = model_label(model, loaded)
-    print_tatoeba(result, label)
-    write_result(out, "tatoeba", result, provenance(model, loaded), f"Tatoeba, {label}" if sweep else None)
+    with hold_output(out, "polyalign evaluate tatoeba", {"--model": model, "--data": data}):
+        loaded = load_on_device(model, device, trust_pickle)
+        sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
+        result = evaluate_tatoeba(
+            loaded, data, languages, layer, batch_tokens, progress, pooling.value, score.value, prefix
+        )
+        label = model_label(model, loaded)
+        print_tatoeba(result, label)
+        write_result(out, "tatoeba", result, provenance(model, loaded), f"Tatoeba, {label}" if sweep else None)
 
 
 @app.command("bucc")
@@ -112,24 +114,25 @@ def evaluate_bucc_command(
     """BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 against the gold pairs."""
     from polyalign.evaluate.bucc import evaluate_bucc
 
-    loaded = load_on_device(model, device, trust_pickle)
-    result = evaluate_bucc(
-        loaded,
-        data,
-        pair,
-        split,
-        layer,
-        pooling.value,
-        batch_tokens=batch_tokens,
-        progress=progress,
-        prefix=prefix,
-    )
-    Console().print(
-        f"BUCC {pair} {split}, {model_label(model, loaded)}: F1 {result.f1:.2f} (precision {result.precision:.2f}, "
-        f"recall {result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
-    )
-    console.print(result.protocol())
-    write_result(out, "bucc", result, provenance(model, loaded))
+    with hold_output(out, "polyalign evaluate bucc", {"--model": model, "--data": data}):
+        loaded = load_on_device(model, device, trust_pickle)
+        result = evaluate_bucc(
+            loaded,
+            data,
+            pair,
+            split,
+            layer,
+            pooling.value,
+            batch_tokens=batch_tokens,
+            progress=progress,
+            prefix=prefix,
+        )
+        Console().print(
+            f"BUCC {pair} {split}, {model_label(model, loaded)}: F1 {result.f1:.2f} (precision {result.precision:.2f}, "
+            f"recall {result.recall:.2f}; {result.mined} mined of {result.candidates} candidates)"
+        )
+        console.print(result.protocol())
+        write_result(out, "bucc", result, provenance(model, loaded))
 
 
 @app.command("alignment")
@@ -155,30 +158,31 @@ def evaluate_alignment_command(
 
     flags = reading_flags(method, layer, softmax_threshold, encoding)
     reading = model_reading(model, flags)  # a bad alignment.json or layer stops here, before the model loads
-    loaded = load_on_device(model, device, trust_pickle)
-    sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
-    console.print(f"evaluate alignment: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
-    result = evaluate_alignment(
-        loaded,
-        gold,
-        flags.method,
-        layer,
-        sweep,
-        flags.encoding,
-        batch_tokens,
-        progress=progress,
-        precision=precision.value,
-        softmax_threshold=softmax_threshold,
-    )
-    label = model_label(model, loaded)
-    threshold = f" at {result.softmax_threshold:g}" if result.softmax_threshold is not None else ""
-    table = Table(
-        title=f"word alignment, {label}, {result.pair}, {result.method}{threshold}, {result.encoding} encoding"
-    )
-    for col in ("layer", "AER", "precision", "recall"):
-        table.add_column(col, justify="right")
-    for row in result.sweep or [result.to_dict()]:
-        table.add_row(str(row["layer"]), f"{row['aer']:.2f}", f"{row['precision']:.2f}", f"{row['recall']:.2f}")
-    Console().print(table)
-    console.print(result.to_dict()["protocol"] + f"; reported layer {result.layer}: AER {result.aer:.2f}")
-    write_result(out, "alignment", result, provenance(model, loaded), label if result.sweep is not None else None)
+    with hold_output(out, "polyalign evaluate alignment", {"--model": model, "--gold": gold}):
+        loaded = load_on_device(model, device, trust_pickle)
+        sweep = wants_sweep(layers, out, loaded.model.config.num_layers)
+        console.print(f"evaluate alignment: {reading.announce()}; {precision.value}", highlight=False, soft_wrap=True)
+        result = evaluate_alignment(
+            loaded,
+            gold,
+            flags.method,
+            layer,
+            sweep,
+            flags.encoding,
+            batch_tokens,
+            progress=progress,
+            precision=precision.value,
+            softmax_threshold=softmax_threshold,
+        )
+        label = model_label(model, loaded)
+        threshold = f" at {result.softmax_threshold:g}" if result.softmax_threshold is not None else ""
+        table = Table(
+            title=f"word alignment, {label}, {result.pair}, {result.method}{threshold}, {result.encoding} encoding"
+        )
+        for col in ("layer", "AER", "precision", "recall"):
+            table.add_column(col, justify="right")
+        for row in result.sweep or [result.to_dict()]:
+            table.add_row(str(row["layer"]), f"{row['aer']:.2f}", f"{row['precision']:.2f}", f"{row['recall']:.2f}")
+        Console().print(table)
+        console.print(result.to_dict()["protocol"] + f"; reported layer {result.layer}: AER {result.aer:.2f}")
+        write_result(out, "alignment", result, provenance(model, loaded), label if result.sweep is not None else None)

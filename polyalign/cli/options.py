@@ -102,7 +102,7 @@ Layers = Annotated[str | None, typer.Option(help="`all`: also sweep every layer 
 TrustPickle = Annotated[bool, typer.Option(help="Allow pickled Hugging Face weights (pytorch_model.bin).")]
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
 Progress = Annotated[bool, typer.Option(help="Show progress bars.")]
-BatchTokens = Annotated[int, typer.Option(help="Padded tokens per encoding batch.")]
+BatchTokens = Annotated[int, typer.Option(min=1, help="Padded tokens per encoding batch.")]
 Device = Annotated[
     str | None, typer.Option(help="Torch device, e.g. cpu, cuda, cuda:1 (default: CUDA when available); bf16 there.")
 ]

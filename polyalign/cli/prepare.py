@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from polyalign.cli.options import BadLines, Overwrite, Progress, check_new_folder, comma_list
-from polyalign.tables import print_prepared
+from polyalign.outputs import hold_output
+from polyalign.tables import console, print_prepared
 
 app = typer.Typer()
 
@@ -51,20 +52,29 @@ def prepare(
     from polyalign.data.prepare import prepare as run_prepare
     from polyalign.io import LinePolicy
 
-    check_new_folder(out, overwrite)
-    corpus = discover_corpus(mono, parallel, comma_list(langs))
-    config = PrepareConfig(
-        out=out,
-        vocab_size=vocab_size,
-        alpha=alpha,
-        tokenizer_sample_lines=tokenizer_sample_lines,
-        tokenizer_from=tokenizer_from,
-        exclude=list(exclude or []),
-        policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines.value),
-        dev_pairs=dev_pairs,
-        overwrite=overwrite,
-        workers=workers,
-        progress=progress,
-    )
-    meta = run_prepare(corpus, config)
+    inputs = {"--mono": mono, "--parallel": parallel, "--tokenizer-from": tokenizer_from, "--exclude": exclude}
+    with hold_output(out, "polyalign prepare", inputs, replaces=overwrite):
+        check_new_folder(out, overwrite)
+        corpus = discover_corpus(mono, parallel, comma_list(langs))
+        config = PrepareConfig(
+            out=out,
+            vocab_size=vocab_size,
+            alpha=alpha,
+            tokenizer_sample_lines=tokenizer_sample_lines,
+            tokenizer_from=tokenizer_from,
+            exclude=list(exclude or []),
+            policy=LinePolicy(max_chars=max_chars, on_bad=bad_lines.value),
+            dev_pairs=dev_pairs,
+            overwrite=overwrite,
+            workers=workers,
+            progress=progress,
+        )
+        meta = run_prepare(corpus, config)
     print_prepared(meta, out)
+    if tokenizer_from is None and meta["vocab_size"] < vocab_size:  # SentencePiece takes what the corpus supports
+        console.print(
+            f"note: the vocabulary has {meta['vocab_size']:,} pieces, not the {vocab_size:,} of --vocab-size: the "
+            "corpus supports no more",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -9,6 +9,7 @@ import typer
 
 from polyalign.cli.options import Progress, Sets
 from polyalign.io import DataError
+from polyalign.outputs import check_output
 from polyalign.tables import console
 
 app = typer.Typer()
@@ -49,6 +50,10 @@ def pretrain(
         raise DataError("name a recipe (e.g. `polyalign pretrain xlm --data prepared/ --run-dir runs/xlm`)")
     else:
         spec = load_recipe(recipe, overrides, preset)
+    inputs = {"data.prepared": spec.data.prepared, "init_from": spec.init_from}
+    check_output(run_dir, inputs, "--run-dir")  # the run folder's lock is the run's own (train/guard.py)
+    for note in batch_notes(spec):
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     summary = run_pretrain(spec, run_dir, resume=resume, progress=progress)
     if this_process()[0] != 0:  # rank 0 speaks for the run
         return
@@ -56,3 +61,34 @@ def pretrain(
         f"done: {summary['new_steps']} steps in {summary['command_seconds'] / 60:.1f} min (the run: {summary['step']} "
         f"steps, {summary['tokens']:,} tokens, {summary['seconds'] / 60:.1f} training min) -> {run_dir}"
     )
+
+
+def batch_notes(recipe) -> list[str]:
+    """A note for each stream whose one batch holds more tokens than its whole corpus: every batch then repeats the
+    corpus (a small corpus with a recipe made for a large one)."""
+    from polyalign.data.prepared import PreparedData
+    from polyalign.objectives import OBJECTIVES
+
+    if recipe.data.prepared is None:
+        return []
+    meta = PreparedData(recipe.data.prepared).meta
+    wanted = recipe.data.languages
+    tokens = {
+        "mono": sum(s["tokens"] for lang, s in meta["mono"].items() if wanted is None or lang in wanted),
+        "parallel": sum(
+            sum(s["tokens"])
+            for s in meta["parallel"].values()
+            if wanted is None or (s["src"] in wanted and s["tgt"] in wanted)
+        ),
+    }
+    notes = {}
+    for spec in recipe.objectives:
+        kind = OBJECTIVES[spec.name].stream
+        budget = getattr(recipe.data.for_objective(spec), kind).max_tokens
+        if 0 < tokens[kind] < budget:
+            key = f"data.{kind}.max_tokens" if not spec.stream else f"objectives.{spec.name}.stream.max_tokens"
+            notes[key] = (
+                f"{key}={budget:,} is more than the whole {kind} corpus ({tokens[kind]:,} tokens in "
+                f"{recipe.data.prepared}): every batch repeats the corpus; a smaller {key} gives distinct batches"
+            )
+    return list(notes.values())

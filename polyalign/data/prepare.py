@@ -30,13 +30,13 @@ from polyalign.io import (
     DataError,
     LinePolicy,
     atomic_dir,
-    claim_output,
     open_binary,
     read_lines,
     read_parallel,
     read_tsv_pairs,
     write_json,
 )
+from polyalign.outputs import hold_output
 from polyalign.progress import ticking, tqdm
 from polyalign.tokenizer import Tokenizer, load_tokenizer, train_sentencepiece
 
@@ -297,32 +297,30 @@ def prepare(corpus: Corpus, config: PrepareConfig) -> dict:
     check_bad_lines(corpus, config.policy)
     source = load_tokenizer(tokenizer_folder(Path(config.tokenizer_from))) if config.tokenizer_from else None
     exclusions = load_exclusions(config.exclude) if config.exclude else set()
-    lock = claim_output(Path(config.out), "polyalign prepare")
     pool = None
-    try:
-        if workers > 1:
-            pool = multiprocessing.get_context("spawn").Pool(workers, initializer=start_worker, initargs=(exclusions,))
-        else:
-            start_worker(exclusions)
-        with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
-            tok_dir = tmp / "tokenizer"
-            if source is not None:
-                source.save(tok_dir)
-                sampled = {}
-            else:  # not under $TMPDIR: a killed prepare's text goes with its folder (claim_output)
-                text = tmp / ".tokenizer_text.txt"
-                with ticking("sample tokenizer text", config.progress):
-                    sampled = sample_tokenizer_text(corpus, config, text, pool)
-                with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
-                    train_sentencepiece(text, tok_dir, config.vocab_size)  # threads fixed: same pieces
-                text.unlink()
-            meta = tokenize_corpus(corpus, load_tokenizer(tok_dir), config, tmp, pool, 2 * workers)
-            meta |= {"tokenizer_sample_lines": sampled, "alpha": config.alpha}
-            write_json(tmp / META, meta)
-    finally:
-        if pool is not None:
-            pool.terminate()
-        lock.release()
+    with hold_output(Path(config.out), "polyalign prepare"):  # the command checked it against its inputs
+        try:
+            start_worker(exclusions)  # in this process (one worker), else in each of the pool's
+            spawn = multiprocessing.get_context("spawn")
+            pool = spawn.Pool(workers, start_worker, (exclusions,)) if workers > 1 else None
+            with atomic_dir(config.out, overwrite=config.overwrite) as tmp:
+                tok_dir = tmp / "tokenizer"
+                if source is not None:
+                    source.save(tok_dir)
+                    sampled = {}
+                else:  # not under $TMPDIR: a killed prepare's text goes with its folder (hold_output)
+                    text = tmp / ".tokenizer_text.txt"
+                    with ticking("sample tokenizer text", config.progress):
+                        sampled = sample_tokenizer_text(corpus, config, text, pool)
+                    with ticking(f"train tokenizer ({sum(sampled.values()):,} lines)", config.progress):
+                        train_sentencepiece(text, tok_dir, config.vocab_size)  # threads fixed: same pieces
+                    text.unlink()
+                meta = tokenize_corpus(corpus, load_tokenizer(tok_dir), config, tmp, pool, 2 * workers)
+                meta |= {"tokenizer_sample_lines": sampled, "alpha": config.alpha}
+                write_json(tmp / META, meta)
+        finally:
+            if pool is not None:
+                pool.terminate()
     return meta
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from polyalign.align.aer import AERScore, GoldSet, alignment_error_rate, read_gold
 from polyalign.align.aligner import PROTOCOL_VERSION, Aligner
 from polyalign.checkpoint import LoadedModel
+from polyalign.io import atomic_text_file
 
 PROTOCOL = (
     "AER (Och & Ney) with sure/possible gold links; words given; {encoding} encoding; layer {layer} "
@@ -69,7 +70,7 @@ class AlignmentResult:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         csv_path = out_dir / "alignment_layers.csv"
-        with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        with atomic_text_file(csv_path) as f:  # a reader never sees half a table
             w = csv.writer(f)
             w.writerow(["layer", "aer", "precision", "recall", "method", "encoding", "truncated"])
             for row in self.sweep:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +28,8 @@ def plot_series(
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, metadata={"Title": title})  # in the file too, readable without the pixels
+    partial = out.with_name(f".{out.name}.tmp-{os.getpid()}.png")  # renamed into place whole
+    fig.savefig(partial, metadata={"Title": title})  # in the file too, readable without the pixels
     plt.close(fig)
+    os.replace(partial, out)
     return out

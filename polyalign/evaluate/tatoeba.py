@@ -19,7 +19,7 @@ import torch
 from polyalign.checkpoint import LoadedModel
 from polyalign.evaluate.embed import check_sentence_options, embed_sentences
 from polyalign.evaluate.margin import MARGIN_K, margin_matrix
-from polyalign.io import DataError, LinePolicy, read_lines
+from polyalign.io import DataError, LinePolicy, atomic_text_file, read_lines
 from polyalign.languages import TATOEBA_14, to_tatoeba
 
 PROTOCOL = (
@@ -151,7 +151,7 @@ class TatoebaResult:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         csv_path = out_dir / "tatoeba_layers.csv"
-        with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        with atomic_text_file(csv_path) as f:  # a reader never sees half a table
             w = csv.writer(f)
             w.writerow(["layer", "direction", *self.languages, "average"])
             for i, layer in enumerate(self.layers):
