@@ -40,6 +40,7 @@ OWN_PAGES = {
     "reliability": "bench.perf.reliability",
     "gated_bias_step": "bench.perf.gated_bias_step",
     "compile_check": "bench.perf.compile_check",
+    "fuzz": "bench.perf.fuzz",
 }
 """Pages a perf bench draws from its own JSON (`write_page(saved, page)`), by name."""
 

@@ -8,7 +8,7 @@ dropped or added. A reader passes an input when it succeeds or answers the proje
 exception the CLI turns into one line and exit code 2); anything else is a traceback. Two targets run whole commands
 (`align --out`, `prepare --out`) and check that nothing is written outside the output and no input changes.
 
-    flock /tmp/polyalign-cpu.lock python -m bench.perf.fuzz --examples 850
+    flock /tmp/polyalign-cpu.lock python -m bench.run fuzz -- --examples 850
 
 writes bench/results/fuzz.json and fuzz.md. The suite runs the same targets for a few examples each
 (tests/test_fuzz_readers.py).
@@ -37,6 +37,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.reporting import page_text, table
 from polyalign.io import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -496,46 +497,43 @@ FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) 
 ]
 
 
-def write_page(result: dict, out: Path) -> None:
-    rows = "\n".join(
-        f"| {name} | {t['inputs']:,} | {t['succeeded']:,} | {t['one_line']:,} | {t['tracebacks']} | "
-        f"{t['written_outside']} |"
-        for name, t in result["targets"].items()
-    )
+def write_page(result: dict, page: Path) -> Path:
+    """The fuzz page from its JSON."""
     total = result["total"]
-    found = "\n".join(f"- {fix}" for fix in result["fixes"]) or "- none"
-    all_row = (
-        f"| **all** | **{total['inputs']:,}** | {total['succeeded']:,} | {total['one_line']:,} | "
-        f"**{total['tracebacks']}** | **{total['written_outside']}** |"
-    )
-    left = "\n".join(f"- `{p}`" for t in result["targets"].values() for p in t["problems"])
-    page = f"""# Readers no input can crash: fuzzing every reader a user's file reaches
-
-Each reader starts from valid files and reads them after one to three mutations drawn by hypothesis (bytes flipped,
-inserted, deleted, repeated; the file truncated or saved as UTF-16/32, Latin-1, cp1252, UTF-8 with a BOM or gzip;
-a number made huge, negative or NaN; a JSON/YAML value of the wrong type, a key dropped or added). An input passes
-when the reader succeeds or answers one line (a `DataError`, or an exception the CLI turns into one line and exit
-code 2). `align-command` and `prepare-command` run the whole command into an output folder and check that nothing
-is written outside it and no input changes.
-
-Command: `{result["command"]}` at commit `{result["commit"]}`; {result["seconds"]:.0f} s, hypothesis
-{result["hypothesis"]}, seed {result["seed"]}.
-
-| reader | inputs | read | one-line error | tracebacks | written outside |
-|---|---|---|---|---|---|
-{rows}
-{all_row}
-
-## What it found, and the fixes
-
-{found}
-
-## Left
-
-{left or "- nothing: every input read or answered with one line; nothing written outside an output"}
-"""
-    (out.parent / f"{out.name}.md").write_text(page, encoding="utf-8")
-    (out.parent / f"{out.name}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    rows = [
+        [name, f"{t['inputs']:,}", f"{t['succeeded']:,}", f"{t['one_line']:,}", t["tracebacks"], t["written_outside"]]
+        for name, t in result["targets"].items()
+    ]
+    rows.append(
+        ["**all**", f"**{total['inputs']:,}**", f"{total['succeeded']:,}", f"{total['one_line']:,}",
+         f"**{total['tracebacks']}**", f"**{total['written_outside']}**"]
+    )  # fmt: skip
+    left = [f"- `{p}`" for t in result["targets"].values() for p in t["problems"]]
+    lines = [
+        "# Readers no input can crash: fuzzing every reader a user's file reaches",
+        "",
+        "Each reader starts from valid files and reads them after one to three mutations drawn by hypothesis (bytes "
+        "flipped, inserted, deleted, repeated; the file truncated or saved as UTF-16/32, Latin-1, cp1252, UTF-8 with a "
+        "BOM or gzip; a number made huge, negative or NaN; a JSON/YAML value of the wrong type, a key dropped or "
+        "added). An input passes when the reader succeeds or answers one line (a `DataError`, or an exception the CLI "
+        "turns into one line and exit code 2). `align-command` and `prepare-command` run the whole command into an "
+        "output folder and check that nothing is written outside it and no input changes.",
+        "",
+        f"Command: `{result['command']}` at commit `{result['commit']}`; {result['seconds']:.0f} s, hypothesis "
+        f"{result['hypothesis']}, seed {result['seed']}.",
+        "",
+        table(["reader", "inputs", "read", "one-line error", "tracebacks", "written outside"], rows),
+        "",
+        "## What it found, and the fixes",
+        "",
+        *([f"- {fix}" for fix in result["fixes"]] or ["- none"]),
+        "",
+        "## Left",
+        "",
+        *(left or ["- nothing: every input read or answered with one line; nothing written outside an output"]),
+    ]
+    page.write_text(page_text(lines) + "\n", encoding="utf-8")
+    return page
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -569,7 +567,7 @@ def main(argv: list[str] | None = None) -> dict:
         "written_outside": sum(t["written_outside"] for t in targets.values()),
     }
     result = {
-        "command": "python -m bench.perf.fuzz " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.run fuzz -- " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": commit(),
         "hypothesis": hypothesis.__version__,
         "seed": args.seed,
@@ -579,9 +577,6 @@ def main(argv: list[str] | None = None) -> dict:
         "total": total,
         "fixes": FIXES,
     }
-    write_page(result, args.out)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_page(result, args.out.with_suffix(".md"))
     return result
-
-
-if __name__ == "__main__":
-    main()
