@@ -76,13 +76,15 @@ def test_cli_mines_planted_copies_from_files(sample_prepared, tmp_path):
     src = [f"de-{i}\t{t}" for i, t in enumerate(german + english[:8])]
     tgt = [f"en-{j}\t{t}" for j, t in enumerate(english)]
     gold = [f"de-{40 + j}\ten-{j}" for j in range(8)]
+    bucc = tmp_path / "bucc"  # the output goes beside the evaluation files, never inside them
+    bucc.mkdir()
     for name, lines in (("de-en.dev.de", src), ("de-en.dev.en", tgt), ("de-en.dev.gold", gold)):
-        with gzip.open(tmp_path / f"{name}.gz", "wt", encoding="utf-8") as f:
+        with gzip.open(bucc / f"{name}.gz", "wt", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
     model = MaskedLanguageModel(tiny_config(vocab_size=data.meta["vocab_size"])).eval()
     (tmp_path / "model").mkdir()
     write_model_files(tmp_path / "model", model, data.tokenizer(), data.languages)
-    args = ["evaluate", "bucc", "--model", str(tmp_path / "model"), "--data", str(tmp_path), "--pair", "de-en"]
+    args = ["evaluate", "bucc", "--model", str(tmp_path / "model"), "--data", str(bucc), "--pair", "de-en"]
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out"), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "out" / "bucc.json").read_text())

@@ -133,7 +133,7 @@ CASES = {
         "--layers 9: the only value is `all` (a sweep over layers 0..2)",
     ),
     "bucc --layer beyond the model": (
-        lambda t, p, r: _evaluate(t, r, "bucc", "--data", str(t), "--layer", "99"),
+        lambda t, p, r: (t / "in").mkdir() or _evaluate(t, r, "bucc", "--data", str(t / "in"), "--layer", "99"),
         "--layer 99: the model has layers 0..2 (0 = embeddings)",
     ),
     "tatoeba bad line": (_tatoeba_bad_line, "tatoeba.deu-eng.deu:2: empty line; evaluation files must have no bad"),
