@@ -40,7 +40,6 @@ STEPS: dict[str, Step] = {
         script("compile-check", "Quickstart compiled against eager on CPU", "bench.perf.compile_check", "perf"),
         script("fuzz", "Readers fed mutated valid files", "bench.perf.fuzz", "perf"),
         script("gated-bias-step", "XLM-E's gated bias in a CPU training step", "bench.perf.gated_bias_step", "perf"),
-        script("throughput-cpu", "MLM step against XLMRobertaForMaskedLM on CPU", "bench.perf.throughput", "perf"),
         script("veco-translation", "VECO §3.2: translation fine-tuning", "bench.probes.veco_translation", "probe"),
         script("ernie-m-pseudo-tokens", "BTMLM pseudo-token precision", "bench.probes.ernie_m_pseudo_tokens", "probe"),
     )
