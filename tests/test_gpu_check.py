@@ -156,3 +156,20 @@ def test_the_throughput_arms_train_every_registered_objective():
         o.name for recipe, overrides, _ in ARMS.values() for o in load_recipe(recipe, list(overrides)).objectives
     }
     assert trained == set(OBJECTIVES)
+
+
+def test_the_transformers_peer_gets_the_packed_examples_one_per_row_padded():
+    import torch
+
+    from bench.perf.gpu.throughput import padded_examples
+
+    packed = {
+        "example_ids": torch.tensor([[0, 0, 0, 1, 1, -1], [2, 2, 2, 2, -1, -1]]),
+        "input_ids": torch.tensor([[5, 6, 7, 8, 9, 1], [10, 11, 12, 13, 1, 1]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]]),
+        "labels": torch.tensor([[-100, 6, -100, -100, 9, -100], [10, -100, -100, -100, -100, -100]]),
+    }
+    padded = padded_examples(packed, pad=1)
+    assert padded["input_ids"].tolist() == [[5, 6, 7, 1], [8, 9, 1, 1], [10, 11, 12, 13]]
+    assert padded["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+    assert padded["labels"].tolist() == [[-100, 6, -100, -100], [-100, 9, -100, -100], [10, -100, -100, -100]]

@@ -194,7 +194,9 @@ def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
         title, objective, builder = PEERS[peer]
         module, loss_of = getattr(speed, builder)(run.module.model.config, run.tokenizer.special, run.device)
         autocast = torch.autocast(run.device.type, dtype=torch.bfloat16)
-        step_of = lambda item: loss_of(to_device(item.slots[0][objective], run.device))  # noqa: E731
+        pad = run.tokenizer.special.pad
+        padded = {id(item): padded_examples(item.slots[0][objective], pad) for item in items}  # made before timing
+        step_of = lambda item: loss_of(to_device(padded[id(item)], run.device))  # noqa: E731
         arms[title] = lambda: training_step(module, step_of, recipe.trainer.lr, autocast)
     t0 = time.perf_counter()
     measured = compare_on_same_batches(arms, items, warmup, steps, keep_going=lambda: step.left() > 10)
@@ -216,6 +218,27 @@ def measure_recipe(recipe, step: Step, peer: str | None) -> tuple[dict, dict]:
     for theirs in peers.values():
         record["speedup_over_transformers"] = theirs["s_per_step"] / record["s_per_step"]
     return record, peers
+
+
+def padded_examples(batch: dict, pad: int) -> dict:
+    """A packed batch's examples one per row, padded to its longest (the batch transformers is usually given):
+    input_ids, attention_mask, labels. A batch that is not packed is returned as it is."""
+    import torch
+
+    if "example_ids" not in batch:
+        return batch
+    ids = batch["example_ids"].reshape(-1)
+    keep = ids >= 0
+    order = torch.argsort(ids[keep], stable=True)  # each example's tokens stay in their order
+    example = ids[keep][order]
+    counts = torch.bincount(example)
+    column = torch.arange(example.numel()) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    out = {}
+    for key, fill in (("input_ids", pad), ("attention_mask", 0), ("labels", -100)):
+        values = batch[key].reshape(-1)[keep][order]
+        out[key] = torch.full((counts.numel(), int(counts.max())), fill, dtype=values.dtype)
+        out[key][example, column] = values
+    return out
 
 
 def loss_path(run) -> str:
