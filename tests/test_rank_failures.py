@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench.perf.reliability import (
+from bench.perf.torchrun_processes import (
     LAUNCH,
     children,
     exit_codes,
