@@ -155,6 +155,8 @@ def _say(message: str) -> None:
 
 def _fail(message: str) -> None:
     # the user's words are printed as written: `[...]` is no markup and `:x:` no emoji
+    # the data loader's SIGCHLD handler raises when another of its workers ends: not in the middle of this line
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     prefix = _speaker_prefix()
     if prefix is not None:
         said = f"{escape(prefix)}[red]error:[/red] {escape(message)}"
