@@ -209,12 +209,13 @@ def check_weight_shapes(config: EncoderConfig, weights: Path) -> None:
                 f"{config_file}: the encoder config makes {name} {list(shapes[name])}, the weights file holds "
                 f"{list(shape)}; the config and the weights are not of one model"
             )
-    # Tables the file lacks (a size that adds one): more than the whole file holds is not the file's model.
-    unstored = sum(p.numel() for name, p in model.named_parameters() if name not in stored)
-    if unstored > (held := sum(math.prod(s) for s in stored.values())):
+    # What the file lacks or pads (a size that adds a table; `vocab_row_multiple`, whose padding rows no file
+    # holds): a model much larger than the whole file is not the file's model, and building it could take all memory.
+    built = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    if built > 2 * (held := sum(math.prod(s) for s in stored.values())) + (1 << 24):
         raise DataError(
-            f"{config_file}: the encoder config makes {unstored:,} parameters the weights file lacks (it holds "
-            f"{held:,}); the config and the weights are not of one model"
+            f"{config_file}: the encoder config makes a model of {built:,} values, the weights file holds "
+            f"{held:,}; the config and the weights are not of one model"
         )
 
 

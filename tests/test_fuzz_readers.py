@@ -90,7 +90,12 @@ def _encoder_not_an_object(folder):
 
 def _huge_new_table(folder):  # a table the weights file does not hold (language embeddings) made huge
     _config(folder, lambda m: m["encoder"].update(num_languages=2**32))
-    return lambda: load_model(folder / "model"), "parameters the weights file lacks"
+    return lambda: load_model(folder / "model"), "values, the weights file holds"
+
+
+def _huge_row_multiple(folder):  # padding rows no file holds: found by the fuzz bench, ~16 GB taken before
+    _config(folder, lambda m: m["encoder"].update(vocab_row_multiple=10**8))
+    return lambda: load_model(folder / "model"), "values, the weights file holds"
 
 
 def _padding_id_fraction(folder):
@@ -133,8 +138,8 @@ def _reading_layer_true(folder):
 FOUND = {
     f.__name__[1:]: f
     for f in (_gzip_cut, _gzip_corrupt, _huge_vocabulary, _hidden_size_text, _encoder_not_an_object, _huge_new_table,
-              _padding_id_fraction, _tokenizer_garbage, _tokenizer_meta_list, _tokenizer_file_number,
-              _request_infinite_steps, _request_threshold_list, _reading_layer_true)
+              _huge_row_multiple, _padding_id_fraction, _tokenizer_garbage, _tokenizer_meta_list,
+              _tokenizer_file_number, _request_infinite_steps, _request_threshold_list, _reading_layer_true)
 }  # fmt: skip
 
 

@@ -22,6 +22,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,19 @@ def listing(root: Path) -> dict[str, bytes | None]:
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
+SLOW_S = 60
+"""An input a reader takes longer than this over is recorded as a problem (a size that reached the allocator took
+16 GB and 8 minutes once before the model-config check counted padding rows)."""
+
+
+class Slow(Exception):
+    pass
+
+
+def _too_slow(signum, frame):
+    raise Slow(f"took over {SLOW_S} s")
+
+
 def check_one(target: Target, seeds: Path, work: Path, data: st.DataObject, tally: Tally) -> str | None:
     """Mutate the target's files in a fresh copy of the seeds, read them; a traceback or a file written outside the
     output is recorded (and returned); a DataError or another one-line answer is counted."""
@@ -86,6 +100,8 @@ def check_one(target: Target, seeds: Path, work: Path, data: st.DataObject, tall
     problem = None
     cwd = os.getcwd()
     os.chdir(work)  # a reader that writes to the working folder writes here, where it is seen
+    previous = signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(SLOW_S)
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the readers' notes (an empty pair, a skipped line)
             target.read(work / "in")
@@ -100,6 +116,8 @@ def check_one(target: Target, seeds: Path, work: Path, data: st.DataObject, tall
                       if "/polyalign/" in f.filename and "bench" not in f.filename), "?")  # fmt: skip
         problem = f"{target.name}: {type(err).__name__} at {where}: {str(err)[:200]}"
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
         os.chdir(cwd)
     after = listing(work)
     allowed = "in/out" if target.output else "\0"
@@ -162,6 +180,9 @@ FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) 
     "every construction error is one line naming config.json",
     "model-config (third run): one more size reached the allocator (a 2**32-row table whose name the weights file "
     "holds under another); the real construction's allocation failure is one line naming config.json",
+    "model-config (run at 5fcf81b): a huge `vocab_row_multiple` passed the shape check (files hold `vocab_size` "
+    "rows, not the padding) and the model took 16 GB for 8 minutes -> the meta-device model's whole size "
+    "(parameters, padding and buffers) is checked against the file's; a reader slower than 60 s is now a problem",
     "fit-request (second run): `flags.softmax_threshold: [1]` was a TypeError in align/reading.py check_flags -> "
     "the threshold's type is checked (also for alignment.json and the Python Aligner)",
     "tokenizer: a damaged sentencepiece.model was sentencepiece's RuntimeError (`could not parse ModelProto`) -> "
