@@ -19,7 +19,7 @@ from bench.measures import (
     xnli_reader,
 )
 from bench.reporting import page_text, table_rows
-from bench.run import KEY, Context, run_dir, run_key, run_section
+from bench.sections import KEY, SectionRun, run_dir, run_key, run_section
 from bench.studies import evidence as E
 from bench.study import Section
 from polyalign.align.aligner import PROTOCOL_VERSION
@@ -34,7 +34,7 @@ def test_a_new_measure_is_one_registry_entry(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(MEASURES, "toy", toy)
     monkeypatch.setitem(METRICS, "toy@x", ("toy", "a toy"))
     c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), metric="toy@x", id="toy")
-    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=True)
+    ctx = SectionRun(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=True)
     run_section(ctx, "toy")
     assert (
         f"-m polyalign.cli evaluate toy --model {E.SMALL_BASE} --out {tmp_path}/runs/start-" in capsys.readouterr().out
@@ -45,7 +45,7 @@ def test_a_new_measure_is_one_registry_entry(tmp_path, monkeypatch, capsys):
 
 def test_each_measure_s_wall_minutes_are_kept_with_its_run_and_listed_once_per_run(tmp_path, monkeypatch):
     from bench.page import minutes_table
-    from bench.run import run_seed
+    from bench.sections import run_seed
 
     def read(t):
         return json.loads(path.read_text()) if (path := t.evals / "toy" / "toy.json").is_file() else {}
@@ -60,9 +60,9 @@ def test_each_measure_s_wall_minutes_are_kept_with_its_run_and_listed_once_per_r
     toy = Measure(0.5, {"toy@x": "a toy"}, (("toy/toy.json", "evaluate toy --model {model} --out {out}"),), read)
     monkeypatch.setitem(MEASURES, "toy", toy)
     monkeypatch.setitem(METRICS, "toy@x", ("toy", "a toy"))
-    monkeypatch.setattr("bench.run.sh", fake_sh)
+    monkeypatch.setattr("bench.sections.sh", fake_sh)
     c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), metric="toy@x", id="toy", measures=())
-    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    ctx = SectionRun(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
     first = run_seed(ctx, c.baseline, 0)
     again = run_seed(ctx, c.baseline, 0)  # cached: nothing runs, the minutes are read back
     assert len(ran) == 1 and first["toy@x"] == 1.0
@@ -184,7 +184,7 @@ def test_the_bucc_reader_keeps_the_evaluators_percentages(tmp_path):
 
 
 def test_a_run_s_summary_keeps_its_tokens_loss_quarters_and_head_warmup(tmp_path):
-    from bench.run import head_warmup_summary, log_summary
+    from bench.sections import head_warmup_summary, log_summary
 
     lines = [{"step": s, "loss": 20.0 - s, "mlm/loss": 9.0, "tokens": 100 * s, "seconds": 2.0 * s} for s in range(1, 9)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
@@ -200,11 +200,11 @@ def test_a_run_s_summary_keeps_its_tokens_loss_quarters_and_head_warmup(tmp_path
 
 
 def test_a_first_pass_with_one_seed_keeps_a_section_s_finished_second_seeds(tmp_path, monkeypatch):
-    from bench.run import run_dir
+    from bench.sections import run_dir
 
     c = STUDY.comparison("ppa-vs-start")
-    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
-    monkeypatch.setattr("bench.run.run_seed", lambda ctx, arm, seed: {"seed": seed})
+    ctx = SectionRun(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    monkeypatch.setattr("bench.sections.run_seed", lambda ctx, arm, seed: {"seed": seed})
     trained = [a for a in ctx.section.arms if a.trained]
     assert all("1" not in r for r in run_section(ctx, "toy", max_seeds=1)["results"].values())
     finished = run_dir(ctx, trained[0], 1)
@@ -224,20 +224,20 @@ def record_commands(monkeypatch) -> list:
         Path(command[command.index(flag) + 1]).mkdir(parents=True, exist_ok=True)
 
     ran: list = []
-    monkeypatch.setattr("bench.run.sh", fake_sh)
+    monkeypatch.setattr("bench.sections.sh", fake_sh)
     return ran
 
 
 def test_a_run_cut_with_its_sitting_resumes_from_its_last_checkpoint_and_a_finished_one_is_not_retrained(
     tmp_path, monkeypatch
 ):
-    from bench.run import SITTING_STEPS, run_dir, train
+    from bench.sections import SITTING_STEPS, run_dir, train
     from bench.study import Budget
 
     ran = record_commands(monkeypatch)
     c = STUDY.comparison("ppa-vs-start")
     long = dataclasses.replace(c, setup=dataclasses.replace(c.setup, budget=Budget(steps=3 * SITTING_STEPS)))
-    ctx = Context(Section("toy", [long]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    ctx = SectionRun(Section("toy", [long]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
     out = run_dir(ctx, long.method, 0)
     train(ctx, long.method, 0)
     assert "--resume" not in ran[-1] and f"trainer.save_every={SITTING_STEPS}" in ran[-1]
@@ -253,13 +253,13 @@ def test_a_run_cut_with_its_sitting_resumes_from_its_last_checkpoint_and_a_finis
 
 
 def test_a_resumed_veco_run_plugs_out_once_and_again_only_when_no_plugged_out_folder_was_written(tmp_path, monkeypatch):
-    from bench.run import run_dir, train
+    from bench.sections import run_dir, train
     from bench.study import Arm
 
     ran = record_commands(monkeypatch)
     veco = Arm("veco-toy", "veco", ("trainer.train_only_until=1",))
     c = dataclasses.replace(STUDY.comparison("ppa-vs-start"), method=veco)
-    ctx = Context(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
+    ctx = SectionRun(Section("toy", [c]), tmp_path, tmp_path / "runs", tmp_path, "py", dry_run=False)
     out = run_dir(ctx, veco, 0)
     train(ctx, veco, 0)
     assert [cmd[cmd.index("plug-out") + 2] for cmd in ran if "plug-out" in cmd] == [str(out)]

@@ -1,4 +1,4 @@
-"""Studies as data (bench/study.py, bench/studies/) and the runner's pure parts (bench/run.py): every arm
+"""Studies as data (bench/study.py, bench/studies/) and the runner's pure parts (bench/run.py, bench/sections.py): every arm
 loads, sections stay within their limits, dry runs print and keep, notes name their commit and comparison."""
 
 import dataclasses
@@ -12,7 +12,8 @@ import pytest
 from bench import page
 from bench import selection as S
 from bench.arm import Budget, fill, key_text
-from bench.run import Context, Options, budget_overrides, run_dir, run_section, run_steps, steps_of, train
+from bench.run import Options, run_steps, steps_of
+from bench.sections import SectionRun, budget_overrides, run_dir, run_section, train
 from bench.studies import STUDIES
 from bench.studies import evidence as E
 from bench.study import TRAIN, Section, Setup
@@ -22,8 +23,10 @@ from tests.bench_sections import ALL, STUDY
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def context(name: str, tmp_path: Path, dry_run: bool = True, study=STUDY) -> Context:
-    return Context(study.sections()[name], tmp_path / "prepared", tmp_path / "runs", tmp_path / "eval", "py", dry_run)
+def context(name: str, tmp_path: Path, dry_run: bool = True, study=STUDY) -> SectionRun:
+    return SectionRun(
+        study.sections()[name], tmp_path / "prepared", tmp_path / "runs", tmp_path / "eval", "py", dry_run
+    )
 
 
 @pytest.mark.parametrize("c", ALL, ids=lambda c: c.id)
@@ -108,7 +111,7 @@ def declared_run_folders() -> dict[str, str]:
     out = {}
     for name, study in STUDIES.items():
         for section_name, section in study.sections().items():
-            ctx = Context(
+            ctx = SectionRun(
                 section, Path(section.setup.data or "bench/work/prepared-all24"), Path("runs"), Path("e"), "py"
             )
             for arm in (a for top in section.arms for a in top.lineage):
@@ -207,7 +210,7 @@ def test_max_seeds_one_leaves_close_comparisons_to_one_seed(tmp_path, monkeypatc
         calls.append((arm.name, seed))
         return {"tatoeba14@last": 10.0}  # every arm equal: a difference under `close`, which asks for seed 1
 
-    monkeypatch.setattr("bench.run.run_seed", fake_seed)
+    monkeypatch.setattr("bench.sections.run_seed", fake_seed)
     run_section(context("ppa", tmp_path), "evidence", max_seeds=1)
     assert calls and {seed for _, seed in calls} == {0}
     run_section(context("ppa", tmp_path), "evidence")

@@ -12,7 +12,7 @@ from bench import verdict as V
 from bench.floors import unigram_floor
 from bench.measures import ONE_CLASS, current_key
 from bench.reporting import page_text, table_rows
-from bench.run import seeds_to_run
+from bench.sections import seeds_to_run
 from bench.studies import evidence as E
 from tests.bench_sections import ALL, CURRENT_AER, STUDY, section_of
 

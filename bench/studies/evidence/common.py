@@ -24,7 +24,7 @@ MLM_TLM = Arm("mlm-tlm", "xlm", CONTINUED, seconds_per_step=1.0)
 # bench/results/preset.md: 2 x 256, lr 1e-3), the same for both arms of a section. FLOPs per step and speed at
 # that size: the preset sweep's run for xlm (0.25e12 FLOPs and 1.13 s per step); xlm-e and veco scaled from the
 # runs of `git show 1e2ccae:bench/results/xlm-e.md` and `git show edb6cd0:bench/results/veco.json` (xlm-e 1.25x
-# the FLOPs and 1.9x the time of xlm per step, veco 1.44x and 1.33x). The FLOP probe of bench/run.py measures
+# the FLOPs and 1.9x the time of xlm per step, veco 1.44x and 1.33x). The FLOP probe of bench/sections.py measures
 # the real FLOPs per step; these only size the sections.
 CPU_SMALL = "cpu-small"
 
