@@ -6,8 +6,9 @@ and method over seeds, the paired difference, the verdict), the study's own tabl
 reproduced what stands in its way (bench/verdict.py: premises, floors, diagnostics, the rule's reading), the notes
 people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures. A selection study's body
 (bench/selection_page.py) is its steps' blocks; it writes STUDY_summary.json beside it. A runner's record (bench/run.py:
-a step's, or the GPU check's calls) is one table of steps, then a section per step with its parts. A retired record
-(its code left the tree; the JSON names the commit that holds it) keeps its page as lines and tables in its JSON.
+a step's, or the GPU check's calls) is one table of steps, then a section per step with its parts. A perf bench's
+record (`save_page`) and a retired one (its code left the tree; the JSON names the commit that holds it) keep their
+page as lines and tables in their JSON. No other module writes a page.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bench import verdict as V
 from bench.budget import budget_table
 from bench.figures import current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
-from bench.reporting import Block, fmt, note, page_text, provenance, read_json, table, write_json
+from bench.reporting import Block, fmt, note, page_data, page_text, provenance, read_json, table, write_json
 from bench.selection_page import selection_body
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
@@ -346,7 +347,7 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
 
 
 # --------------------------------------------------------------------------------------------------------
-# Records: a runner's (steps and their parts), or a retired page's lines and tables
+# Records: a runner's (steps and their parts), or a bench's or retired page's lines and tables
 
 
 def draw(name: str, results: Path = ROOT / "bench" / "results") -> Path:
@@ -365,8 +366,14 @@ def draw_record(file: Path) -> Path:
     return page
 
 
+def save_page(file: Path, record: dict, parts: list[str | Block]) -> Path:
+    """A bench's record (a perf bench's measurements) saved with its page as data, and the page drawn from it."""
+    write_json(file, record | {"page": page_data(parts)})
+    return draw_record(file)
+
+
 def record_text(r: dict) -> str:
-    if "page" in r:  # a retired page: its lines, and its tables as data
+    if "page" in r:  # a bench's or a retired page: its lines, and its tables as data
         return page_text(
             [p if isinstance(p, str) else table(p["header"], p["rows"], p.get("align", "")) for p in r["page"]]
         )

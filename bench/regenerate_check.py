@@ -10,7 +10,6 @@ with the first cells that differ; a refactor of the bench proves with it that ev
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import shutil
 import sys
@@ -36,19 +35,10 @@ def without_volatile(data):
     return data
 
 
-OWN_PAGES = {
-    "reliability": "bench.perf.reliability",
-    "gated_bias_step": "bench.perf.gated_bias_step",
-    "compile_check": "bench.perf.compile_check",
-    "fuzz": "bench.perf.fuzz",
-}
-"""Pages a perf bench draws from its own JSON (`write_page(saved, page)`), by name."""
-
-
 def writers(results: Path = RESULTS) -> dict[str, Callable[[Path], list[Path]]]:
     """Every page under `results` by its path there: a function of a results folder that draws it again (from the
     saved JSON) and returns the files it wrote. A study's page comes from its sections; any other page from the JSON
-    beside it (a runner's record or a retired page); OWN_PAGES from their JSON by their own bench."""
+    beside it (a runner's record, a perf bench's or a retired page), by the one drawer (bench/page.py)."""
 
     def study_writer(study):
         def write(results: Path) -> list[Path]:
@@ -58,16 +48,7 @@ def writers(results: Path = RESULTS) -> dict[str, Callable[[Path], list[Path]]]:
 
         return write
 
-    def own_page(module: str, name: str):
-        def write(r: Path) -> list[Path]:
-            write_page = importlib.import_module(module).write_page
-            return [write_page(json.loads((r / f"{name}.json").read_text()), r / f"{name}.md")]
-
-        return write
-
-    found = {f"{name}.md": study_writer(study) for name, study in STUDIES.items()} | {
-        f"{name}.md": own_page(module, name) for name, module in OWN_PAGES.items()
-    }
+    found = {f"{name}.md": study_writer(study) for name, study in STUDIES.items()}
     for md in sorted(results.rglob("*.md")):
         name = md.relative_to(results).as_posix()
         if name not in found and md.with_suffix(".json").is_file():

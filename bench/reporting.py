@@ -112,6 +112,22 @@ def page_text(parts: Sequence[str | Block]) -> str:
     return "\n".join(line for part in parts for line in (block_lines(part) if isinstance(part, Block) else [part]))
 
 
+def page_data(parts: Sequence[str | Block]) -> list:
+    """A page's parts as a record keeps them (its JSON's `page`): lines, and each table as its header, rows and
+    columns' alignment; bench/page.py draws them back into the same page."""
+    out: list = []
+    for part in parts:
+        if not isinstance(part, Block):
+            out.append(part)
+            continue
+        out += [f"{'#' * part.level} {part.heading}", ""] if part.heading else []
+        out += [line for paragraph in part.text for line in (paragraph, "")]
+        if part.header:
+            out.append({"header": list(part.header), "rows": [list(row) for row in part.rows], "align": part.align})
+        out += [line for paragraph in part.after for line in (paragraph, "")]
+    return out
+
+
 def note(notes: dict, key: str) -> list[str]:
     """A person's note on a page (bench/studies/notes/STUDY.json), naming the commit it was written at."""
     n = notes.get(key)

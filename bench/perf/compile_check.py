@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from bench.reporting import page_text, provenance, table
+from bench.page import save_page
+from bench.reporting import provenance, table
 from polyalign.config import load_recipe
 from polyalign.data.prepare import PrepareConfig, discover_corpus, prepare
 from polyalign.quickstart import SAMPLE_DATA, TATOEBA
@@ -64,14 +65,12 @@ def main() -> None:
         "relative_difference": abs(compiled - eager) / eager,
         "arms": arms,
     }
-    out = ROOT / "bench" / "results"
-    (out / "compile_check.json").write_text(json.dumps(saved, indent=2) + "\n")
-    write_page(saved, out / "compile_check.md")
+    save_page(ROOT / "bench" / "results" / "compile_check.json", saved, page_parts(saved))
     print(f"final loss eager {eager:.4f}, compiled {compiled:.4f}: {saved['relative_difference']:.2%} apart")
 
 
-def write_page(saved: dict, page: Path) -> Path:
-    """The compile check's page from its JSON."""
+def page_parts(saved: dict) -> list:
+    """The compile check's page (bench/page.py draws it from the JSON's copy)."""
     arms, difference = saved["arms"], saved["relative_difference"]
     verdict = "met" if difference <= saved["limit"] else "not met"
     steps = arms["eager"]["steps"]
@@ -94,5 +93,4 @@ def write_page(saved: dict, page: Path) -> Path:
         ),
         f"Acceptance: the final losses within {saved['limit']:.0%} of each other: {difference:.2%} apart, {verdict}.",
     ]
-    page.write_text(page_text(lines))
-    return page
+    return lines

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import shutil
 import signal
@@ -34,9 +33,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.page import save_page
 from bench.perf.fuzz_mutations import mutate
 from bench.perf.fuzz_targets import TARGETS, Target, build_seeds  # noqa: F401  (build_seeds: the suite reads it here)
-from bench.reporting import page_text, table
+from bench.reporting import table
 from polyalign.io import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,8 +195,8 @@ FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) 
 ]
 
 
-def write_page(result: dict, page: Path) -> Path:
-    """The fuzz page from its JSON."""
+def page_parts(result: dict) -> list:
+    """The fuzz page (bench/page.py draws it from the JSON's copy)."""
     total = result["total"]
     rows = [
         [name, f"{t['inputs']:,}", f"{t['succeeded']:,}", f"{t['one_line']:,}", t["tracebacks"], t["written_outside"]]
@@ -230,8 +230,7 @@ def write_page(result: dict, page: Path) -> Path:
         "",
         *(left or ["- nothing: every input read or answered with one line; nothing written outside an output"]),
     ]
-    page.write_text(page_text(lines) + "\n", encoding="utf-8")
-    return page
+    return lines
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -275,6 +274,5 @@ def main(argv: list[str] | None = None) -> dict:
         "total": total,
         "fixes": FIXES,
     }
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    write_page(result, args.out.with_suffix(".md"))
+    save_page(args.out.with_suffix(".json"), result, page_parts(result))
     return result

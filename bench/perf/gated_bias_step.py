@@ -10,7 +10,6 @@ Writes bench/results/gated_bias_step.md and .json.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -19,7 +18,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.reporting import page_text, provenance, table
+from bench.page import save_page
+from bench.reporting import provenance, table
 from polyalign.model import EncoderConfig, MaskedLanguageModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,13 +93,11 @@ def main() -> None:
         "limit": GATED_LIMIT,
         "arms": arms,
     }
-    out = ROOT / "bench" / "results"
-    (out / "gated_bias_step.json").write_text(json.dumps(saved, indent=2) + "\n")
-    write_page(saved, out / "gated_bias_step.md")
+    save_page(ROOT / "bench" / "results" / "gated_bias_step.json", saved, page_parts(saved))
 
 
-def write_page(saved: dict, page: Path) -> Path:
-    """The gated-bias page from its JSON."""
+def page_parts(saved: dict) -> list:
+    """The gated-bias page (bench/page.py draws it from the JSON's copy)."""
     g = saved["sizes"]
     shared = saved["arms"]["gated relative bias, one gather per layer"]["ratio_to_no_bias"]
     verdict = "met" if shared <= saved["limit"] else "not met"
@@ -120,5 +118,4 @@ def write_page(saved: dict, page: Path) -> Path:
         ),
         f"Acceptance: the shared gather's step at most {saved['limit']}x the unbiased one: {shared:.2f}x, {verdict}.",
     ]
-    page.write_text(page_text(lines))
-    return page
+    return lines
