@@ -32,9 +32,6 @@ LEGACY_PROTOCOLS = (("bare_boundaries", 4), ("pair_layout", 3), ("ot_filtering",
 hold names their version (polyalign/align/aligner.py PROTOCOL_VERSION); none of them, version 1."""
 SMOKE = "--seeds 1 --max-train 2000 --max-select 100 --max-eval 100 --set finetune.epochs=1"
 """Fine-tuning at smoke scale: 2,000 English pairs, one epoch, 100 test pairs per language."""
-TTA = "--setting translate-train-all --max-train 6000 --set finetune.batch_size=32"
-"""XNLI translate-train-all for CPU time: 6,000 of the ~28,000 translated dev pairs, the setting's 2 epochs (ERNIE-M
-Table 11), batch 32 rather than its 128 so that 6,000 pairs still make 375 updates."""
 
 
 def gold_sets_for(languages: tuple[str, ...] | None) -> list[str]:
@@ -102,20 +99,6 @@ class Measure:
     def minutes_for(self, languages: tuple[str, ...] | None) -> float:
         per_gold = any("{gold}" in path for path, _ in self.commands)
         return self.minutes * (len(gold_sets_for(languages)) / len(GOLD_SETS) if per_gold else 1.0)
-
-
-def full_xnli_measure(name: str, setting: str, options: str, model: str, minutes: float, of_start=True) -> Measure:
-    """`polyalign finetune xnli` scored on every test pair (15 x 5,010), one fine-tuning seed, per-language keys."""
-    metrics = {
-        name: f"XNLI accuracy ({setting}), average of 15 languages, full test sets (5,010 pairs each)",
-        f"{name}/en": f"XNLI English test accuracy ({setting})",
-        f"{name}/gap": f"XNLI transfer gap ({setting}): English minus the average of the others",
-    }
-    command = " ".join(
-        filter(None, (f"finetune xnli --model {model} --data {{eval}} --seeds 1", options, "--out {out}"))
-    )
-    jobs = ((f"{name}/finetune.json", command),)
-    return Measure(minutes, metrics, jobs, xnli_reader(name), of_start=of_start, seeded=True)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -206,7 +189,7 @@ def aer_measure(method: str, what: str, minutes: float) -> Measure:
 
 
 def xnli_reader(name: str) -> Callable[[Target], dict]:
-    """The average over the languages, English, the transfer gap and whether the classifier is one-class."""
+    """The average over the languages and whether the classifier is one-class."""
 
     def read(t: Target) -> dict:
         if not (data := load(t.evals / name / "finetune.json")):
@@ -214,11 +197,7 @@ def xnli_reader(name: str) -> Callable[[Target], dict]:
         result = data["results"][0]
         per_language = {k: v["mean"] for k, v in result["per_language"].items()}
         one_class = len(per_language) > 1 and len(set(per_language.values())) == 1
-        out = {name: result["average"]["mean"], ONE_CLASS: one_class}
-        if name != "xnli":
-            out |= {f"{name}/{language}": accuracy for language, accuracy in per_language.items()}
-            out[f"{name}/gap"] = (result.get("gap") or {}).get("mean")
-        return out
+        return {name: result["average"]["mean"], ONE_CLASS: one_class}
 
     return read
 
@@ -255,14 +234,6 @@ def translation_measure(init: str, loss: str, bleu: str) -> Measure:
     return Measure(1.3, metrics, ((f"{name}.json", command),), read, of_start=False)
 
 
-def read_e5_retrieval(t: Target) -> dict:
-    tatoeba, bucc = load(t.evals / "tatoeba-query" / "tatoeba.json"), load(t.evals / "bucc-query" / "bucc.json")
-    if not (tatoeba and bucc):
-        return {}
-    by_layer = {r["layer"]: r["average"]["both"] for r in tatoeba["sweep"]}
-    return {"tatoeba14-query@last": by_layer[max(by_layer)], "bucc-query-f1": bucc["f1"]}  # already in %
-
-
 # --------------------------------------------------------------------------------------------------------
 
 TATOEBA = "evaluate tatoeba --model {model} --layers all --out {out}"
@@ -291,13 +262,6 @@ MEASURES: dict[str, Measure] = {
         xnli_reader("xnli"),
         seeded=True,
     ),
-    # English dev training (1,992 pairs), the papers' 5 epochs, every test pair: the zero-shot protocol in full
-    "xnli-full": full_xnli_measure("xnli-full", "zero-shot", "", "{model}", 15.0),
-    # VECO Table 2's translate-train-all pair, on the same run: plugged out (the encoder alone) and plugged in
-    "xnli-tta-full": full_xnli_measure("xnli-tta-full", "translate-train-all, plug-out", TTA, "{model}", 12.0, False),
-    "xnli-plug-in-full": full_xnli_measure(
-        "xnli-plug-in-full", "translate-train-all, plug-in", f"{TTA} --plug-in", "{run}", 25.0, False
-    ),
     "pseudo": Measure(
         1.0,
         {
@@ -323,27 +287,6 @@ MEASURES: dict[str, Measure] = {
         "encoder", "loss, encoder-only init (encoder-decoder attention new)", "encoder-only init"
     ),
     "mt-random": translation_measure("random", "loss, random init", "random init"),
-    # PPA's sentence-alignment claim on retrieval as an E5 model is read (its model card): `query: ` before
-    # every sentence, the mean of the last layer (12 of e5-small, the real-start study's start)
-    "retrieval-e5": Measure(
-        3.5,
-        {
-            "tatoeba14-query@last": "Tatoeba-14 acc@1 (both directions), `query: ` prefix, mean-pooled last layer",
-            "bucc-query-f1": "BUCC 2018 zh-en (dev) F1, `query: ` prefix, last layer (12), oracle threshold",
-        },
-        (
-            (
-                "tatoeba-query/tatoeba.json",
-                f"{TATOEBA} --data {{eval}}/tatoeba --langs tatoeba14 --prefix 'query: '",
-            ),
-            (
-                "bucc-query/bucc.json",
-                "evaluate bucc --model {model} --data {eval}/bucc2018 --pair zh-en --split dev --layer 12 "
-                "--prefix 'query: ' --out {out}",
-            ),
-        ),
-        read_e5_retrieval,
-    ),
 }
 METRICS: dict[str, tuple[str, str]] = {k: (name, d) for name, m in MEASURES.items() for k, d in m.metrics.items()}
 """Metric key -> (its measure, what it is)."""

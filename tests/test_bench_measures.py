@@ -152,37 +152,6 @@ def test_the_runner_flags_an_xnli_classifier_that_scores_the_same_in_every_langu
     assert write({"en": 33.3, "de": 33.3}) and not write({"en": 40.0, "de": 35.0})
 
 
-def test_the_full_xnli_measure_reads_english_and_the_transfer_gap(tmp_path):
-    t = target(tmp_path)
-    (t.evals / "xnli-full").mkdir(parents=True)
-    result = {
-        "average": {"mean": 60.0},
-        "gap": {"mean": 4.0},
-        "per_language": {"en": {"mean": 63.7}, "de": {"mean": 59.7}},
-    }
-    (t.evals / "xnli-full" / "finetune.json").write_text(json.dumps({"results": [result]}))
-    read = MEASURES["xnli-full"].read(t)
-    assert (read["xnli-full"], read["xnli-full/en"], read["xnli-full/gap"], read[ONE_CLASS]) == (60.0, 63.7, 4.0, False)
-    assert "--max-eval" not in MEASURES["xnli-full"].commands[0][1]  # every test pair: the full protocol
-
-
-def test_the_bucc_reader_keeps_the_evaluators_percentages(tmp_path):
-    """`evaluate bucc` writes F1 in percent; a reader that scaled it again would report 9,328 for 93.28."""
-    import json
-    from pathlib import Path
-
-    from bench.measures import Target, read_e5_retrieval
-
-    run = tmp_path / "run"
-    (run / "eval" / "bucc-query").mkdir(parents=True)
-    (run / "eval" / "bucc-query" / "bucc.json").write_text(json.dumps({"f1": 93.28}))
-    (run / "eval" / "tatoeba-query").mkdir(parents=True)
-    sweep = [{"layer": 11, "average": {"both": 90.0}}, {"layer": 12, "average": {"both": 91.76}}]
-    (run / "eval" / "tatoeba-query" / "tatoeba.json").write_text(json.dumps({"sweep": sweep}))
-    t = Target("arm", "model", run, Path("data"), Path("eval"), None, "python")
-    assert read_e5_retrieval(t) == {"tatoeba14-query@last": 91.76, "bucc-query-f1": 93.28}
-
-
 def test_a_run_s_summary_keeps_its_tokens_loss_quarters_and_head_warmup(tmp_path):
     from bench.sections import head_warmup_summary, log_summary
 

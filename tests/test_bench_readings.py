@@ -151,33 +151,6 @@ def test_a_diagnostic_with_its_premise_met_separates_code_from_scale():
     assert unread == Reading(R.PREMISE_NOT_MET)
 
 
-def test_two_aligners_on_one_model_are_cleared_by_the_same_code_reproducing_on_other_states():
-    from bench.studies.real_start import STUDY as REAL
-
-    c, section = section_of(
-        "real-xlm-align-ot-vs-argmax",
-        {
-            "start": {"0": {"aer-ot@default": 36.6, "aer-argmax@default": 35.0, **CURRENT_AER}},
-            "mlm-tlm": {
-                "0": {"aer-ot@default": 39.1, "aer-argmax@default": 40.3, **CURRENT_AER},
-                "1": {"aer-ot@default": 40.1, "aer-argmax@default": 41.4, **CURRENT_AER},
-            },
-        },
-        study=REAL,
-    )
-    loaded = {c.section: section}
-
-    def read() -> Reading:
-        rows = {x.id: V.comparison_row(x, loaded.get(x.section)) for x in REAL.comparisons}
-        assert rows[c.id]["verdict"] == V.NOT_REPRODUCED
-        return V.reading(REAL, c, rows, loaded)
-
-    assert read() == Reading(R.REPRODUCED_ELSEWHERE, ("real-xlm-align-ot-vs-argmax-continued",))
-    for seed in ("0", "1"):  # OT behind argmax on the other states as well: nothing clears the code
-        section["results"]["mlm-tlm"][seed]["aer-ot@default"] = 42.0
-    assert read() == Reading(R.NO_LOSS)
-
-
 def test_diagnostics_at_two_budgets_read_the_trend_of_the_gap():
     (short, *_), (long, *_) = E.XLM_E_DIAGNOSTICS[:2]
     both = lambda long_aer: {**diagnostic(short, 80.0), **diagnostic(long, long_aer)}  # noqa: E731

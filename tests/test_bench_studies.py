@@ -1,5 +1,5 @@
-"""Studies as data (bench/study.py, bench/studies/) and the runner's pure parts (bench/run.py, bench/sections.py): every arm
-loads, sections stay within their limits, dry runs print and keep, notes name their commit and comparison."""
+"""Studies as data (bench/study.py, bench/studies/) and the runners' pure parts (bench/run.py, bench/sections.py): every
+arm loads, sections stay within their limits, dry runs print and keep, notes name their commit and comparison."""
 
 import dataclasses
 import json
