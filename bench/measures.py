@@ -230,7 +230,7 @@ def translation_measure(init: str, loss: str, bleu: str) -> Measure:
 
     metrics = {f"{name}-loss": f"held-out de-en {loss}", f"{name}-bleu": f"held-out de-en sacreBLEU, {bleu}"}
     command = f"-m bench.run veco-translation -- --model {{run}} --init {init} --pair de-en --steps 60 "
-    command += f"--test-size 200 --tatoeba-size 0 --out {{out}}/{name}.json"
+    command += f"--test-size 200 --out {{out}}/{name}.json"
     return Measure(1.3, metrics, ((f"{name}.json", command),), read, of_start=False)
 
 

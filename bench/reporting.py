@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,17 +23,6 @@ def cpu_name() -> str:
 
 def machine() -> str:
     return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
-
-
-def median_seconds(step, inputs, warmup: int) -> float:
-    """Median wall seconds of `step(x)` over `inputs`, the first `warmup` of them run untimed."""
-    times = []
-    for k, x in enumerate(inputs):
-        started = time.perf_counter()
-        step(x)
-        if k >= warmup:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def records(path: Path) -> list[dict]:

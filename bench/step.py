@@ -227,17 +227,8 @@ def end_tree(process: subprocess.Popen, grace: float = 3.0) -> None:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc (Linux)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # the field after the state
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
+    """Every process below `pid` (bench/perf/torchrun_processes.py `children`, from /proc: Linux)."""
+    from bench.perf.torchrun_processes import children
+
+    kids = children(pid)
+    return kids + [d for kid in kids for d in descendants(kid)]

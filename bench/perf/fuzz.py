@@ -22,7 +22,6 @@ import io
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ from hypothesis import strategies as st
 from bench.page import save_page
 from bench.perf.fuzz_mutations import mutate
 from bench.perf.fuzz_targets import TARGETS, Target, build_seeds  # noqa: F401  (build_seeds: the suite reads it here)
-from bench.reporting import table
+from bench.reporting import commit, table
 from polyalign.io import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,14 +152,6 @@ def run_target(target: Target, seeds: Path, examples: int, seed: int = 0) -> Tal
 
 # ---------------------------------------------------------------------------------------------------------
 # The bench
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) and how each reader was fixed

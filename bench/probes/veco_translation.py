@@ -3,8 +3,7 @@
 The model is initialised from a pre-trained polyalign model (`--init veco`: every weight from VECO; `--init
 encoder`: an encoder without cross-attention, e.g. XLM, leaving the encoder-decoder attention new) or randomly
 with the same configuration (`--init random`). Training pairs come from ../shared/data/train/parallel (one
-language pair); the test sets are a held-out slice at the end of that file and, optionally, Tatoeba (which
-`prepare --exclude` kept out of pre-training). It trains through the fine-tuning loop's step
+language pair); the test set is a held-out slice at the end of that file. It trains through the fine-tuning loop's step
 (`polyalign.finetune.loop.training_steps`). Greedy decoding; sacreBLEU on detokenised text.
 
   python -m bench.run veco-translation -- --model bench/work/runs/veco --init veco --steps 300 --out results.json
@@ -32,7 +31,6 @@ from polyalign.objectives.mlm import masked_lm_loss
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CURVE_EVERY = 20  # steps per point of the training curve
-TATOEBA_CODES = {"de": "deu", "fr": "fra", "es": "spa", "ru": "rus", "zh": "cmn", "en": "eng"}
 
 
 def read_lines(path: Path) -> list[str]:
@@ -45,17 +43,6 @@ def read_pairs(src: str, tgt: str) -> tuple[list[str], list[str]]:
     other = src if tgt == "en" else tgt
     folder = DATA / "train" / "parallel"
     return read_lines(folder / f"en-{other}.{src}.gz"), read_lines(folder / f"en-{other}.{tgt}.gz")
-
-
-def read_tatoeba(src: str, tgt: str) -> tuple[list[str], list[str]]:
-    other = src if tgt == "en" else tgt
-    code = TATOEBA_CODES[other]
-    folder = DATA / "eval" / "tatoeba"
-    sides = {
-        other: read_lines(folder / f"tatoeba.{code}-eng.{code}"),
-        "en": read_lines(folder / f"tatoeba.{code}-eng.eng"),
-    }
-    return sides[src], sides[tgt]
 
 
 def make_batch(pairs, idx, sp, src_lang, tgt_lang) -> tuple[dict, dict, torch.Tensor]:
@@ -149,7 +136,6 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--max-length", type=int, default=62, help="tokens per side in training and test")
     ap.add_argument("--test-size", type=int, default=300, help="held-out pairs from the end of the file")
-    ap.add_argument("--tatoeba-size", type=int, default=500, help="Tatoeba pairs to translate too (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, help="JSON file for the results (hypotheses next to it)")
@@ -206,10 +192,6 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     sets = {"heldout": ([s for s, _ in test_pairs], [tgt_text[i] for i in test])}
-    if args.tatoeba_size:
-        tat_src, tat_tgt = read_tatoeba(src, tgt)
-        tat_src, tat_tgt = tat_src[: args.tatoeba_size], tat_tgt[: args.tatoeba_size]
-        sets["tatoeba"] = ([ids[: args.max_length] for ids in tokenizer.encode_batch(tat_src)], tat_tgt)
     result["heldout_loss"] = test_loss(model, test_pairs, sp, src_lang, tgt_lang)
     bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
     for name, (sources, references) in sets.items():
