@@ -193,15 +193,22 @@ def check_weight_shapes(config: EncoderConfig, weights: Path) -> None:
     size: a config whose sizes differ from the weights' (a huge number among them) is one line, before allocating."""
     config_file = weights.parent / CONFIG_FILE
     try:
-        with torch.device("meta"):
-            model = MaskedLanguageModel(config)
-    except (TypeError, ValueError, IndexError, AssertionError, RuntimeError, OverflowError) as err:
-        raise DataError(f"{config_file}: encoder: {str(err).splitlines()[0]}") from None
-    try:
         with safe_open(weights, framework="pt") as f:
             stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
     except Exception as err:  # safetensors raises several types for a damaged header
         raise DataError(f"{weights}: cannot load weights ({str(err).splitlines()[0]})") from None
+    # The layers first: building a billion of them, even on the meta device, takes minutes.
+    layers = {int(name.split(".")[2]) for name in stored if name.startswith("encoder.layers.")}
+    if config.num_layers != len(layers):
+        raise DataError(
+            f"{config_file}: the encoder config makes {config.num_layers} layers, the weights file holds "
+            f"{len(layers)}; the config and the weights are not of one model"
+        )
+    try:
+        with torch.device("meta"):
+            model = MaskedLanguageModel(config)
+    except (TypeError, ValueError, IndexError, AssertionError, RuntimeError, OverflowError) as err:
+        raise DataError(f"{config_file}: encoder: {str(err).splitlines()[0]}") from None
     shapes = {name: tuple(p.shape) for name, p in model.state_dict().items()}
     for name, shape in stored.items():
         if name in shapes and shapes[name] != shape:

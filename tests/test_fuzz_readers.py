@@ -98,6 +98,11 @@ def _huge_row_multiple(folder):  # padding rows no file holds: found by the fuzz
     return lambda: load_model(folder / "model"), "values, the weights file holds"
 
 
+def _billion_layers(folder):  # found by the fuzz bench: minutes spent building the layers on the meta device
+    _config(folder, lambda m: m["encoder"].update(num_layers=10**9))
+    return lambda: load_model(folder / "model"), "layers, the weights file holds 2"
+
+
 def _padding_id_fraction(folder):
     _config(folder, lambda m: m["encoder"].update(pad_token_id=1.5))
     return lambda: load_model(folder / "model"), "config.json: encoder:"
@@ -138,7 +143,7 @@ def _reading_layer_true(folder):
 FOUND = {
     f.__name__[1:]: f
     for f in (_gzip_cut, _gzip_corrupt, _huge_vocabulary, _hidden_size_text, _encoder_not_an_object, _huge_new_table,
-              _huge_row_multiple, _padding_id_fraction, _tokenizer_garbage, _tokenizer_meta_list,
+              _huge_row_multiple, _billion_layers, _padding_id_fraction, _tokenizer_garbage, _tokenizer_meta_list,
               _tokenizer_file_number, _request_infinite_steps, _request_threshold_list, _reading_layer_true)
 }  # fmt: skip
 

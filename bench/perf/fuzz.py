@@ -174,6 +174,8 @@ FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) 
     "model-config (run at 5fcf81b): a huge `vocab_row_multiple` passed the shape check (files hold `vocab_size` "
     "rows, not the padding) and the model took 16 GB for 8 minutes -> the meta-device model's whole size "
     "(parameters, padding and buffers) is checked against the file's; a reader slower than 60 s is now a problem",
+    "model-config (the next run, with that limit): a huge `num_layers` spent over 60 s building its layers on the "
+    "meta device -> the layer count is checked against the weights file's names before anything is built",
     "fit-request (second run): `flags.softmax_threshold: [1]` was a TypeError in align/reading.py check_flags -> "
     "the threshold's type is checked (also for alignment.json and the Python Aligner)",
     "tokenizer: a damaged sentencepiece.model was sentencepiece's RuntimeError (`could not parse ModelProto`) -> "
