@@ -10,8 +10,9 @@ exception the CLI turns into one line and exit code 2); anything else is a trace
 
     flock /tmp/polyalign-cpu.lock python -m bench.run fuzz -- --examples 850
 
-writes bench/results/fuzz.json and fuzz.md. The suite runs the same targets for a few examples each
-(tests/test_fuzz_readers.py).
+writes bench/results/fuzz.json and fuzz.md. What the runs found and how each reader was fixed is a record, not
+code: the `fixes` of bench/results/fuzz.json, carried into every run's JSON (a fix adds its line there). The suite
+runs the same targets for a few examples each (tests/test_fuzz_readers.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from hypothesis import strategies as st
 from bench.page import save_page
 from bench.perf.fuzz_mutations import mutate
 from bench.perf.fuzz_targets import TARGETS, Target, build_seeds  # noqa: F401  (build_seeds: the suite reads it here)
-from bench.reporting import commit, table
+from bench.reporting import commit, read_json, table
 from polyalign.io import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,40 +155,6 @@ def run_target(target: Target, seeds: Path, examples: int, seed: int = 0) -> Tal
 # The bench
 
 
-FIXES = [  # what the fuzzer found on its first runs (60-400 inputs per reader) and how each reader was fixed
-    "corpus: a damaged `.gz` corpus (cut, a flipped byte, plain text under a .gz name) ended in zlib.error, "
-    "BadGzipFile or EOFError without the file's name -> io.GzipText: one line naming the file",
-    'model-config: config.json encoder values of the wrong type (`hidden_size: "16"`, a string compared with an '
-    "int) were TypeErrors/ValueErrors from model/encoder.py -> checkpoint.read_model_config: one line naming "
-    "config.json",
-    "model-config: a huge size (`vocab_size: 10**12`, a width of 2**32) tried to allocate terabytes (RuntimeError "
-    "from the allocator) -> checkpoint.check_weight_shapes builds the model on the meta device and compares its "
-    "shapes with the weights file's header before allocating",
-    "model-config: config.json or its encoder not an object (a list, a number, true) was an AttributeError in "
-    "align/reading.py model_depth and checkpoint.is_polyalign_folder -> type checks, one line",
-    "model-config (second run, 850 inputs): a table the weights file lacks made huge (`num_languages: 2**32`) "
-    "passed the shape check and reached the allocator; a fractional or out-of-range `pad_token_id` was an IndexError "
-    "or AssertionError from torch -> the meta-device model's parameter count is checked against the file's, and "
-    "every construction error is one line naming config.json",
-    "model-config (third run): one more size reached the allocator (a 2**32-row table whose name the weights file "
-    "holds under another); the real construction's allocation failure is one line naming config.json",
-    "model-config (run at 5fcf81b): a huge `vocab_row_multiple` passed the shape check (files hold `vocab_size` "
-    "rows, not the padding) and the model took 16 GB for 8 minutes -> the meta-device model's whole size "
-    "(parameters, padding and buffers) is checked against the file's; a reader slower than 60 s is now a problem",
-    "model-config (the next run, with that limit): a huge `num_layers` spent over 60 s building its layers on the "
-    "meta device -> the layer count is checked against the weights file's names before anything is built",
-    "fit-request (second run): `flags.softmax_threshold: [1]` was a TypeError in align/reading.py check_flags -> "
-    "the threshold's type is checked (also for alignment.json and the Python Aligner)",
-    "tokenizer: a damaged sentencepiece.model was sentencepiece's RuntimeError (`could not parse ModelProto`) -> "
-    "one line naming the file; a model of special pieces only looped past the end -> one line",
-    "tokenizer: polyalign_tokenizer.json not an object, `file` not a name, an unknown `kind` were AttributeError or "
-    "TypeError -> one line each; a Hugging Face tokenizer's multi-line error is joined into one line",
-    "alignment.json: `layer: true` was read as layer 1 -> refused (booleans are not layers)",
-    "fit-request: `steps: 1e309` was an OverflowError; out-of-range steps, lr, weight, languages were accepted -> "
-    "one line (`damaged ...; start a new fit`)",
-]
-
-
 def page_parts(result: dict) -> list:
     """The fuzz page (bench/page.py draws it from the JSON's copy)."""
     total = result["total"]
@@ -265,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": time.perf_counter() - t0,
         "targets": targets,
         "total": total,
-        "fixes": FIXES,
+        "fixes": read_json(RESULTS / "fuzz.json").get("fixes", []) if (RESULTS / "fuzz.json").is_file() else [],
     }
     save_page(args.out.with_suffix(".json"), result, page_parts(result))
     return result
