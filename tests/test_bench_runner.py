@@ -55,7 +55,8 @@ def test_a_failing_step_is_recorded_with_its_error_in_one_line(tmp_path, monkeyp
 
 def test_the_list_names_every_study_step_and_retired_record():
     listed = registry.listing({name: list(steps_of(s, Options(dry_run=True))) for name, s in STUDIES.items()})
-    names = [*STUDIES, *registry.STEPS, *registry.CALLS, "trim", "ot_filtering", "xtreme", "gpu/check-8ed30a6"]
+    retired = ["trim", "ot_filtering", "xtreme", "real-start", "gpu/check-8ed30a6"]
+    names = [*STUDIES, *registry.STEPS, *registry.CALLS, *retired]
     assert all(f"  {name}: " in listed for name in names)
     assert all(f"  {name}: " not in listed for name in ("legacy", "supervisor"))
 
@@ -67,3 +68,23 @@ def test_only_the_runner_is_a_script():
         if any(isinstance(n, ast.Constant) and n.value == "__main__" for n in ast.walk(ast.parse(p.read_text())))
     ]
     assert scripts == ["bench/run.py"]
+
+
+def test_only_the_drawer_turns_records_into_pages():
+    drawing = [
+        p.relative_to(ROOT).as_posix()
+        for p in sorted((ROOT / "bench").rglob("*.py"))
+        if any(f"{name}(" in p.read_text() for name in ("page_text", "block_lines", "markdown_table", "record_text"))
+    ]
+    assert drawing == ["bench/page.py", "bench/reporting.py"]  # the drawer, and the table writer it draws with
+
+
+def test_a_perf_benchs_page_is_drawn_from_the_data_its_json_keeps(tmp_path):
+    from bench.page import save_page
+    from bench.reporting import Block
+
+    parts = ["# A bench", "", "Produced by `cmd`.", "", Block(heading="Counts", header=("", "n"), rows=(("x", 2.25),))]
+    page = save_page(tmp_path / "bench.json", {"n": 2.25}, parts)
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["n"] == 2.25 and {"header": ["", "n"], "rows": [["x", 2.25]], "align": ""} in saved["page"]
+    assert table_rows(page.read_text()) == [["", "n"], ["x", "2.2"]] and page.read_text().startswith("# A bench\n")
