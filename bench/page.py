@@ -116,21 +116,6 @@ def words(reading: V.Reading) -> str:
     return said + (f"; {words(reading.also)}" if reading.also else "")
 
 
-def premise_text(c: Comparison, section: dict | None) -> str:
-    """The comparison's premises and reference values, seed 0, as a table cell: value, what it is held against."""
-    if section is None:
-        return "-"
-    parts = []
-    for check in c.why.checks:
-        if (numbers := V.check_numbers(check, section)) is None:
-            continue
-        held = V.premise(check, section, section.get("floors", {}))
-        against = f"; {held[1]} {held[2]:.3g}: {'held' if held[3] else 'not met'}" if held else ""
-        reference = f" ({check.reference})" if check.reference else ""
-        parts.append(f"{check.label}: {numbers_text(numbers)}{reference}{against}")
-    return "<br>".join(parts) or "-"
-
-
 def checks_table(c: Comparison, section: dict) -> list:
     floors, rows = section.get("floors", {}), []
     for check in c.why.checks:
@@ -299,18 +284,14 @@ def comparison_body(study: Study, results: Path, notes: dict, root: Path, produc
             f"{c.paper} `{c.id}`: {c.statement}",
             c.paper_number,
             c.metric if c.metric == c.base_metric else f"{c.metric} vs {c.base_metric}",
-        ]
-        + [
             values_text(rows[c.id]["baseline"]),
             values_text(rows[c.id]["method"]),
             difference_text(rows[c.id]),
             rows[c.id]["verdict"],
             protocol(c),
         ]
-        + ([premise_text(c, loaded.get(c.section))] if study.premises_in_table else [])
         for c in study.comparisons
     ]
-    header += ["premises and references (seed 0)"] if study.premises_in_table else []
     used = {k for c in study.comparisons for k in (c.metric, c.base_metric, *c.measures)}
     sources = sorted({(s["command"], s["source"]) for s in loaded.values() if "source" in s})
     lines += [f"Measured by `{c}` (a script of its own); the numbers are read from {x}.\n" for c, x in sources]

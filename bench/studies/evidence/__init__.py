@@ -9,21 +9,12 @@ share is in common.py; the GPU section's arms in bench/studies/gpu_evidence.py, 
 
 from __future__ import annotations
 
-from bench.arm import SMALL_BASE  # noqa: F401  (read by the tests)
+from bench.arm import SMALL_BASE  # noqa: F401  (the names the tests read)
 from bench.studies.evidence import ernie_m, ppa, veco, xlm_align, xlm_e
-from bench.studies.evidence.common import (  # noqa: F401  (the names other studies and the tests read)
-    ALIGNED_START,
-    CLOSE,
-    CONTINUED,
-    MLM_TLM,
-    NOISE_FLOOR,
-    RTD_CODE,
-    XNLI15,
-    XNLI_SMOKE_FLOOR,
-)
+from bench.studies.evidence.common import MLM_TLM, NOISE_FLOOR, XNLI_SMOKE_FLOOR  # noqa: F401
 from bench.studies.evidence.ppa import PPA, PPA_NO_TLM  # noqa: F401
-from bench.studies.evidence.xlm_e import RTD_REFERENCE, XLM_E_DIAGNOSTIC, XLM_E_DIAGNOSTICS, detectors, generators  # noqa: F401
-from bench.study import Comparison, Study  # noqa: F401
+from bench.studies.evidence.xlm_e import XLM_E_DIAGNOSTIC, XLM_E_DIAGNOSTICS  # noqa: F401
+from bench.study import Comparison, Study
 
 CLAIMS: tuple[Comparison, ...] = (
     *ppa.CLAIMS,
