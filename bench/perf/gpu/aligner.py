@@ -214,15 +214,16 @@ def step_aligner(step: Step) -> None:
     step.part("layer rule", status="ok", layer=layer,
               dev_mean_by_layer={k: round(S.mean(v, inputs.gold_sets), 2) for k, v in sweep.items()})  # fmt: skip
     run.results["rule_layer"] = layer
-    H.arms(run)
     steps_per_pass = plan.schedule(inputs.pairs)[0]
-    for arm, record in run.results["arms"].items():
-        if arm in ARMS and "checkpoints" in record:  # the plan's passes, in pairs seen
-            last = int(S.last_step(record))
-            step.part(f"train {arm}", lr=plan.lr, steps_per_pass=steps_per_pass, passes=round(last / steps_per_pass, 3),
-                      pairs_seen=last * plan.pairs_per_step)  # fmt: skip
-    H.derive(run)
-    for arm in (a for a in ARMS if "checkpoints" in run.results["arms"][a]):
+    for arm in ARMS:  # the offered arm's candidates, choice and extraction before the next arm's training starts
+        run.only = [arm]
+        H.arms(run)
+        if "checkpoints" not in (record := run.results["arms"][arm]):  # not run: it did not fit the budget left
+            continue
+        last = int(S.last_step(record))  # the plan's passes, in pairs seen
+        step.part(f"train {arm}", lr=plan.lr, steps_per_pass=steps_per_pass, passes=round(last / steps_per_pass, 3),
+                  pairs_seen=last * plan.pairs_per_step)  # fmt: skip
+        H.derive(run)
         offer(run, arm, layer)
     offered = run.results["offered"][OFFERED_ARM]
     run.results["align"] = align_speed(step, Path(offered["model"]), offered["method"], layer, plan.align_pairs)
