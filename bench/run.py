@@ -6,7 +6,7 @@
     python -m bench.run NAME -- ARGS                    # a probe or pack builder given its own arguments
 
 A study's steps are its sections (a comparison study) or its own steps and the selection's (a selection study:
-bench/selection_run.py; `--arms` picks the arms), each training and measuring its arms as below. Every (arm, seed) run
+bench/selection_steps.py; `--arms` picks the arms), each training and measuring its arms as below. Every (arm, seed) run
 leaves a `done` marker and every measure its JSON, so a rerun only does what is missing. Runs live in WORK/runs under
 a hash of what they train, so sections share the runs of the same arm. Seed 0 of every arm first; seed 1 of a
 comparison's arms only when its seed-0 difference is under the rule's `close` points. Writes
@@ -38,7 +38,7 @@ from bench.budget import quarter_means
 from bench.floors import unigram_floor
 from bench.measures import MEASURES, Target
 from bench.reporting import commit, read_json, records, write_json
-from bench.selection_run import selection_steps
+from bench.selection_steps import selection_steps
 from bench.step import Context as StepContext
 from bench.studies import STUDIES
 from bench.study import Section, Study
@@ -344,7 +344,7 @@ def section_step(study: Study, name: str, options: Options) -> None:
 
 def steps_of(study: Study, options: Options) -> dict[str, Callable[[], None]]:
     """Every step of a study in the order a run without one named takes them: a comparison study's sections, a
-    selection study's own steps and the selection's (bench/selection_run.py)."""
+    selection study's own steps and the selection's (bench/selection_steps.py)."""
     if study.selection:
         return selection_steps(study, options.arms, options.dry_run, options.python, options.root)
     return {name: partial(section_step, study, name, options) for name in study.sections()}
