@@ -6,7 +6,7 @@
     python -m bench.run NAME -- ARGS                    # a probe or pack builder given its own arguments
 
 A study's steps are its sections (a comparison study: bench/sections.py trains and measures each arm, resumable)
-or its own steps and the selection's (a selection study: bench/selection_run.py; `--arms` picks the arms).
+or its own steps and the selection's (a selection study: bench/selection_steps.py; `--arms` picks the arms).
 Any other name is a step (bench/step.py) or a call of several (the GPU check's, bench/perf/gpu_check.py): each step
 runs within its budget in a process of its own, its record saved after every part into --out's record, which
 bench/page.py draws; a rerun with the same --out keeps the steps that ended `ok` (`--force`: run them again).
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.reporting import read_json, write_json
 from bench.sections import ROOT, Options, section_step
-from bench.selection_run import selection_steps
+from bench.selection_steps import selection_steps
 from bench.step import Context
 from bench.studies import STUDIES
 from bench.study import Study
@@ -33,7 +33,7 @@ from bench.study import Study
 
 def steps_of(study: Study, options: Options) -> dict[str, Callable[[], None]]:
     """Every step of a study in the order a run without one named takes them: a comparison study's sections, a
-    selection study's own steps and the selection's (bench/selection_run.py)."""
+    selection study's own steps and the selection's (bench/selection_steps.py)."""
     if study.selection:
         return selection_steps(study, options.arms, options.dry_run, options.python, options.root)
     return {name: partial(section_step, study, name, options) for name in study.sections()}

@@ -2,11 +2,11 @@
 
 Every candidate (a checkpoint of an arm, or a derived arm) is measured under one protocol on every gold set and on
 each of its halves (`halves`): `dev` decides, `test` is reported untouched by the choice. The saved results are one
-JSON, bench/results/STUDY.json, written by bench/selection_run.py:
+JSON, bench/results/STUDY.json, written by its steps (bench/selection_steps.py):
 
     arms.NAME   {note, sets, minutes, model, checkpoints: {step: {"separate/argmax": {"8": {gold set: AER}},
                  "separate/argmax/dev": ..., "separate/argmax/test": ..., other encodings, methods and layers}}}
-                 a derived arm also has `interpolated` or `plugged_out` (what it was made from)
+                 a derived arm also has `interpolated` or `plugged_out` (what it was made from) and `base`
     start       {scores: the same as a checkpoint's, for the start model}
     start_layers  the protocol's AER of the start at every layer (chosen on the gold sets: shown, never used)
     start_layers_dev  the same on the dev halves at the layer rule's layers (`Selection.rule_layers`), where it has one
@@ -19,6 +19,7 @@ plus what the study's own steps save. Missing parts are read as not run.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from bench.reporting import read_json
@@ -26,7 +27,7 @@ from bench.study import Derived, Protocol, Reference, Selection
 
 DEV, TEST = "dev", "test"
 HARNESS_STEPS = ("start", "arms", "derive", "compare")
-"""The harness's steps of every selection study (bench/selection_run.py), between the study's own."""
+"""The harness's steps of every selection study (bench/selection_steps.py), between the study's own."""
 DERIVED_KEYS = {"interpolate": "interpolated", "plug-out": "plugged_out"}
 MISSING = "–"
 
@@ -40,6 +41,46 @@ def halves(count: int) -> dict[str, list[int]]:
     """A gold set's sentences split in two for choosing among candidates: `dev` (even sentences) decides, `test`
     (odd sentences) is reported untouched by the choice; `all` is the whole set, as papers report."""
     return {"all": list(range(count)), DEV: list(range(0, count, 2)), TEST: list(range(1, count, 2))}
+
+
+def half_aers(gold, links: list) -> dict[str, float]:
+    """AER (%) of one gold set's links on the whole set and on each of its halves."""
+    from polyalign.evaluate.alignment import score_gold
+
+    def on(rows: list[int]) -> float:
+        pick = lambda items: [items[i] for i in rows]  # noqa: E731
+        part = replace(gold, source=pick(gold.source), target=pick(gold.target), sure=pick(gold.sure),
+                       possible=pick(gold.possible))  # fmt: skip
+        return round(score_gold(part, pick(links)).aer, 2)
+
+    return {half: on(rows) for half, rows in halves(len(links)).items()}
+
+
+def gold_scores(loaded, gold_root: Path, gold_sets, methods, layers, encoding: str = "separate") -> dict:
+    """A loaded model's AER (%) per method[/half]/layer/gold set: {"separate/argmax": {"8": {"de-en": ...}}}, and the
+    same under "separate/argmax/dev" and "/test" for the halves; a method with a threshold (`softmax-0.1`) is scored
+    at it on the same encoded sentences (`extraction`)."""
+    from polyalign.align.aer import read_gold
+    from polyalign.align.aligner import Aligner
+    from polyalign.align.extract import SOFTMAX_THRESHOLD
+
+    by_threshold: dict = {}
+    for method in methods:
+        name, threshold = extraction(method)
+        by_threshold.setdefault(threshold, {})[name] = method
+    out: dict = {}
+    aligner = Aligner(loaded, encoding=encoding, softmax_threshold=SOFTMAX_THRESHOLD)  # `softmax`: at 1e-3
+    for gold_set in gold_sets:
+        gold = read_gold(Path(gold_root) / gold_set)
+        encoded = aligner.encode_words(list(zip(gold.source, gold.target, strict=True)))
+        for threshold, named in by_threshold.items():
+            at_threshold = aligner if threshold is None else aligner.reading_as(softmax_threshold=threshold)
+            found = at_threshold.align_encoded(encoded, list(named), list(layers), gold.languages)
+            for (method, layer), links in found.items():
+                for half, aer in half_aers(gold, links).items():
+                    key = f"{encoding}/{named[method]}" + ("" if half == "all" else f"/{half}")
+                    out.setdefault(key, {}).setdefault(str(layer), {})[gold_set] = aer
+    return out
 
 
 def at(protocol: Protocol, scores: dict, half: str = "", layer: int | None = None) -> dict[str, float] | None:
@@ -66,12 +107,17 @@ def minutes_at(record: dict, step: str) -> float | None:
 # The rule
 
 
-def candidates(selection: Selection, saved: dict, half: str, trained_only: bool = False, layer=None) -> dict:
+def family(saved: dict, arm: str) -> set[str]:
+    """An arm and the arms derived from it (`Selection.each_arm`: the candidates its rule chooses among)."""
+    return {arm} | {name for name, record in saved.get("arms", {}).items() if record.get("base") == arm}
+
+
+def candidates(selection: Selection, saved: dict, half: str, trained_only=False, layer=None, arm: str = "") -> dict:
     """(arm, step) -> the protocol's AER on `half` of every gold set (at `layer`, the protocol's by default), for every
-    candidate measured on all of them; `trained_only` leaves the derived arms out."""
-    out = {}
+    candidate measured on all of them; `trained_only` leaves the derived arms out; `arm`: its family only."""
+    out, among = {}, family(saved, arm) if arm else None
     for name, record in saved.get("arms", {}).items():
-        if trained_only and is_derived(record):
+        if (trained_only and is_derived(record)) or (among is not None and name not in among):
             continue
         for step, scores in record.get("checkpoints", {}).items():
             aer = at(selection.protocol, scores, half, layer)
@@ -104,7 +150,7 @@ def rule_layer(selection: Selection, saved: dict) -> str | None:
 
 def candidate_layers(selection: Selection, saved: dict) -> list[str]:
     """The layers a candidate is chosen at: the protocol's, and the layer rule's where the selection has one."""
-    return list(dict.fromkeys((str(selection.protocol.layer), *filter(None, [rule_layer(selection, saved)]))))
+    return [str(k) for k in dict.fromkeys((selection.protocol.layer, rule_layer(selection, saved))) if k is not None]
 
 
 def start_dev(selection: Selection, saved: dict) -> dict[str, dict[str, float]]:
@@ -115,27 +161,28 @@ def start_dev(selection: Selection, saved: dict) -> dict[str, dict[str, float]]:
 
 
 def chosen_at(
-    selection: Selection, saved: dict, trained_only: bool = False, below_start_everywhere: bool | None = None
+    selection: Selection, saved: dict, trained_only=False, below_start_everywhere: bool | None = None, arm: str = ""
 ) -> tuple[str, str, str] | None:
-    """The (arm, step, layer) the rule picks on the dev halves (the test halves play no part): every candidate at
-    each of `candidate_layers`, each against the start at its own layer; `below_start_everywhere` (default: the
-    selection's) whether a candidate must be below the start on every dev half to be preferred."""
+    """The (arm, step, layer) the rule picks on the dev halves (the test halves play no part): every candidate (of
+    `arm`'s family where given) at each of `candidate_layers`, each against the start at its own layer;
+    `below_start_everywhere` (default: the selection's) whether a candidate must be below the start on every dev half
+    to be preferred."""
     start = start_dev(selection, saved)
     scored = {
         (*c, layer): aer
         for layer in candidate_layers(selection, saved)
         if all(g in start.get(layer, {}) for g in selection.gold_sets)
-        for c, aer in candidates(selection, saved, DEV, trained_only, layer).items()
+        for c, aer in candidates(selection, saved, DEV, trained_only, layer, arm).items()
     }
     below = selection.below_start_everywhere if below_start_everywhere is None else below_start_everywhere
     return choose(scored, start, selection.gold_sets, below)
 
 
-def derivation_base(selection: Selection, saved: dict) -> tuple[str, str] | None:
-    """The trained checkpoint a derived arm without a base is made from (WiSE-FT's "best trained checkpoint by mean
-    dev-half AER"): the lowest mean dev-half AER at any candidate layer, below the start everywhere or not, since the
-    interpolation towards the start is what can bring it below."""
-    pick = chosen_at(selection, saved, trained_only=True, below_start_everywhere=False)
+def derivation_base(selection: Selection, saved: dict, arm: str = "") -> tuple[str, str] | None:
+    """The trained checkpoint a derived arm is made from (WiSE-FT's "best trained checkpoint by mean dev-half AER";
+    of `arm` where it names one): the lowest mean dev-half AER at any candidate layer, below the start everywhere or
+    not, since the interpolation towards the start is what can bring it below."""
+    pick = chosen_at(selection, saved, trained_only=True, below_start_everywhere=False, arm=arm)
     return pick[:2] if pick else None
 
 
@@ -167,9 +214,11 @@ def chosen_method(selection: Selection, saved: dict, pick: tuple[str, str, str])
     return min(dev, key=lambda m: (mean(dev[m], selection.gold_sets), m != p.method), default=p.method)
 
 
-def offered(selection: Selection, saved: dict) -> dict | None:
-    """The offered aligner: the chosen model, its layer and its extraction method."""
-    if not (pick := chosen_at(selection, saved)):
+def offered(selection: Selection, saved: dict, arm: str = "") -> dict | None:
+    """The offered aligner (`arm`'s choice where given; with `each_arm`, the first arm's): the chosen model, its layer
+    and its extraction method."""
+    arm = arm or (selection.arms[0].name if selection.each_arm else "")
+    if not (pick := chosen_at(selection, saved, arm=arm)):
         return None
     return dict(zip(("arm", "step", "layer"), pick, strict=True)) | {"method": chosen_method(selection, saved, pick)}
 
@@ -227,7 +276,7 @@ def derived_record(derived: Derived, base_arm: str, step: str, start: str, base:
         note = f"{1 - w:g} x the start + {w:g} x {base_arm} at step {step} (WiSE-FT)"
     else:
         note = f"{base_arm} at step {step} with its cross-attention plugged out (VECO §3.1)"
-    source = {DERIVED_KEYS[derived.kind]: derived_source(derived, start, base)}
+    source = {DERIVED_KEYS[derived.kind]: derived_source(derived, start, base), "base": base_arm}
     return {"note": note, "sets": [], "minutes": minutes, **source, "model": out, "checkpoints": {step: scores}}
 
 

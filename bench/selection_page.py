@@ -9,23 +9,6 @@ from pathlib import Path
 from bench import selection as S
 from bench.figures import checkpoint_curves
 from bench.reporting import Block, note, read_json, write_json
-from bench.selection import (
-    MISSING,
-    at,
-    baseline_of,
-    candidate_layers,
-    chosen,
-    compared,
-    is_derived,
-    last_step,
-    mean,
-    methods_at,
-    minutes_at,
-    offered,
-    reference_values,
-    rule_layer,
-    short_name,
-)
 from bench.study import Selection, Study
 
 
@@ -40,13 +23,13 @@ def arm_line(selection: Selection, name: str, record: dict) -> str:
     note = record.get("note") or (arm.note if arm else "")
     sets = record.get("sets", list(arm.overrides) if arm else [])
     recipe = record.get("recipe") or (arm.recipe if arm else None)
-    line = f"- `{name}`" + (f" (recipe `{recipe}`)" if recipe and not is_derived(record) else "") + f": {note}"
+    line = f"- `{name}`" + (f" (recipe `{recipe}`)" if recipe and not S.is_derived(record) else "") + f": {note}"
     line += f" (`{' '.join(sets)}`)" if sets else ""
     return line + ("" if record.get("checkpoints") else " (not run)")
 
 
 def aer_row(label: str, aer: dict | None, gold_sets) -> tuple:
-    return (label, *((aer or {}).get(g, MISSING) for g in gold_sets))
+    return (label, *((aer or {}).get(g, S.MISSING) for g in gold_sets))
 
 
 def selection_blocks(selection: Selection, saved: dict, s: dict, root: Path, figure: str) -> list[Block]:
@@ -55,14 +38,14 @@ def selection_blocks(selection: Selection, saved: dict, s: dict, root: Path, fig
     published pair; every extraction method; the start's best layers."""
     p, gold, arms = selection.protocol, selection.gold_sets, saved.get("arms", {})
     start = saved.get("start", {}).get("scores", {})
-    refs = {r.name: reference_values(r, gold, root) for r in selection.references}
+    refs = {r.name: S.reference_values(r, gold, root) for r in selection.references}
     header = ("model", *gold)
-    rows = [aer_row(f"start: {Path(selection.start).name}", at(p, start), gold)]
+    rows = [aer_row(f"start: {Path(selection.start).name}", S.at(p, start), gold)]
     for name in arm_names(selection, saved):
-        record, step = arms.get(name, {}), last_step(arms.get(name, {}))
+        record, step = arms.get(name, {}), S.last_step(arms.get(name, {}))
         label = f"{name} ({step} steps, {record.get('minutes')} min)" if step else f"{name}: not run"
-        rows.append(aer_row(label, step and at(p, record["checkpoints"][step]), gold))
-    pick = chosen(selection, saved)
+        rows.append(aer_row(label, step and S.at(p, record["checkpoints"][step]), gold))
+    pick = S.chosen(selection, saved)
     label = f"chosen: {s['arm']} at step {s['step']} ({s['training_minutes']} min)" if pick else "chosen: none yet"
     label += f", layer {s['layer']}, {s['method']}" if pick and (s["layer"], s["method"]) != (p.layer, p.method) else ""
     rows += [aer_row(label, s.get("aer"), gold)]
@@ -96,7 +79,7 @@ def chosen_lines(selection: Selection, s: dict, refs: dict) -> list[str]:
     if "aer" not in s:
         return ["No candidate is measured yet."]
     against = [("the start", s["start"]["aer"])]
-    against += [(short_name(b), refs[b.name]) for b in [baseline_of(selection)] if b]
+    against += [(S.short_name(b), refs[b.name]) for b in [S.baseline_of(selection)] if b]
     counts = []
     for what, aer in against:
         below = [g for g in selection.gold_sets if g in aer and s["aer"][g] < aer[g]]
@@ -107,17 +90,17 @@ def chosen_lines(selection: Selection, s: dict, refs: dict) -> list[str]:
 def offered_lines(selection: Selection, saved: dict) -> list[str]:
     """The selection rule in numbers: the layer rule's layer (the start's mean dev-half AER at each), and the offered
     aligner with its mean dev-half AER."""
-    if not selection.rule_layers or not (pick := offered(selection, saved)):
+    if not selection.rule_layers or not (pick := S.offered(selection, saved)):
         return []
-    gold, sweep = selection.gold_sets, saved.get("start_layers_dev", {})
+    gold, sweep, mean = selection.gold_sets, saved.get("start_layers_dev", {}), S.mean
     means = ", ".join(
         f"{k} {mean(v, gold):.2f}" for k, v in sweep.items() if int(k) in selection.rule_layers and set(gold) <= set(v)
     )
     scores = saved["arms"][pick["arm"]]["checkpoints"][pick["step"]]
-    dev = methods_at(selection, scores, pick["layer"])[pick["method"]]
-    layers = " and ".join(candidate_layers(selection, saved))
+    dev = S.methods_at(selection, scores, pick["layer"])[pick["method"]]
+    layers, layer = " and ".join(S.candidate_layers(selection, saved)), S.rule_layer(selection, saved)
     return [
-        f"The layer rule's layer: {rule_layer(selection, saved)} (the start's mean dev-half AER under the protocol, by "
+        f"The layer rule's layer: {layer} (the start's mean dev-half AER under the protocol, by "
         f"layer, from its own sweep `start_layers_dev`: {means}); candidates at layers {layers}, each against the "
         f"start at its own layer. **The offered aligner**: {pick['arm']} at step {pick['step']}, layer "
         f"{pick['layer']}, `{pick['method']}` extraction (mean dev-half AER {mean(dev, gold):.2f}; the extraction "
@@ -129,7 +112,7 @@ def compare_blocks(selection: Selection, compare: dict | None, s: dict) -> list[
     if not compare:
         return []
     cells = [f"{v['difference']:+.1f} [{v['low']:+.1f}, {v['high']:+.1f}]" for v in compare["sets"].values()]
-    stale = compared(selection, compare) != (s["arm"], str(s["step"]), str(s["layer"]), s["method"])
+    stale = S.compared(selection, compare) != (s["arm"], str(s["step"]), str(s["layer"]), s["method"])
     which = f"{compare['arm']} at step {compare['step']}" + (" (no longer the chosen one: run `compare`)" * stale)
     p = selection.protocol
     if (compare.get("layer", p.layer), compare.get("method", p.method)) != (p.layer, p.method):
@@ -144,7 +127,7 @@ def compare_blocks(selection: Selection, compare: dict | None, s: dict) -> list[
 def same_step_blocks(selection: Selection, saved: dict) -> list[Block]:
     step = str(selection.same_step)
     rows = tuple(
-        aer_row(f"{name} at step {step}", at(selection.protocol, record["checkpoints"][step]), selection.gold_sets)
+        aer_row(f"{name} at step {step}", S.at(selection.protocol, record["checkpoints"][step]), selection.gold_sets)
         for name, record in saved.get("arms", {}).items()
         if step in record.get("checkpoints", {})
     )
@@ -189,7 +172,7 @@ def method_blocks(start: dict, chosen_scores: dict, label: str, gold_sets) -> li
 
 
 def cell(before: dict, after: dict, gold: str) -> str:
-    return f"{before[gold]:.1f} → {after[gold]:.1f}" if gold in before and gold in after else MISSING
+    return f"{before[gold]:.1f} → {after[gold]:.1f}" if gold in before and gold in after else S.MISSING
 
 
 def best_layer_blocks(layers: dict | None, gold_sets) -> list[Block]:
@@ -206,11 +189,11 @@ def best_layer_blocks(layers: dict | None, gold_sets) -> list[Block]:
 def ablation_blocks(selection: Selection, saved: dict) -> list[Block]:
     """Every arm (trained and derived) at its last checkpoint, and the start, under every extraction method measured
     with the protocol's encoding: the mean AER over the dev halves and over the whole sets, one table per layer."""
-    gold, arms = selection.gold_sets, saved.get("arms", {})
+    gold, arms, mean, methods_at = selection.gold_sets, saved.get("arms", {}), S.mean, S.methods_at
     rows = [("start", "", "", saved.get("start", {}).get("scores", {}))]
     for name, record in arms.items():
-        if step := last_step(record):
-            rows.append((name, step, minutes_at(record, step), record["checkpoints"][step]))
+        if step := S.last_step(record):
+            rows.append((name, step, S.minutes_at(record, step), record["checkpoints"][step]))
     layers = sorted({int(k) for *_, scores in rows for by_layer in scores.values() for k in by_layer})
     blocks = []
     for layer in map(str, layers):
@@ -220,7 +203,7 @@ def ablation_blocks(selection: Selection, saved: dict) -> list[Block]:
             continue
         table = tuple(
             (name, step, minutes, *(f"{mean(dev[m], gold):.2f} / {mean(full[m], gold):.2f}" if m in dev and m in full
-                                    else MISSING for m in methods))
+                                    else S.MISSING for m in methods))
             for (name, step, minutes, _), dev, full in found
             if dev
         )  # fmt: skip

@@ -241,13 +241,17 @@ class Candidate(Arm):
     """Stop at this step without changing the schedule (0: at the selection's `steps`)."""
     minutes: float = 0.0  # stop after these training minutes instead (trainer.max_minutes)
     rule_layer: bool = False  # self-trains and is measured at the layer rule's layer too
+    steps_per_minute: float = 0.0
+    """The card's measured training rate: such an arm runs only when its schedule and `Selection.reserve_s` fit the
+    step's time left, else it is recorded as not run (0: it always runs; a call cut at its budget is resumed)."""
 
 
 @dataclass(frozen=True)
 class Protocol:
     """How every candidate is measured (AER, %): its decisive numbers at one layer, encoding and extraction method."""
 
-    layer: int
+    layer: int | None
+    """None: the layer rule's layer only (`Selection.rule_layers`)."""
     encoding: str
     method: str
     methods: tuple[str, ...] = ()
@@ -270,7 +274,7 @@ class Derived:
     kind: str
     weight: float = 1.0
     base: str = ""
-    """The arm it is made from, at its last checkpoint; "": the best trained candidate on the dev split."""
+    """The arm it is made from, at its best checkpoint on the dev split; "": the best trained candidate of all."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("interpolate", "plug-out"):
@@ -347,6 +351,15 @@ class Selection:
     """The protocol and the rule in words, fixed before the runs (the page's first paragraph of the selection)."""
     before: tuple[Step, ...] = ()
     after: tuple[Step, ...] = ()
+    device: str = "cpu"
+    """`cuda`: its models are scored on the GPU where there is one (its trainings pick their device themselves)."""
+    each_arm: bool = False
+    """The rule is applied to each trained arm among its own candidates (its checkpoints and what is derived from it),
+    the first arm's choice offered and the others' reported beside (the GPU check's aligner); False: among all."""
+    reserve_s: float = 0.0
+    """Seconds of a step's budget kept after an arm's training for its scores (`Candidate.steps_per_minute`)."""
+    start_sweep: bool = True
+    """The start's AER at every layer, shown on the page for scale (False: none; the GPU check draws no such page)."""
 
 
 @dataclass(frozen=True)

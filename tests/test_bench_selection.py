@@ -1,4 +1,4 @@
-"""A selection study (bench/selection.py, bench/selection_run.py, the e5 study): the dev-half rule with the test
+"""A selection study (bench/selection.py, bench/selection_steps.py, the e5 study): the dev-half rule with the test
 halves apart, derived arms, reference rows, the summary's fields, the runner's steps, and the page from a fixture."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The GPU aligner step: its pack fits what a GPU call carries, self-training's schedule is one full pass, DWA-beside
-runs only when its pass fits the budget, and the dry run (tiny sizes, CPU) trains both arms, chooses by the rule on
-dev halves, measures `align`, and resumes from its work folder without training again."""
+"""The GPU aligner step, a selection run by the selection's steps (bench/selection_steps.py): its pack fits what a GPU
+call carries, self-training's schedule is one full pass, DWA-beside runs only when its pass fits the budget, and the
+dry run (tiny sizes, CPU) trains both arms, chooses by the rule on dev halves, measures `align`, and resumes from its
+work folder without training again."""
 
 from __future__ import annotations
 
@@ -61,16 +62,20 @@ def test_the_dry_run_trains_both_arms_and_chooses_by_the_rule(dry_run):
     assert step["status"] == "ok", step
     parts = step["parts"]
     assert parts["layer rule"]["layer"] == result["rule_layer"] in (1, 2)
+    layer = str(result["rule_layer"])
+    start = result["start"]["scores"]["separate/argmax/dev"][layer]
     for arm in ("self-align", "dwa-beside"):
         assert parts[f"train {arm}"]["steps"] > 0 and parts[f"train {arm}"]["pairs_seen"] > 0
-        record = result["arms"][arm]
-        assert sum("-wise-" in name for name in record["candidates_dev"]) == 3
+        # its candidates: its checkpoints, and its best checkpoint's three WiSE-FT interpolations
+        family = {name: r for name, r in result["arms"].items() if name == arm or r.get("base") == arm}
+        assert sum("-wise-" in name for name in family) == 3
+        dev = {(name, step): scores["separate/argmax/dev"][layer]
+               for name, r in family.items() for step, scores in r["checkpoints"].items()}  # fmt: skip
         # the rule: below the start on every dev half (if any candidate is), then the lowest mean dev-half AER
-        start = result["start"]["separate/argmax/dev"][str(result["rule_layer"])]
-        dev = record["candidates_dev"]
         below = [c for c, aer in dev.items() if all(aer[g] < start[g] for g in start)]
-        assert record["chosen"] == min(below or dev, key=lambda c: sum(dev[c].values()))
-        assert record["method"] in ("argmax", "itermax", "ot", "softmax", "softmax-0.1")
+        offered = result["offered"][arm]
+        assert (offered["arm"], offered["step"]) == min(below or dev, key=lambda c: sum(dev[c].values()))
+        assert offered["method"] in ("argmax", "itermax", "ot", "softmax", "softmax-0.1")
         assert set(parts[f"chosen {arm}"]["model all"]) == set(result["gold_sets"]) == set(start)
     assert parts["polyalign align"]["status"] == "ok" and parts["polyalign align"]["pairs_per_s"] > 0
 
@@ -79,8 +84,8 @@ def test_the_dry_run_trains_both_arms_and_chooses_by_the_rule(dry_run):
 def test_a_second_call_with_the_same_work_folder_trains_nothing_again(dry_run):
     step, result, work = dry_run  # the second call's record
     for arm in ("self-align", "dwa-beside"):
-        assert step["parts"][f"train {arm}"]["finished_before"] is True
-        assert result["arms"][arm]["training"]["finished_before"] is True
+        trained = step["parts"][f"train {arm}"]
+        assert trained["finished_before"] is True and trained["seconds"] == 0 and trained["status"] == "ok"
 
 
 def test_self_training_makes_one_full_pass_on_a_schedule_that_ends_where_it_stops():
@@ -92,21 +97,30 @@ def test_self_training_makes_one_full_pass_on_a_schedule_that_ends_where_it_stop
     assert warmup == 76  # the recipe's 100 of 4,695 as a share
 
 
-class Budget:
-    def __init__(self, left: float):
-        self.seconds = left
-
-    def left(self) -> float:
-        return self.seconds
-
-
 def test_dwa_beside_runs_only_when_its_pass_fits_the_budget_left_else_says_why(tmp_path):
-    from bench.perf.gpu.aligner import DRY, FULL, unaffordable
+    from bench.perf.gpu.aligner import DRY, FULL, Inputs, selection
+    from bench.selection_steps import unaffordable
 
+    inputs = Inputs(tmp_path / "start", tmp_path / "prepared", tmp_path / "gold", ("de-en",), 487_053, {})
+    full = selection(FULL, inputs, tmp_path)
+    (offered, dwa), dry = full.arms, selection(DRY, inputs, tmp_path)
     # 3,806 steps at the H200's 640 a minute: 357 s, and 170 s of scores after them
-    assert unaffordable(Budget(600), FULL, "dwa-beside", 487_053, tmp_path / "dwa") is None
-    reason = unaffordable(Budget(300), FULL, "dwa-beside", 487_053, tmp_path / "dwa")
+    assert unaffordable(dwa, full, tmp_path / "dwa", 600) is None
+    reason = unaffordable(dwa, full, tmp_path / "dwa", 300)
     assert reason == "3,806 steps at 640 a minute and their scores need 527 s, 300 s left"
     (tmp_path / "dwa" / "checkpoints").mkdir(parents=True)  # started by an earlier call: finished, whatever is left
-    assert unaffordable(Budget(10), FULL, "dwa-beside", 487_053, tmp_path / "dwa") is None
-    assert unaffordable(Budget(1), DRY, "dwa-beside", 487_053, tmp_path / "other") is None  # no rate: it runs
+    assert unaffordable(dwa, full, tmp_path / "dwa", 10) is None
+    assert unaffordable(offered, full, tmp_path / "other", 1) is None  # the offered arm always runs
+    assert unaffordable(dry.arms[1], dry, tmp_path / "other", 1) is None  # no rate: it runs
+
+
+def test_the_declaration_is_the_rules_both_arms_self_train_at_its_layer_for_the_whole_schedule(tmp_path):
+    from bench.perf.gpu.aligner import FULL, WISE_WEIGHTS, Inputs, selection
+
+    inputs = Inputs(tmp_path / "start", tmp_path / "prepared", tmp_path / "gold", ("de-en",), 487_053, {})
+    declared = selection(FULL, inputs, tmp_path)
+    assert (declared.steps, declared.save_every, declared.rule_layers) == (3806, 951, tuple(range(4, 11)))
+    assert declared.protocol.layer is None and declared.each_arm and declared.device == "cuda"
+    assert all(a.rule_layer and "trainer.lr=5e-05" in a.overrides and "trainer.warmup_steps=76" in a.overrides
+               for a in declared.arms)  # fmt: skip
+    assert [(d.base, d.weight) for d in declared.derived] == [(a.name, w) for a in declared.arms for w in WISE_WEIGHTS]

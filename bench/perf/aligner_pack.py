@@ -25,12 +25,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from bench.perf.gpu.step import ROOT, SHARED, polyalign_cli
+from bench.perf.gpu_pack import head_lines, publish
+from bench.studies.e5_common import GOLD_SETS  # the 7 visible gold sets the e5 study scores
+from polyalign.languages import TATOEBA_14
 
-from bench.perf.gpu_pack import head_lines, publish  # noqa: E402
-
-SHARED = ROOT.parent / "shared"
 E5 = Path("/work/e5-small") if Path("/work/e5-small").is_dir() else ROOT / "models" / "multilingual-e5-small"
 TRIM = ROOT / "bench" / "work" / "e5-trim"
 DEFAULT_PACK = ROOT / "bench" / "work" / "aligner-pack"
@@ -42,18 +41,12 @@ WHEELS_ALLOWANCE = 6_000_000
 """Bytes set aside for the wheels the GPU image lacks when no .whl folder is here to measure."""
 MARGIN = 1_000_000
 START_FILE, BITEXT_FILE, GOLD_DIR, PACK_JSON = "start.e5", "bitext.tar.xz", "gold", "pack.json"
-GOLD_SETS = ("de-en", "en-fr", "en-hi", "ja-en", "ro-en", "ro-en-wpt05", "zh-en")
-TATOEBA_14 = ("ara", "bul", "deu", "ell", "fra", "hin", "rus", "spa", "swh", "tha", "tur", "urd", "vie", "cmn")
-
-
-def python() -> list[str]:
-    return [sys.executable, "-m", "polyalign.cli"]
 
 
 def trim_command(out: Path) -> list[str]:
     """`trim-vocab` of the untrimmed import: the bitext's pieces by frequency, every gold and Tatoeba-14 piece."""
     data = SHARED / "data"
-    command = [*python(), "trim-vocab", "--model", str(E5), "--max-pieces", str(MAX_PIECES)]
+    command = [*polyalign_cli(), "trim-vocab", "--model", str(E5), "--max-pieces", str(MAX_PIECES)]
     for f in sorted((data / "train" / "parallel").glob("en-*.gz")):
         command += ["--corpus", str(f)]
     kept = [data / "eval/word_alignment" / gold / f"{side}.txt" for gold in GOLD_SETS for side in ("src", "tgt")]
@@ -85,7 +78,7 @@ def prepare_bitext(tokenizer: Path, fraction: float, work: Path) -> dict:
     raw.mkdir(parents=True)
     for f in sorted((SHARED / "data" / "train" / "parallel").glob("en-*.gz")):
         head_lines(f, raw / f.name.removesuffix(".gz"), fraction)
-    command = [*python(), "prepare", "--parallel", str(raw), "--tokenizer-from", str(tokenizer), "--exclude",
+    command = [*polyalign_cli(), "prepare", "--parallel", str(raw), "--tokenizer-from", str(tokenizer), "--exclude",
                str(SHARED / "data" / "eval" / "tatoeba"), "--out", str(work / "prepared"), "--no-progress"]  # fmt: skip
     subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     shutil.rmtree(raw)

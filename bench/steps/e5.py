@@ -13,7 +13,7 @@ def convert(run) -> None:
     """The model folder and the prepared bitext (each once), and the folder's agreement with the engine."""
     e5, shared, prepared = run.path(E5), run.path(SHARED), run.path(run.selection.data)
     if not (e5 / "config.json").is_file():
-        run.sh(run.polyalign("import-e5", "--out", str(e5)))
+        run.sh("import-e5", "--out", str(e5))
     if "conversion" not in run.results:
         import numpy as np
 
@@ -25,9 +25,9 @@ def convert(run) -> None:
                                      "median": float(np.median(cosine))}  # fmt: skip
         run.save()
     if not prepared.is_dir():
-        run.sh(run.polyalign("prepare", "--parallel", str(shared / "data/train/parallel"), "--tokenizer-from", str(e5),
-                             "--out", str(prepared), "--exclude", str(shared / "data/eval/tatoeba"), "--dev-pairs",
-                             "200", "--no-progress"))  # fmt: skip
+        run.sh("prepare", "--parallel", str(shared / "data/train/parallel"), "--tokenizer-from", str(e5), "--out",
+               str(prepared), "--exclude", str(shared / "data/eval/tatoeba"), "--dev-pairs", "200",
+               "--no-progress")  # fmt: skip
 
 
 def sentences(run) -> None:

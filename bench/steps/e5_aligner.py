@@ -15,7 +15,6 @@ from pathlib import Path
 
 from bench import selection as S
 from bench.reporting import Block, read_json
-from bench.selection_run import subset
 
 ALIGNER_SPEED = "bench/results/aligner_speed.json"
 SIMALIGN = "bench/work/simalign"
@@ -54,25 +53,15 @@ def fit_from(run, label: str, model: Path) -> None:
         gold = read_gold(folder)
         if not (out / "links.txt").is_file():
             src, tgt = gold.languages
-            run.sh(run.polyalign("fit-aligner", "--model", str(model), "--src", str(folder / "src.txt"), "--tgt",
-                                 str(folder / "tgt.txt"), "--src-lang", src, "--tgt-lang", tgt, "--out", str(out),
-                                 "--no-progress"))  # fmt: skip
-        if run.dry_run:
+            run.sh("fit-aligner", "--model", str(model), "--src", str(folder / "src.txt"), "--tgt",
+                   str(folder / "tgt.txt"), "--src-lang", src, "--tgt-lang", tgt, "--out", str(out),
+                   "--no-progress")  # fmt: skip
+        if run.print_only:
             continue
         lines = (out / "links.txt").read_text(encoding="utf-8").splitlines()
-        record["sets"][name] = fit_scores(gold, [parse_pharaoh(line) for line in lines])
+        record["sets"][name] = S.half_aers(gold, [parse_pharaoh(line) for line in lines])
         record["sets"][name]["fit"] = read_json(out / "fit.json")
         run.save()
-
-
-def fit_scores(gold, links: list) -> dict[str, float]:
-    """AER of one set's links on the whole set and on each half."""
-    from polyalign.evaluate.alignment import score_gold
-
-    return {
-        half: round(score_gold(subset(gold, rows), [links[i] for i in rows]).aer, 2)
-        for half, rows in S.halves(len(links)).items()
-    }
 
 
 def fit_blocks(saved: dict, gold_sets: tuple[str, ...], protocol) -> list[Block]:

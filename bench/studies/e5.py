@@ -12,19 +12,9 @@ training against transformers on the same batches; `polyalign align` against efl
 (bench/steps/e5_aligner.py). `speed` and `aligner-speed` are answered: their blocks draw their saved results, their
 code is at commit 1936717.
 
-Protocol, fixed before any arm was trained: AER at layer 8 of 12 (SimAlign's and awesome-align's layer; also the
-self-training layer), each sentence encoded on its own and links by mutual argmax (SimAlign's `argmax`, the links
-the self-training objective labels), bare "▁" pieces unlinked (polyalign/align/aligner.py). polyalign's default
-(`ot`, pair encoding) and itermax are reported beside it. No layer, method or arm is chosen on the gold sets; the
-best-layer line is labelled as chosen on them.
-
-The selection rule, written before its arms ran: (1) the layer rule: the start's layer (4 to 10) with the lowest
-mean argmax AER over the gold sets' dev halves; arms marked `rule_layer` self-train there and are scored there and
-at 8. (2) The offered model: among every checkpoint and interpolation at either layer, those below the start (at the
-same layer) on every dev half, the lowest mean dev-half AER under argmax, as before. (3) The offered extraction: on
-that model and layer, the method (argmax, itermax, softmax at 1e-3, softmax at 0.1, ot) with the lowest mean
-dev-half AER. The test halves and the whole sets are reported, never used. Then `fit` (`polyalign fit-aligner` on
-each gold set's own sentences, reported apart) and `aligner-speed` run after `speed`.
+The protocol and the selection rule, fixed before the arms ran, are `ABOUT` below (the page's first paragraph of the
+selection says them): AER at layer 8 under mutual argmax, the layer rule's layer beside it, the offered model and its
+extraction chosen on the gold sets' dev halves, the test halves and whole sets reported, never used.
 """
 
 from __future__ import annotations

@@ -38,23 +38,29 @@ with a random 2 x 32 model on the bundled sample (tests/test_gpu_aligner.py), bo
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import math
+import os
 import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import selection as S
+from bench import selection_steps as H
 from bench.perf.aligner_pack import BITEXT_FILE, DEFAULT_PACK, GOLD_DIR, PACK_JSON, START_FILE
-from bench.perf.gpu.alignment import rate, write_pairs
-from bench.perf.gpu.step import NO_CUDA, ROOT, SAMPLE, UNFINISHED, Step, device_name, polyalign_cli, run_command
+from bench.perf.gpu.step import NO_CUDA, ROOT, SAMPLE, SHARED, Step, device_name, polyalign_cli, run_command
 from bench.perf.gpu.step import sample_prepared as prepare_sample
+from bench.study import Candidate, Derived, Protocol, Selection
 
 ARMS = {"self-align": "self-align", "dwa-beside": str(ROOT / "bench" / "recipes" / "aligner-dwa.yaml")}
-OFFERED_ARM = "self-align"
+OFFERED_ARM = "self-align"  # the first arm: the selection offers its choice, the others' are reported beside
 WISE_WEIGHTS = (0.25, 0.5, 0.75)
 METHODS = ("argmax", "itermax", "ot", "softmax", "softmax-0.1")
+PROTOCOL = Protocol(None, "separate", "argmax")
+"""Argmax at the layer rule's layer only: every candidate is scored there (the rule's 1 and 2)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,8 @@ class Plan:
     reserve_s: float = 0.0
     """Seconds of the step's budget kept for what follows a training (its scores and interpolations, `align`)."""
     steps_per_minute: dict | None = None
-    """Each arm's training steps a minute on the card last measured: whether an arm's schedule fits the budget left
-    is read from it (None: every arm runs)."""
+    """Each arm's training steps a minute on the card last measured: whether an arm beside the offered one fits the
+    budget left is read from it (None: every arm runs)."""
     warmup_share: float = 0.02
     """Warm-up steps as a share of the schedule (the recipe's 100 over a pass of ~4,700 steps at 128 pairs), so that
     a shorter schedule (the pilot's) warms up and decays over exactly the steps it runs."""
@@ -89,10 +95,6 @@ class Plan:
         steps = min(steps, self.step_cap) if self.step_cap else steps
         every = max(1, min(steps_per_pass, steps) // self.checkpoints_per_pass)
         return steps_per_pass, steps, every, max(1, round(self.warmup_share * steps))
-
-    def seconds_needed(self, arm: str, steps: int) -> float:
-        """An arm's training seconds at the card's measured rate, and what follows it (0 without a rate)."""
-        return 60 * steps / self.steps_per_minute[arm] + self.reserve_s if self.steps_per_minute else 0.0
 
 
 # Eager: an arm trains for a few minutes, and compiling a training step took about one (the MLM arm's warm-up at
@@ -113,6 +115,24 @@ class Inputs:
     gold_sets: tuple[str, ...]
     pairs: int
     described: dict
+
+
+def selection(plan: Plan, inputs: Inputs, work: Path) -> Selection:
+    """The rule above as a selection (bench/selection.py), run by the selection's own steps: both arms self-train at
+    the layer rule's layer for the plan's schedule, each chosen among its own checkpoints and its best checkpoint's
+    WiSE-FT interpolations; the arm beside the offered one only when its schedule fits at the card's rate."""
+    _, steps, every, warmup = plan.schedule(inputs.pairs)
+    sets = ("trainer.stop_at=0", "trainer.max_minutes=0", f"trainer.warmup_steps={warmup}", f"trainer.lr={plan.lr:g}",
+            f"data.parallel.max_examples={plan.pairs_per_step}", f"data.parallel.max_tokens={plan.tokens_per_step}",
+            *plan.overrides)  # fmt: skip
+    rates = {} if plan.steps_per_minute is None else plan.steps_per_minute
+    arms = tuple(Candidate(name, recipe, sets, init_from=str(inputs.start), rule_layer=True,
+                           steps_per_minute=0 if name == OFFERED_ARM else rates.get(name, 0))
+                 for name, recipe in ARMS.items())  # fmt: skip
+    return Selection(str(inputs.start), str(inputs.prepared), str(work / "aligner" / "runs"), str(inputs.gold),
+                     inputs.gold_sets, PROTOCOL, arms, steps, every, rule_layers=plan.rule_layers, device="cuda",
+                     derived=tuple(Derived("interpolate", w, base=arm) for arm in ARMS for w in WISE_WEIGHTS),
+                     each_arm=True, reserve_s=plan.reserve_s, start_sweep=False)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -170,98 +190,7 @@ def tiny_start(prepared: Path, out: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Scores, kept per model in the work folder
-
-
-def scores(step: Step, inputs: Inputs, name: str, folder: Path, methods, layers) -> dict:
-    """A model's AER by method, half, layer and gold set (bench/selection_run.py's layout); computed once."""
-    from bench.selection_run import gold_scores
-    from polyalign.checkpoint import load_model
-
-    file = step.work / "aligner" / "scores" / f"{name}.json"
-    saved = json.loads(file.read_text()) if file.is_file() else {}
-    wanted = [(m, layer) for m in methods for layer in layers if str(layer) not in saved.get(f"separate/{m}", {})]
-    if wanted:
-        loaded = load_model(folder, device=device_name(step))
-        new = gold_scores(loaded, inputs.gold, inputs.gold_sets, sorted({m for m, _ in wanted}),
-                          sorted({layer for _, layer in wanted}))  # fmt: skip
-        for key, by_layer in new.items():
-            saved.setdefault(key, {}).update(by_layer)
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(json.dumps(saved, indent=1) + "\n")
-    return saved
-
-
-def dev_aer(saved: dict, method: str, layer: int) -> dict[str, float]:
-    return saved[f"separate/{method}/{S.DEV}"][str(layer)]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Training
-
-
-def train(step: Step, inputs: Inputs, arm: str, layer: int, plan: Plan, run_dir: Path) -> tuple[Path, dict]:
-    """One arm's run over the packed bitext, all of its schedule (resumed when its run folder has checkpoints: a call
-    cut at its budget is finished by the next); its record."""
-    from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
-
-    steps_per_pass, max_steps, save_every, warmup = plan.schedule(inputs.pairs)
-    sets = [f"trainer.max_steps={max_steps}", f"trainer.save_every={save_every}", "trainer.keep_checkpoints=0",
-            "trainer.stop_at=0", "trainer.max_minutes=0", f"trainer.warmup_steps={warmup}", f"trainer.lr={plan.lr:g}",
-            f"data.parallel.max_examples={plan.pairs_per_step}", f"data.parallel.max_tokens={plan.tokens_per_step}",
-            f"objectives.0.config.layer={layer}", *plan.overrides]  # fmt: skip
-    done = run_dir / "done"
-    finished_before = done.is_file()  # by an earlier call with this work folder
-    if not finished_before:
-        if not checkpoint_dirs(run_dir):  # cut before its first checkpoint: start it again
-            shutil.rmtree(run_dir, ignore_errors=True)
-        command = polyalign_cli("pretrain", ARMS[arm], "--data", str(inputs.prepared), "--init-from", str(inputs.start))
-        command += ["--run-dir", str(run_dir), "--no-progress", *(a for s in sets for a in ("--set", s))]
-        command += ["--resume"] if (run_dir / "checkpoints").is_dir() else []
-        step.part(f"train {arm}", status=UNFINISHED)
-        status, seconds = run_command(step, f"train-{run_dir.name}", command)
-        if status != "ok":
-            step.part(f"train {arm}", status=status, seconds=seconds)
-            raise RuntimeError(f"train {arm}: {status}")
-        done.write_text(json.dumps({"seconds": seconds}))
-    steps = [checkpoint_step(c) for c in checkpoint_dirs(run_dir)]
-    record = {"steps": max(steps), "max_steps": max_steps, "warmup_steps": warmup, "lr": plan.lr,
-              "steps_per_pass": steps_per_pass, "passes": round(max(steps) / steps_per_pass, 3),
-              "pairs_seen": max(steps) * plan.pairs_per_step, "seconds": json.loads(done.read_text())["seconds"],
-              "finished_before": finished_before}  # fmt: skip
-    step.part(f"train {arm}", status="ok", **record)
-    return run_dir, record
-
-
-def candidates(step: Step, inputs: Inputs, arm: str, run_dir: Path, layer: int) -> dict[str, tuple[Path, dict]]:
-    """Every checkpoint of the arm and the WiSE-FT interpolations of its best one, with their scores."""
-    from polyalign.checkpoint import checkpoint_dirs, checkpoint_step
-
-    found = {}
-    for folder in checkpoint_dirs(run_dir):
-        name = f"{arm}@{checkpoint_step(folder)}"
-        found[name] = (folder, scores(step, inputs, name, folder, ("argmax",), (layer,)))
-    best = min(found, key=lambda n: S.mean(dev_aer(found[n][1], "argmax", layer), inputs.gold_sets))
-    for weight in WISE_WEIGHTS:
-        name, out = f"{best}-wise-{weight:g}", step.work / "aligner" / "wise" / f"{best}-wise-{weight:g}"
-        if not (out / "config.json").is_file():
-            args = ["interpolate", "--start", str(inputs.start), "--tuned", str(found[best][0])]
-            status, _ = run_command(step, f"wise-{arm}-{weight:g}", polyalign_cli(
-                *args, "--weight", str(weight), "--out", str(out), "--overwrite"))  # fmt: skip
-            if status != "ok":
-                raise RuntimeError(f"interpolate {best} at {weight}: {status}")
-        found[name] = (out, scores(step, inputs, name, out, ("argmax",), (layer,)))
-    return found
-
-
-def choose(inputs: Inputs, found: dict, start: dict, layer: int) -> str:
-    """The rule's (2): below the start on every dev half, the lowest mean dev-half argmax AER."""
-    scored = {(n,): dev_aer(s, "argmax", layer) for n, (_, s) in found.items()}
-    return S.choose(scored, dev_aer(start, "argmax", layer), inputs.gold_sets)[0]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The step
+# The step: the selection's steps start, arms and derive, then each arm's extraction and `align`
 
 
 def step_aligner(step: Step) -> None:
@@ -275,51 +204,45 @@ def step_aligner(step: Step) -> None:
     if inputs is None:
         return
     step.part("pack", status="ok", pairs=inputs.pairs, **{k: inputs.described.get(k) for k in ("fraction", "tokens")})
-    start = scores(step, inputs, "start", inputs.start, ("argmax",), plan.rule_layers)
-    layer = min(plan.rule_layers, key=lambda i: S.mean(dev_aer(start, "argmax", i), inputs.gold_sets))
+    declared = selection(plan, inputs, step.work)
+    copy = step.logs.parent / "aligner" / "result.json"  # comes back with the record
+    run = H.Run(declared, step.work / "aligner" / "result.json", step, "the GPU aligner", copies=(copy,))
+    command = "python -m bench.run gpu-check aligner" + (" --dry-run" if step.dry_run else "")
+    run.results |= {"command": command, "pack": inputs.described, "gold_sets": list(inputs.gold_sets)}
+    H.start(run)
+    sweep, layer = run.results["start_layers_dev"], int(S.rule_layer(declared, run.results))
     step.part("layer rule", status="ok", layer=layer,
-              dev_mean_by_layer={i: round(S.mean(dev_aer(start, "argmax", i), inputs.gold_sets), 2)
-                                 for i in plan.rule_layers})  # fmt: skip
-    result = {"rule_layer": layer, "gold_sets": list(inputs.gold_sets), "pack": inputs.described, "arms": {}}
-    start = scores(step, inputs, "start", inputs.start, METHODS, (layer,))
-    result["start"] = start
-    for arm in ARMS:
-        run_dir = step.work / "aligner" / "runs" / arm
-        if arm != OFFERED_ARM and (reason := unaffordable(step, plan, arm, inputs.pairs, run_dir)):
-            step.part(f"train {arm}", status=f"skipped: not run, {reason}")
-            result["arms"][arm] = {"not_run": reason}
-            save(step, result)
+              dev_mean_by_layer={k: round(S.mean(v, inputs.gold_sets), 2) for k, v in sweep.items()})  # fmt: skip
+    run.results["rule_layer"] = layer
+    steps_per_pass = plan.schedule(inputs.pairs)[0]
+    for arm in ARMS:  # the offered arm's candidates, choice and extraction before the next arm's training starts
+        run.only = [arm]
+        H.arms(run)
+        if "checkpoints" not in (record := run.results["arms"][arm]):  # not run: it did not fit the budget left
             continue
-        run_dir, trained = train(step, inputs, arm, layer, plan, run_dir)
-        found = candidates(step, inputs, arm, run_dir, layer)
-        chosen = choose(inputs, found, start, layer)
-        chosen_scores = scores(step, inputs, chosen, found[chosen][0], METHODS, (layer,))
-        method = min(METHODS, key=lambda m: S.mean(dev_aer(chosen_scores, m, layer), inputs.gold_sets))
-        result["arms"][arm] = {
-            "training": trained,
-            "candidates_dev": {n: dev_aer(s, "argmax", layer) for n, (_, s) in found.items()},
-            "chosen": chosen, "method": method, "model": str(found[chosen][0]), "scores": chosen_scores,
-        }  # fmt: skip
-        step.part(f"chosen {arm}", status="ok", model=chosen, method=method,
-                  **aer_rows(chosen_scores, start, method, layer, inputs.gold_sets))  # fmt: skip
-        save(step, result)
-    offered = result["arms"][OFFERED_ARM]
-    result["align"] = align_speed(step, Path(offered["model"]), offered["method"], layer, plan.align_pairs)
-    save(step, result)
+        last = int(S.last_step(record))  # the plan's passes, in pairs seen
+        step.part(f"train {arm}", lr=plan.lr, steps_per_pass=steps_per_pass, passes=round(last / steps_per_pass, 3),
+                  pairs_seen=last * plan.pairs_per_step)  # fmt: skip
+        H.derive(run)
+        offer(run, arm, layer)
+    offered = run.results["offered"][OFFERED_ARM]
+    run.results["align"] = align_speed(step, Path(offered["model"]), offered["method"], layer, plan.align_pairs)
+    run.save()
 
 
-def unaffordable(step: Step, plan: Plan, arm: str, pairs: int, run_dir: Path) -> str | None:
-    """Why an arm beside the offered one is not run in this call (None: it runs): it sees as many pairs as the
-    offered arm (the same schedule), so it runs only when that schedule and its scores fit the budget left at the
-    card's measured rate, or when an earlier call started it."""
-    if (run_dir / "checkpoints").is_dir():
-        return None
-    steps = plan.schedule(pairs)[1]
-    needed, left = plan.seconds_needed(arm, steps), step.left()
-    if needed <= left:
-        return None
-    rate = plan.steps_per_minute[arm]
-    return f"{steps:,} steps at {rate:,} a minute and their scores need {needed:.0f} s, {left:.0f} s left"
+def offer(run: H.Run, arm: str, layer: int) -> None:
+    """The rule's 3 for one arm: every method measured on the start and on the arm's chosen model at the rule's layer,
+    the lowest mean dev-half AER offered (bench/selection.py `chosen_method`); recorded under `offered`."""
+    pick = S.chosen_at(run.selection, run.results, arm=arm)
+    chosen, start = run.results["arms"][pick[0]]["checkpoints"][pick[1]], run.results["start"]["scores"]
+    for scores, folder in ((start, run.path(run.selection.start)), (chosen, run.folder(*pick[:2]))):
+        H.measure(run, scores, folder, (layer,), METHODS)
+    method = S.chosen_method(run.selection, run.results, pick)
+    model = run.folder(*pick[:2])
+    run.results.setdefault("offered", {})[arm] = {"arm": pick[0], "step": pick[1], "method": method, "model": model}
+    run.save()
+    run.ctx.part(f"chosen {arm}", status="ok", model=f"{pick[0]}@{pick[1]}", method=method,
+                 **aer_rows(chosen, start, method, layer, run.selection.gold_sets))  # fmt: skip
 
 
 def aer_rows(chosen: dict, start: dict, method: str, layer: int, gold_sets) -> dict:
@@ -333,21 +256,45 @@ def aer_rows(chosen: dict, start: dict, method: str, layer: int, gold_sets) -> d
             for half in ("all", S.DEV, S.TEST)}  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------------------
+# `polyalign align` with the offered aligner
+
+
 def align_speed(step: Step, model: Path, method: str, layer: int, pairs: int) -> dict:
-    """`polyalign align` with the offered aligner and reading on `pairs` sentence pairs: pairs/s of the command."""
+    """`polyalign align` with the offered aligner and reading on `pairs` sentence pairs: pairs/s of the command,
+    start-up included (none for a command that did not finish)."""
     src, tgt, origin = write_pairs(step.work / "aligner" / "pairs", pairs)
     name, threshold = S.extraction(method)
     args = ["align", "--model", str(model), "--src", str(src), "--tgt", str(tgt), "--method", name]
     args += ["--layer", str(layer), "--device", device_name(step), "--no-progress"]
     args += ["--softmax-threshold", str(threshold)] if threshold is not None else []
     status, seconds = run_command(step, "align", polyalign_cli(*args), stdout=step.work / "aligner" / "links")
-    record = {"status": status, "pairs": pairs, "from": origin, "seconds": seconds, **rate(status, pairs, seconds)}
+    record = {"status": status, "pairs": pairs, "from": origin, "seconds": seconds}
+    record |= {"pairs_per_s": pairs / seconds} if status == "ok" else {}
     step.part("polyalign align", **record)
     return record
 
 
-def save(step: Step, result: dict) -> None:
-    out = step.logs.parent / "aligner"
-    out.mkdir(parents=True, exist_ok=True)
-    result["command"] = "python -m bench.run gpu-check aligner" + (" --dry-run" if step.dry_run else "")
-    (out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+def write_pairs(folder: Path, n: int) -> tuple[Path, Path, str]:
+    """n sentence pairs (en-de, en-es, en-fr, en-ru in turn, repeated as needed) from ../shared/data/train when
+    it is here, else from the bundled sample; words are the text split at spaces."""
+    shared = SHARED / "data" / "train" / "parallel"
+    langs = ("de", "es", "fr", "ru")
+    if all((shared / f"en-{x}.{x}.gz").is_file() for x in langs):
+        origin, read = shared, lambda p: gzip.open(f"{p}.gz", "rt", encoding="utf-8")
+    else:
+        origin, read = SAMPLE / "parallel", lambda p: open(p, encoding="utf-8")
+    per_language = []
+    for x in langs:
+        with read(origin / f"en-{x}.{x}") as fx, read(origin / f"en-{x}.en") as fe:
+            per_language.append(
+                [(a.strip(), b.strip()) for a, b in itertools.islice(zip(fx, fe, strict=True), n // len(langs))]
+            )
+    interleaved = [p for group in itertools.zip_longest(*per_language) for p in group if p and p[0] and p[1]]
+    pairs = list(itertools.islice(itertools.cycle(interleaved), n))
+    folder.mkdir(parents=True, exist_ok=True)
+    src, tgt = folder / "src.txt", folder / "tgt.txt"
+    src.write_text("".join(a + "\n" for a, _ in pairs), encoding="utf-8")
+    tgt.write_text("".join(b + "\n" for _, b in pairs), encoding="utf-8")
+    shown = os.path.relpath(origin, ROOT) if origin.is_relative_to(ROOT.parent) else str(origin)
+    return src, tgt, shown  # as a person at the repository root would type it
