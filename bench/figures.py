@@ -1,5 +1,4 @@
-"""The figures of the pages bench/page.py writes: layer sweeps, metric against compute, fine-tuning curves, and a
-selection study's AER at every checkpoint of its arms."""
+"""The figures of the pages bench/page.py writes: layer sweeps, metric against compute, fine-tuning curves."""
 
 from __future__ import annotations
 
@@ -68,23 +67,3 @@ def section_curves(name: str, section: dict, out: Path) -> list[Path]:
     if curves:
         paths.append(plot_series(curves, out / f"{name}-translation-loss.png", "step", "training loss", "de-en"))
     return paths
-
-
-def checkpoint_curves(series: dict[str, tuple[list, list]], dotted: dict[str, float], title: str, out: Path) -> Path:
-    """AER at every checkpoint, one line per gold set, each with its reference as a dotted line of the same colour."""
-    import matplotlib.pyplot as plt  # the Agg backend: polyalign.evaluate.plots chose it
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for k, (name, (steps, values)) in enumerate(series.items()):
-        ax.plot(steps, values, marker="o", color=f"C{k}", label=name)
-        if name in dotted:
-            ax.axhline(dotted[name], color=f"C{k}", linestyle=":", linewidth=1)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("AER (%)")
-    ax.set_title(title)
-    ax.legend(fontsize=8, ncol=4, loc="center", bbox_to_anchor=(0.5, 0.76))
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out

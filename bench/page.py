@@ -4,8 +4,7 @@
 commits that made it; then its body. A comparison study's: one table row per comparison (the paper's number, baseline
 and method over seeds, the paired difference, the verdict), the study's own tables, for each comparison that is not
 reproduced what stands in its way (bench/verdict.py: premises, floors, diagnostics, the rule's reading), the notes
-people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures. A selection study's body
-(bench/selection_page.py) is its steps' blocks; it writes STUDY_summary.json beside it. A runner's record (bench/run.py:
+people wrote (bench/studies/notes/STUDY.json, each naming its commit), and the figures. A runner's record (bench/run.py:
 a step's, or the GPU check's calls) is one table of steps, then a section per step with its parts. A perf bench's
 record (`save_page`) and a retired one (its code left the tree; the JSON names the commit that holds it) keep their
 page as lines and tables in their JSON. No other module writes a page.
@@ -22,7 +21,6 @@ from bench.budget import budget_table
 from bench.figures import current_sweep, flop_curves, section_curves
 from bench.measures import METRICS
 from bench.reporting import Block, fmt, note, page_data, page_text, provenance, read_json, table, write_json
-from bench.selection_page import selection_body
 from bench.studies import STUDIES
 from bench.study import Comparison, Study
 
@@ -244,11 +242,10 @@ def minutes_table(loaded: dict) -> list:
 
 
 def write(study: Study, results: Path, command: str, notes_dir: Path = NOTES, root: Path = ROOT) -> Path:
-    """The study's page: its title, the command and the commits that made it, then its body (a comparison study's
-    or a selection study's), drawn by the one table writer."""
+    """The study's page: its title, the command and the commits that made it, then its body, drawn by the one
+    table writer."""
     notes = json.loads(path.read_text()) if (path := notes_dir / f"{study.name}.json").is_file() else {}
-    body = selection_body if study.selection else comparison_body
-    runs_from, lines = body(study, results, notes, root, provenance(command))
+    runs_from, lines = comparison_body(study, results, notes, root, provenance(command))
     page = results / f"{study.name}.md"
     text = page_text([f"# {study.title}", "", provenance(command, runs_from), "", *lines])
     page.write_text(text.rstrip("\n") + "\n", encoding="utf-8")

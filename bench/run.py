@@ -5,8 +5,7 @@
     python -m bench.run NAME --page                     # draw NAME's page again from its JSON (bench/page.py)
     python -m bench.run NAME -- ARGS                    # a probe or pack builder given its own arguments
 
-A study's steps are its sections (a comparison study: bench/sections.py trains and measures each arm, resumable)
-or its own steps and the selection's (a selection study: bench/selection_steps.py; `--arms` picks the arms).
+A study's steps are its sections (bench/sections.py trains and measures each arm, resumable).
 Any other name is a step (bench/step.py) or a call of several (the GPU check's, bench/perf/gpu_check.py): each step
 runs within its budget in a process of its own, its record saved after every part into --out's record, which
 bench/page.py draws; a rerun with the same --out keeps the steps that ended `ok` (`--force`: run them again).
@@ -25,17 +24,13 @@ from pathlib import Path
 
 from bench.reporting import read_json, write_json
 from bench.sections import ROOT, Options, section_step
-from bench.selection_steps import selection_steps
 from bench.step import Context
 from bench.studies import STUDIES
 from bench.study import Study
 
 
 def steps_of(study: Study, options: Options) -> dict[str, Callable[[], None]]:
-    """Every step of a study in the order a run without one named takes them: a comparison study's sections, a
-    selection study's own steps and the selection's (bench/selection_steps.py)."""
-    if study.selection:
-        return selection_steps(study, options.arms, options.dry_run, options.python, options.root)
+    """Every step of a study in the order a run without one named takes them: its sections."""
     return {name: partial(section_step, study, name, options) for name in study.sections()}
 
 
@@ -54,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", nargs="?", help="a study, step or call (--list shows them)")
-    parser.add_argument("steps", nargs="*", help="default: every step (a section, a selection's step, a call's)")
+    parser.add_argument("steps", nargs="*", help="default: every step (a study's section, a call's step)")
     parser.add_argument("--list", action="store_true", help="every name this runs, and the retired records")
     parser.add_argument("--page", action="store_true", help="only draw the page again from its saved JSON")
     parser.add_argument("--dry-run", action="store_true", help="a study: print the commands; a step: tiny, on CPU")
@@ -68,7 +63,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval", type=Path, default=Options.eval_root)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--max-seeds", type=int, choices=(1, 2), default=2, help="1: seed 0 only")
-    parser.add_argument("--arms", help="a selection study's arms to train, a comma list (default: every arm)")
     for hidden in ("--child", "--logs", "--deadline"):  # a step's own process (bench/step.py run_step)
         parser.add_argument(hidden, **({"action": "store_true"} if hidden == "--child" else {}), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -85,10 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         print(page.draw(args.name))
         return
     if args.name in STUDIES:
-        arms = args.arms.split(",") if args.arms else None
-        work = args.work
         options = Options(
-            args.data, work, args.eval, args.python, args.dry_run, args.max_seeds, arms, device=args.device
+            args.data, args.work, args.eval, args.python, args.dry_run, args.max_seeds, device=args.device
         )
         run_steps(STUDIES[args.name], args.steps, options)
         return

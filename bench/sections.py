@@ -298,7 +298,6 @@ class Options:
     python: str = sys.executable
     dry_run: bool = False
     max_seeds: int = 2
-    arms: list[str] | None = None
     root: Path = ROOT
     device: str | None = None
     """`cuda`: run the sections sized for a GPU (skipped otherwise, and without one)."""

@@ -1,20 +1,18 @@
-"""A selection study's rules and reading, as pure functions of its saved results (bench/study.py `Selection`).
+"""The selection's rules and reading, as pure functions of its saved results (bench/study.py `Selection`), run by the
+GPU aligner (bench/perf/gpu/aligner.py) through the selection's steps (bench/selection_steps.py).
 
-Every candidate (a checkpoint of an arm, or a derived arm) is measured under one protocol on every gold set and on
-each of its halves (`halves`): `dev` decides, `test` is reported untouched by the choice. The saved results are one
-JSON, bench/results/STUDY.json, written by its steps (bench/selection_steps.py):
+Every candidate (a checkpoint of an arm, or an interpolation of one) is measured under one protocol on every gold set
+and on each of its halves (`halves`): `dev` decides, `test` is reported untouched by the choice. The saved results are
+one JSON, written by the steps:
 
     arms.NAME   {note, sets, minutes, model, checkpoints: {step: {"separate/argmax": {"8": {gold set: AER}},
-                 "separate/argmax/dev": ..., "separate/argmax/test": ..., other encodings, methods and layers}}}
-                 a derived arm also has `interpolated` or `plugged_out` (what it was made from) and `base`
+                 "separate/argmax/dev": ..., "separate/argmax/test": ..., other methods and layers}}}
+                 an interpolation also has `interpolated` (what it was made from) and `base`
     start       {scores: the same as a checkpoint's, for the start model}
-    start_layers  the protocol's AER of the start at every layer (chosen on the gold sets: shown, never used)
-    start_layers_dev  the same on the dev halves at the layer rule's layers (`Selection.rule_layers`), where it has one
-    compare     the chosen candidate against the start: the AER difference and its paired bootstrap interval, its
-                layer and method (the protocol's where absent)
-    fit         bench/steps/e5_aligner.py: `polyalign fit-aligner` on each gold set's own sentences
+    start_layers_dev  the start's AER on the dev halves at the layer rule's layers (`Selection.rule_layers`)
 
-plus what the study's own steps save. Missing parts are read as not run.
+plus what the step that runs them saves. Missing parts are read as not run. The e5 study, which chose the aligner
+fit-aligner ships by these rules, is retired: its page and JSON are bench/results/e5.md and e5.json.
 """
 
 from __future__ import annotations
@@ -22,19 +20,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from bench.reporting import read_json
-from bench.study import Derived, Protocol, Reference, Selection
+from bench.study import Derived, Protocol, Selection
 
 DEV, TEST = "dev", "test"
-HARNESS_STEPS = ("start", "arms", "derive", "compare")
-"""The harness's steps of every selection study (bench/selection_steps.py), between the study's own."""
-DERIVED_KEYS = {"interpolate": "interpolated", "plug-out": "plugged_out"}
-MISSING = "–"
-
-
-def step_names(selection: Selection) -> list[str]:
-    """Every step in the order a run without a step named takes them."""
-    return [*(s.name for s in selection.before), *HARNESS_STEPS, *(s.name for s in selection.after)]
+INTERPOLATED = "interpolated"
 
 
 def halves(count: int) -> dict[str, list[int]]:
@@ -93,7 +82,7 @@ def last_step(record: dict) -> str | None:
 
 
 def is_derived(record: dict) -> bool:
-    return any(key in record for key in DERIVED_KEYS.values())
+    return INTERPOLATED in record
 
 
 def minutes_at(record: dict, step: str) -> float | None:
@@ -186,12 +175,6 @@ def derivation_base(selection: Selection, saved: dict, arm: str = "") -> tuple[s
     return pick[:2] if pick else None
 
 
-def chosen(selection: Selection, saved: dict, trained_only: bool = False) -> tuple[str, str] | None:
-    """The (arm, step) the rule picks on the dev halves (`chosen_at` without the layer)."""
-    pick = chosen_at(selection, saved, trained_only)
-    return pick[:2] if pick else None
-
-
 def methods_at(selection: Selection, scores: dict, layer: str, half: str = DEV) -> dict[str, dict[str, float]]:
     """Extraction method -> AER per gold set on `half` at `layer`, the protocol's encoding, for every method a
     checkpoint's scores hold on all gold sets."""
@@ -214,30 +197,12 @@ def chosen_method(selection: Selection, saved: dict, pick: tuple[str, str, str])
     return min(dev, key=lambda m: (mean(dev[m], selection.gold_sets), m != p.method), default=p.method)
 
 
-def offered(selection: Selection, saved: dict, arm: str = "") -> dict | None:
-    """The offered aligner (`arm`'s choice where given; with `each_arm`, the first arm's): the chosen model, its layer
-    and its extraction method."""
-    arm = arm or (selection.arms[0].name if selection.each_arm else "")
-    if not (pick := chosen_at(selection, saved, arm=arm)):
-        return None
-    return dict(zip(("arm", "step", "layer"), pick, strict=True)) | {"method": chosen_method(selection, saved, pick)}
-
-
 def extraction(method: str) -> tuple[str, float | None]:
     """A scored method's name as the aligner's method and softmax threshold: `softmax-0.1` is softmax at 0.1; None:
     the aligner's default threshold."""
     if method.startswith("softmax-"):
         return "softmax", float(method.split("-", 1)[1])
     return method, None
-
-
-def compared(selection: Selection, compare: dict | None) -> tuple | None:
-    """What a saved comparison compared: (arm, step, layer, method); a record without a layer or method was made
-    under the protocol."""
-    if not compare:
-        return None
-    p = selection.protocol
-    return compare["arm"], str(compare["step"]), str(compare.get("layer", p.layer)), compare.get("method", p.method)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -256,72 +221,18 @@ def model_path(selection: Selection, saved: dict, arm: str, step: str) -> str:
 
 def derived_source(derived: Derived, start: str, base: str) -> dict:
     """What a derived arm is made from, as its record keeps it (a change of it makes the arm again)."""
-    if derived.kind == "interpolate":
-        return {"start": start, "tuned": base, "weight": derived.weight}
-    return {"model": base}
+    return {"start": start, "tuned": base, "weight": derived.weight}
 
 
 def derive_command(derived: Derived, start: str, base: str, out: str) -> list[str]:
-    """The `polyalign` arguments that write a derived arm's model folder."""
-    if derived.kind == "interpolate":
-        return ["interpolate", "--start", start, "--tuned", base, "--weight", f"{derived.weight:g}", "--out", out]
-    return ["plug-out", "--model", base, "--out", out]
+    """The `polyalign interpolate` arguments that write a derived arm's model folder."""
+    return ["interpolate", "--start", start, "--tuned", base, "--weight", f"{derived.weight:g}", "--out", out]
 
 
 def derived_record(derived: Derived, base_arm: str, step: str, start: str, base: str, out: str, scores: dict,
                    minutes: float | None) -> dict:  # fmt: skip
     """A derived arm as the results keep it: one checkpoint, at its base's step, and its base's training minutes."""
-    if derived.kind == "interpolate":
-        w = derived.weight
-        note = f"{1 - w:g} x the start + {w:g} x {base_arm} at step {step} (WiSE-FT)"
-    else:
-        note = f"{base_arm} at step {step} with its cross-attention plugged out (VECO §3.1)"
-    source = {DERIVED_KEYS[derived.kind]: derived_source(derived, start, base), "base": base_arm}
+    w = derived.weight
+    note = f"{1 - w:g} x the start + {w:g} x {base_arm} at step {step} (WiSE-FT)"
+    source = {INTERPOLATED: derived_source(derived, start, base), "base": base_arm}
     return {"note": note, "sets": [], "minutes": minutes, **source, "model": out, "checkpoints": {step: scores}}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# References and the summary
-
-
-def reference_values(reference: Reference, gold_sets, root: Path) -> dict[str, float]:
-    """A reference row: its published values, or the gold sets' AER from another bench's saved result."""
-    if not reference.path:
-        return dict(reference.values)
-    data = read_json(root / reference.path)[reference.key]
-    return {g: round(data[g]["aer"], 2) for g in gold_sets if g in data}
-
-
-def baseline_of(selection: Selection) -> Reference | None:
-    """The reference the chosen candidate is counted against beside the start."""
-    return next((r for r in selection.references if r.name == selection.baseline), None)
-
-
-def short_name(reference: Reference) -> str:
-    return reference.summary or reference.name
-
-
-def summary(selection: Selection, saved: dict, root: Path) -> dict:
-    """The fields a script reads: the offered aligner's AER (all of each gold set, and the test halves apart) at its
-    layer and method, the start's there, every reference row that names a field, and the study's own steps' fields."""
-    p, start = selection.protocol, saved.get("start", {}).get("scores", {})
-    pick, out = offered(selection, saved), {}
-    key, layer = (f"{p.encoding}/{pick['method']}", pick["layer"]) if pick else (p.key(), str(p.layer))
-    if pick:
-        arm, step = pick["arm"], pick["step"]
-        record = saved["arms"][arm]
-        out |= {"model": model_path(selection, saved, arm, step), "arm": arm, "step": int(step)}
-        out |= {"training_minutes": minutes_at(record, step)}
-    out |= {"layer": int(layer)} | ({"method": pick["method"]} if pick else {})
-    out |= {"protocol": f"{p.encoding} encoding, {p.method}, layer {p.layer}"}
-    if pick:
-        scores = saved["arms"][pick["arm"]]["checkpoints"][pick["step"]]
-        out |= {"aer": scores[key][layer], "aer_test_halves": scores[f"{key}/{TEST}"][layer]}
-    out |= {"start_test_halves": start.get(f"{key}/{TEST}", {}).get(layer)}
-    out |= {"start": {"aer": start.get(key, {}).get(layer)}}
-    for ref in (r for r in selection.references if r.summary):  # a published row names where it is printed
-        out[ref.summary] = {"aer": reference_values(ref, selection.gold_sets, root)}
-        out[ref.summary] |= {} if ref.path else {"source": ref.source}
-    for step in (*selection.before, *selection.after):
-        out |= step.summary(saved)
-    return out

@@ -1,18 +1,17 @@
 """A study as data, as a paper's experiment table is: arms (start, recipe, overrides), a budget, the measures of
-bench/measures.py, and comparisons with the rule that turns them into a verdict (bench/verdict.py); or a selection
+bench/measures.py, and comparisons with the rule that turns them into a verdict (bench/verdict.py); and a selection
 among candidates (`Selection`: checkpoints of arms and arms derived from them, chosen on a dev split by a rule fixed
-before the runs, reported on the test split apart; bench/selection.py).
+before the runs, reported on the test split apart; bench/selection.py), which the GPU aligner runs.
 
 A comparison sets two arms against each other on one metric: the method against the same start continued with
 the baseline objectives for the same budget, or trained from scratch at the same FLOPs. Comparisons of one section
 share their setup and their arms: an arm is trained once per seed and measured once, whatever number of
-comparisons read it. `python -m bench.run STUDY SECTION` trains and measures a section; `python -m bench.page
-STUDY` writes the study's page from what the runs saved.
+comparisons read it. `python -m bench.run STUDY SECTION` trains and measures a section; `python -m bench.run STUDY
+--page` draws the study's page from what the runs saved.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from bench.arm import SMALL_BASE, Arm, Budget
@@ -228,7 +227,8 @@ class Section:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# A selection: candidates measured under one protocol, one chosen on the dev split (bench/selection.py)
+# A selection: candidates measured under one protocol, one chosen on the dev split (bench/selection.py), run by the
+# GPU aligner (bench/perf/gpu/aligner.py) through the selection's steps (bench/selection_steps.py)
 
 
 @dataclass(frozen=True)
@@ -236,10 +236,7 @@ class Candidate(Arm):
     """An arm of a selection: checkpointed along its schedule, each checkpoint a candidate."""
 
     note: str = ""
-    """What the arm is, in words (the selection's page lists it)."""
-    stop_at: int = 0
-    """Stop at this step without changing the schedule (0: at the selection's `steps`)."""
-    minutes: float = 0.0  # stop after these training minutes instead (trainer.max_minutes)
+    """What the arm is, in words (its record keeps it)."""
     rule_layer: bool = False  # self-trains and is measured at the layer rule's layer too
     steps_per_minute: float = 0.0
     """The card's measured training rate: such an arm runs only when its schedule and `Selection.reserve_s` fit the
@@ -254,12 +251,6 @@ class Protocol:
     """None: the layer rule's layer only (`Selection.rule_layers`)."""
     encoding: str
     method: str
-    methods: tuple[str, ...] = ()
-    """Every extraction method measured (the protocol's among them)."""
-    encodings: tuple[str, ...] = ()
-    """Every encoding measured at an arm's last checkpoint (its other checkpoints: the protocol's only)."""
-    layers: tuple[int, ...] = ()
-    """Layers measured beside the protocol's."""
 
     def key(self, half: str = "") -> str:
         """The results' key of the protocol's scores: `encoding/method`, `/dev` or `/test` for a half."""
@@ -268,49 +259,17 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Derived:
-    """An arm made from a trained one without training: `interpolate` (WiSE-FT, Wortsman et al. 2022: (1 - weight)
-    x the start + weight x the base) or `plug-out` (VECO §3.1: the base without its cross-attention)."""
+    """An arm made from a trained one without training by WiSE-FT (Wortsman et al. 2022): (1 - weight) x the start +
+    weight x the base."""
 
-    kind: str
-    weight: float = 1.0
+    weight: float
     base: str = ""
     """The arm it is made from, at its best checkpoint on the dev split; "": the best trained candidate of all."""
 
-    def __post_init__(self) -> None:
-        if self.kind not in ("interpolate", "plug-out"):
-            raise ValueError(f"derived arm kind {self.kind!r}: use 'interpolate' or 'plug-out'")
-
     def name_for(self, base: str) -> str:
-        """Named after the arm it is made from (`BASE-wise-WEIGHT`, `BASE-plugged-out`), so that another base makes
-        another arm and none is overwritten."""
-        return f"{base}-wise-{self.weight:g}" if self.kind == "interpolate" else f"{base}-plugged-out"
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A row measured elsewhere: published numbers (`values`, `source` says where they are printed) or another
-    bench's saved result (`path`, a results JSON whose `key` holds {name: {"aer": value}})."""
-
-    name: str
-    source: str
-    values: Mapping[str, float] = field(default_factory=dict)
-    path: str = ""
-    key: str = ""
-    summary: str = ""
-    """The field of the study's summary JSON that carries this row ("": none)."""
-    digits: int = 1
-    """Decimals the page prints published values with (as their source prints them)."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """A step of a selection study of its own (the harness's are start, arms, derive, compare): what it runs (given
-    the runner's context: results, paths, save), the page's blocks of what it saved, and its summary fields."""
-
-    name: str
-    run: Callable
-    blocks: Callable[[dict], list] = lambda saved: []
-    summary: Callable[[dict], dict] = lambda saved: {}
+        """Named after the arm it is made from (`BASE-wise-WEIGHT`), so that another base makes another arm and none
+        is overwritten."""
+        return f"{base}-wise-{self.weight:g}"
 
 
 @dataclass(frozen=True)
@@ -328,12 +287,9 @@ class Selection:
     protocol: Protocol
     arms: tuple[Candidate, ...]
     steps: int
-    """The schedule's length (an arm may stop earlier: `Candidate.stop_at`)."""
+    """The schedule's length."""
     save_every: int
     derived: tuple[Derived, ...] = ()
-    references: tuple[Reference, ...] = ()
-    baseline: str = ""
-    """The reference the chosen candidate is counted against beside the start (the page's dotted lines)."""
     rule_layers: tuple[int, ...] = ()
     """The selection's rules (bench/selection.py: rule_layer, chosen_method): the layer among these with the start's
     lowest mean dev-half AER is a candidate layer beside the protocol's, and the offered method is chosen on the dev
@@ -341,16 +297,6 @@ class Selection:
     below_start_everywhere: bool = True
     """The rule: among the candidates below the start on every dev half the lowest mean AER (one aligner serves
     every language); the lowest mean of all when none is, or when this is False."""
-    same_step: int = 0
-    """A step every arm's schedule passes: the page compares the arms there (0: no such table)."""
-    gains: tuple[tuple[str, str], ...] = ()
-    """Pairs (a published start, its published trained model): for each, the page sets the start's gap and the gain
-    against theirs."""
-    heading: str = ""
-    about: str = ""
-    """The protocol and the rule in words, fixed before the runs (the page's first paragraph of the selection)."""
-    before: tuple[Step, ...] = ()
-    after: tuple[Step, ...] = ()
     device: str = "cpu"
     """`cuda`: its models are scored on the GPU where there is one (its trainings pick their device themselves)."""
     each_arm: bool = False
@@ -358,8 +304,6 @@ class Selection:
     the first arm's choice offered and the others' reported beside (the GPU check's aligner); False: among all."""
     reserve_s: float = 0.0
     """Seconds of a step's budget kept after an arm's training for its scores (`Candidate.steps_per_minute`)."""
-    start_sweep: bool = True
-    """The start's AER at every layer, shown on the page for scale (False: none; the GPU check draws no such page)."""
 
 
 @dataclass(frozen=True)
@@ -371,10 +315,6 @@ class Study:
     """CPU-minutes a section may take (45 by default; the long studies, such as the best recipe, more)."""
     tables: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Extra tables of the page: (title, metric keys), one row per arm of every section."""
-    premises_in_table: bool = False
-    """The page's claim table shows each claim's premises and reference values (seed 0) in a column."""
-    selection: Selection | None = None
-    """A selection among candidates (its results: bench/results/NAME.json); `bench.run NAME STEP` runs its steps."""
 
     def sections(self) -> dict[str, Section]:
         out: dict[str, Section] = {}

@@ -5,7 +5,7 @@ the same with XLM-Align's DWA beside it (bench/recipes/aligner-dwa.yaml: its MLM
 interpolations towards the start; AER on the 7 gold sets, dev and test halves as bench/results/e5.md reports them;
 `polyalign align` on 20,000 pairs, pairs/s.
 
-THE RULE, written before any run (bench/studies/e5.py's, with passes over the pack for steps):
+THE RULE, written before any run (the e5 study's, bench/results/e5.md, with passes over the pack for steps):
 1. Layer: the start's layer (4 to 10) with the lowest mean argmax AER over the gold sets' dev halves; both arms
    self-train there and every candidate is scored there.
 2. Passes: self-training's schedule spans PASSES (one) passes over the packed bitext, its warm-up and linear decay
@@ -131,8 +131,8 @@ def selection(plan: Plan, inputs: Inputs, work: Path) -> Selection:
                  for name, recipe in ARMS.items())  # fmt: skip
     return Selection(str(inputs.start), str(inputs.prepared), str(work / "aligner" / "runs"), str(inputs.gold),
                      inputs.gold_sets, PROTOCOL, arms, steps, every, rule_layers=plan.rule_layers, device="cuda",
-                     derived=tuple(Derived("interpolate", w, base=arm) for arm in ARMS for w in WISE_WEIGHTS),
-                     each_arm=True, reserve_s=plan.reserve_s, start_sweep=False)  # fmt: skip
+                     derived=tuple(Derived(w, base=arm) for arm in ARMS for w in WISE_WEIGHTS),
+                     each_arm=True, reserve_s=plan.reserve_s)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------

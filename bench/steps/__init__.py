@@ -1,1 +1,0 @@
-"""What the studies' own steps run and what the page shows of them (the declarations: bench/studies/)."""
