@@ -83,7 +83,6 @@ WORDS = {
     "budget (a longer run first, not yet scale)",
     V.R.LOSS_FALLS: f"the method's loss falls: {NOT_SEPARATED}",
     V.R.LOSS_FLAT: f"a loss of the method does not fall: {CODE}",
-    V.R.REPRODUCED_ELSEWHERE: "no logged loss; the same code reproduces it on other states ({ids}): not the code",
     V.R.NO_LOSS: "no logged loss: not measured",
     V.R.DIAGNOSTICS_DISAGREE: f"diagnostics disagree: {NOT_SEPARATED}",
     V.R.DIAGNOSTIC_REPRODUCED: "{met}, reproduced: " + SCALE,

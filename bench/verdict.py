@@ -149,7 +149,6 @@ class R(StrEnum):
     STILL_FALLING = "a loss still falls at the end"  # args: the runs; the budget, not yet scale
     LOSS_FALLS = "the method's loss falls"  # not separated; also: independent
     LOSS_FLAT = "a loss of the method does not fall"  # code suspect
-    REPRODUCED_ELSEWHERE = "no logged loss, reproduced on other states"  # args: the diagnostics' ids; not the code
     NO_LOSS = "no logged loss"  # not measured; also: independent
     # What the diagnostics of the mechanism say
     DIAGNOSTICS_DISAGREE = "diagnostics disagree"  # not separated
@@ -398,11 +397,6 @@ def reading(study: Study, c: Comparison, rows: dict, loaded: dict, independent: 
         return Reading(R.LOSS_FALLS, also=also)
     if falls:
         return Reading(R.LOSS_FLAT)
-    # Nothing trained to read (e.g. two aligners on one model's states): the same code on other states decides.
-    lines, _ = diagnostic_lines(study, c, rows, loaded)
-    elsewhere = [x["diagnostic"].id for x in lines if x["read"].code == R.READ and x["row"]["verdict"] == REPRODUCED]
-    if elsewhere:
-        return Reading(R.REPRODUCED_ELSEWHERE, tuple(elsewhere))
     return Reading(R.NO_LOSS, also=also)
 
 
