@@ -26,6 +26,7 @@ from bench.perf.torchrun_processes import (
     said_lines,
 )
 from polyalign.checkpoint import checkpoint_dirs, load_checkpoint_state
+from polyalign.data.loader import StepLoader, dead_worker
 from polyalign.finetune.loop import FinetuneConfig, memory_named
 from polyalign.io import DataError
 from polyalign.train import distributed
@@ -188,6 +189,55 @@ def test_the_backends_words_for_a_lost_peer_and_a_dead_worker_are_recognised():
     gone = RuntimeError("DataLoader worker (pid(s) 17, 18) exited unexpectedly")
     assert lost_worker(gone) == "its data-loader worker (pid 17, 18) exited unexpectedly"
     assert lost_worker(RuntimeError(GLOO_RESET)) is None
+
+
+def test_a_connection_broken_by_a_killed_loader_worker_is_told_as_the_workers_death():
+    # On busy cores a killed worker's batch can fail as a reset connection before the loader sees the death.
+    batches = iter(torch.utils.data.DataLoader(range(64), batch_size=2, num_workers=1))
+    next(batches)
+    assert dead_worker(batches._workers, wait_s=0.2) is None  # alive: the broken connection stays what it is
+    handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the loader's own would raise its report here
+    try:
+        [worker] = [w.pid for w in batches._workers]
+        os.kill(worker, 9)
+        told = dead_worker(batches._workers)
+        assert lost_worker(told) == f"its data-loader worker (pid {worker}) was killed by signal Killed"
+    finally:
+        del batches
+        signal.signal(signal.SIGCHLD, handler)
+
+
+class _DeadWorkersItems:
+    """A loader's iterator whose one worker was killed (kill -9) and which reports it as `error`."""
+
+    def __init__(self, error: BaseException):
+        self.error, self._workers = error, [SimpleNamespace(pid=4242, exitcode=-9)]
+
+    def __next__(self):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionResetError(104, "Connection reset by peer"),
+        RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly"),
+        EOFError(),
+    ],  # fmt: skip
+)
+def test_the_step_loader_names_the_signal_that_killed_its_worker_however_the_loader_met_it(error):
+    loader = object.__new__(StepLoader)
+    loader.workers, loader.num_slots, loader._items = 1, 1, _DeadWorkersItems(error)
+    with pytest.raises(RuntimeError) as told:
+        next(loader)
+    assert lost_worker(told.value) == "its data-loader worker (pid 4242) was killed by signal Killed"
+
+
+def test_the_step_loader_lets_other_errors_through():
+    loader = object.__new__(StepLoader)
+    loader.workers, loader.num_slots, loader._items = 1, 1, _DeadWorkersItems(RuntimeError("shape mismatch"))
+    with pytest.raises(RuntimeError, match="^shape mismatch$"):
+        next(loader)
 
 
 def test_rank_0_speaks_for_the_run_another_rank_only_of_itself(monkeypatch):
