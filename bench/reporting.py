@@ -36,7 +36,7 @@ def read_json(path: Path) -> dict:
 
 def write_json(path: Path, data: dict, indent: int = 2) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
+    Path(path).write_text(json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
 
 
 def fmt(value, digits: int = 1) -> str:
@@ -137,9 +137,7 @@ def commit() -> str:
 
 def provenance(command: str, runs_from: str | None = None) -> str:
     """The line every results page opens with: the command that produced it and the code it ran."""
-    code = (
-        f"runs made with the code of commits {runs_from}, page written at {commit()}"
-        if runs_from
-        else (f"commit {commit()}")
-    )
+    if runs_from is None:
+        return f"Produced by `{command}` at commit {commit()} ({machine()})."
+    code = f"runs made with the code of commits {runs_from}, page written at {commit()}"
     return f"Produced by `{command}` ({code}; {machine()})."

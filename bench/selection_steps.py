@@ -12,7 +12,6 @@ own, is retired (bench/results/e5.json names the commit that holds its code).
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import selection as S
-from bench.reporting import commit, read_json, records
+from bench.reporting import commit, read_json, records, write_json
 from bench.step import ROOT, UNFINISHED, Context, run_command
 from bench.study import Candidate, Selection
 
@@ -75,10 +74,8 @@ class Run:
         self.results["commit"] = commit()
         self.results["date"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         self.results["protocol"] = {"layer": p.layer, "encoding": p.encoding, "method": p.method}
-        text = json.dumps(self.results, indent=1, ensure_ascii=False, default=str) + "\n"
         for file in (self.file, *self.copies):
-            file.parent.mkdir(parents=True, exist_ok=True)
-            file.write_text(text)
+            write_json(file, self.results, indent=1)
 
     def folder(self, arm: str, step: str) -> Path:
         return self.path(S.model_path(self.selection, self.results, arm, step))

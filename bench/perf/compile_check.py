@@ -56,9 +56,7 @@ def main() -> None:
         }
     eager, compiled = arms["eager"]["losses"][-1], arms["compiled"]["losses"][-1]
     saved = {
-        "provenance": provenance(
-            f"flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.run compile-check -- --steps {args.steps}"
-        ),
+        "provenance": provenance(f"python -m bench.run compile-check -- --steps {args.steps}"),
         "torch": torch.__version__,
         "steps": args.steps,
         "limit": LIMIT,

@@ -177,7 +177,7 @@ def page_parts(result: dict) -> list:
         "turns into one line and exit code 2). `align-command` and `prepare-command` run the whole command into an "
         "output folder and check that nothing is written outside it and no input changes.",
         "",
-        f"Command: `{result['command']}` at commit `{result['commit']}`; {result['seconds']:.0f} s, hypothesis "
+        f"Command: `{result['command']}` at commit {result['commit']}; {result['seconds']:.0f} s, hypothesis "
         f"{result['hypothesis']}, seed {result['seed']}.",
         "",
         table(["reader", "inputs", "read", "one-line error", "tracebacks", "written outside"], rows),

@@ -83,7 +83,7 @@ def main() -> None:
     }
     for arm, r in arms.items():
         print(f"{arm:45s} {r['median_ms']:8.1f} ms  {r['ratio_to_no_bias']:.2f}x", flush=True)
-    command = "flock /tmp/polyalign-cpu.lock .venv/bin/python -m bench.run gated-bias-step"
+    command = "python -m bench.run gated-bias-step"
     saved = {
         "provenance": provenance(command),
         "load_average_1min": os.getloadavg()[0],
